@@ -1,0 +1,55 @@
+"""drivetrain: one PyTorch script on any number of processes, machines and accelerators.
+
+Importing this package is cheap: every public name is resolved on first access, and names
+that belong to a backend (``DeepSpeedPlugin``, ...) come from the plugin that owns them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .version import PLUGIN_API_VERSION, __version__
+
+# Public names of the core and where they live; resolved on first access.
+_CORE_NAMES: dict[str, str] = {}
+
+
+def _export(module: str, *names: str) -> None:
+    for name in names:
+        _CORE_NAMES[name] = f"drivetrain.{module}:{name}"
+
+
+_export("plugin_manager", "get_plugin_manager")
+_export("errors", "DrivetrainError", "PluginError", "ConfigError", "CheckpointError", "DistributedError")
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+    import importlib.util
+
+    if name.startswith("__"):
+        raise AttributeError(name)
+    if name not in _CORE_NAMES and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # a submodule, not a public name
+
+    from .plugin_api import resolve
+
+    ref = _CORE_NAMES.get(name)
+    if ref is None:
+        from .public_names import plugin_public_name
+
+        ref = plugin_public_name(name)
+    if ref is None:
+        raise AttributeError(f"module 'drivetrain' has no attribute {name!r}")
+    value = resolve(ref)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    from .public_names import all_plugin_public_names
+
+    return sorted(set(globals()) | set(_CORE_NAMES) | set(all_plugin_public_names()))
+
+
+__all__ = ["__version__", "PLUGIN_API_VERSION"]

@@ -1,0 +1,63 @@
+"""Entry point of the ``drivetrain`` command: builds the parser and runs a sub-command.
+
+Sub-command modules are imported only when their command runs, so ``drivetrain --help`` and
+``drivetrain plugins list`` stay fast and never import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from ..errors import DrivetrainError
+from ..version import __version__
+
+# command name -> module in drivetrain.cli that defines add_parser(subparsers)
+_BUILT_IN_COMMANDS = ("plugins",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="drivetrain",
+        description="Run one PyTorch script anywhere; every backend is a plugin.",
+    )
+    parser.add_argument("--version", action="version", version=f"drivetrain {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _BUILT_IN_COMMANDS:
+        importlib.import_module(f"drivetrain.cli.{name}_cmd").add_parser(subparsers)
+    _add_plugin_commands(subparsers)
+    return parser
+
+
+def _add_plugin_commands(subparsers: argparse._SubParsersAction) -> None:
+    from ..plugin_manager import PluginStatus, get_plugin_manager
+
+    manager = get_plugin_manager()
+    caller = manager.hooks.hook.drivetrain_add_cli_commands
+    for impl in caller.get_hookimpls():
+        if manager.records[impl.plugin_name].status is PluginStatus.FAILED:
+            continue
+        try:
+            impl.function(subparsers=subparsers)
+        except Exception as exc:  # a plugin's command must not break the others
+            print(f"warning: plugin {impl.plugin_name!r} could not add its commands: {exc}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(handler(args) or 0)
+    except DrivetrainError as exc:
+        print(f"drivetrain: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,437 @@
+"""The hook specifications: everything a plugin can tell or do for drivetrain.
+
+A plugin is a module (the target of an entry point in the ``drivetrain.plugins`` group) that
+declares ``PLUGIN_INFO`` and implements some of the hooks below with
+``@drivetrain.plugin_api.hookimpl``. An implementation may accept fewer arguments than the
+spec lists (pluggy passes only those it names); naming an argument the spec does not have,
+or a hook that does not exist, gets the plugin refused with the reason.
+
+There are two kinds of hooks.
+
+**Registration hooks** (``drivetrain_register_*``, ``drivetrain_add_*``,
+``drivetrain_public_names``, ``drivetrain_env_report``) are called once per process on every
+loaded plugin, including those whose library is missing, so that drivetrain can list, explain
+and refuse them. They must be cheap: return descriptors whose heavy parts are lazy references,
+import nothing optional.
+
+**Run hooks** (every hook taking ``run``) are called only on the plugins active in this run:
+the chosen platform, cluster environment, strategy, precision, trackers, and the plugins
+those declare. They are resolved once, when the ``Accelerator`` is built, so a training step
+pays no discovery cost. ``run`` is the :class:`drivetrain.run.Run` of this process: the
+process state, the names chosen for each role, the plugin-owned config sections and the
+user's kwargs handlers.
+
+Order among active plugins follows pluggy: implementations marked ``tryfirst=True`` run
+first, ``trylast=True`` last. Where a hook says *firstresult*, the first non-``None``
+answer wins and the others are not called; a strategy that takes over a step (DeepSpeed's
+engine runs backward itself) marks its implementation ``tryfirst``. Where a hook says
+*chained*, each implementation receives the previous one's return value (``None`` keeps
+the value unchanged).
+
+The order in which the model is transformed is fixed: device placement (platform) ->
+``drivetrain_convert_model`` (precision conversions such as FP8 layers) ->
+``drivetrain_wrap_model`` (the parallel wrapper of the strategy) ->
+``drivetrain_finalize_model`` (autocast of forward, compilation).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Sequence
+
+from .plugin_api import hookspec
+
+if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
+    import argparse
+
+    from .plugin_api import (
+        ClusterEnvironmentSpec,
+        ConfigSection,
+        EnvReportLine,
+        LauncherSpec,
+        PlatformSpec,
+        PrecisionSpec,
+        StrategySpec,
+        TrackerSpec,
+    )
+    from .run import Run
+
+
+# --------------------------------------------------------------------------------------
+# Registration: what a plugin offers (called once per process on every loaded plugin)
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def drivetrain_register_platforms() -> Sequence[PlatformSpec]:
+    """Describe the device platforms this plugin offers (detect environment).
+
+    Called once per process. Return a list of :class:`~drivetrain.plugin_api.PlatformSpec`
+    (empty or ``None`` for none). Each spec carries a probe that detection calls to ask
+    whether the platform is usable here; nothing behind its ``factory`` is imported until it
+    is chosen.
+    """
+
+
+@hookspec
+def drivetrain_register_cluster_environments() -> Sequence[ClusterEnvironmentSpec]:
+    """Describe the cluster environments this plugin recognises (detect environment).
+
+    A cluster environment is whatever started this process and knows its rank: torchrun,
+    SLURM, MPI, a Kubernetes job. Return a list of
+    :class:`~drivetrain.plugin_api.ClusterEnvironmentSpec`. Probes read environment
+    variables only.
+    """
+
+
+@hookspec
+def drivetrain_register_strategies() -> Sequence[StrategySpec]:
+    """Describe the distribution strategies this plugin offers (ddp, fsdp, deepspeed, ...).
+
+    Return a list of :class:`~drivetrain.plugin_api.StrategySpec`. A strategy becomes
+    active only when asked for, except the one marked ``automatic`` (DDP), which a
+    multi-process run with no strategy selected uses.
+    """
+
+
+@hookspec
+def drivetrain_register_precisions() -> Sequence[PrecisionSpec]:
+    """Describe the mixed-precision modes this plugin offers (fp16, bf16, fp8, ...).
+
+    Return a list of :class:`~drivetrain.plugin_api.PrecisionSpec`.
+    """
+
+
+@hookspec
+def drivetrain_register_trackers() -> Sequence[TrackerSpec]:
+    """Describe the experiment trackers this plugin offers.
+
+    Return a list of :class:`~drivetrain.plugin_api.TrackerSpec`. ``log_with="all"`` uses
+    every tracker of an available plugin.
+    """
+
+
+@hookspec
+def drivetrain_register_launchers() -> Sequence[LauncherSpec]:
+    """Describe the ways this plugin can start a job's processes (``drivetrain launch``).
+
+    Return a list of :class:`~drivetrain.plugin_api.LauncherSpec`. The launcher whose
+    ``applies(args)`` is true with the highest priority runs the job.
+    """
+
+
+@hookspec
+def drivetrain_register_config_sections() -> Sequence[ConfigSection]:
+    """Describe the config-file blocks this plugin owns (``fsdp_config:``, ...).
+
+    Return a list of :class:`~drivetrain.plugin_api.ConfigSection`. The config loader
+    validates each block against its fields, and ``drivetrain config`` asks their questions.
+    A key owned by no installed plugin is an error naming the plugin that would own it if
+    one is known, or the allowed keys.
+    """
+
+
+@hookspec
+def drivetrain_add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this plugin's options to ``drivetrain launch``.
+
+    Args:
+        parser: the launch command's parser. Add one argument group named after the plugin
+            (``parser.add_argument_group("FSDP")``). Spell options with dashes; drivetrain
+            accepts the underscore spelling too.
+
+    The return value is ignored. The parsed values reach the children through
+    ``drivetrain_launch_environment``.
+    """
+
+
+@hookspec
+def drivetrain_launch_environment(args: Any) -> dict[str, str]:
+    """Turn parsed launch arguments into environment variables for the children.
+
+    Args:
+        args: the parsed ``drivetrain launch`` namespace, already merged with the config
+            file (command line wins).
+
+    Return a mapping of variables to set in every child (``{"FSDP_SHARDING_STRATEGY":
+    "FULL_SHARD"}``), or ``None``. All results are merged; two plugins setting one variable
+    to different values is an error.
+    """
+
+
+@hookspec
+def drivetrain_add_cli_commands(subparsers: Any) -> None:
+    """Add sub-commands to the ``drivetrain`` command line (``merge-weights``, ...).
+
+    Args:
+        subparsers: the object returned by ``ArgumentParser.add_subparsers``. Each new
+            parser must ``set_defaults(handler=callable)``; the callable receives the parsed
+            namespace and returns an exit code.
+    """
+
+
+@hookspec
+def drivetrain_public_names() -> dict[str, str]:
+    """Contribute names that users import from ``drivetrain`` (compatibility names).
+
+    Return a mapping from a public name to a lazy reference, for example
+    ``{"DeepSpeedPlugin": "drivetrain_deepspeed.config:DeepSpeedPlugin"}``. The name is
+    resolved on first access (``from drivetrain import DeepSpeedPlugin``), so the plugin's
+    library is imported only when the user touches it. Two plugins contributing one name is
+    reported as a conflict and the first loaded wins.
+    """
+
+
+@hookspec
+def drivetrain_distributed_types() -> Sequence[str]:
+    """Contribute members of the ``DistributedType`` enumeration (``"FSDP"``).
+
+    Return the upper-case names; each becomes ``DistributedType.NAME``, equal to the string
+    ``"NAME"``.
+    """
+
+
+@hookspec
+def drivetrain_env_report() -> Sequence[EnvReportLine]:
+    """Contribute lines to ``drivetrain env`` (library versions, device names, ...).
+
+    Called on every loaded plugin. Return a list of
+    :class:`~drivetrain.plugin_api.EnvReportLine`. Keep it fast and never raise: a failing
+    implementation is reported as a line of its own.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# Detect environment: bring this process into its distributed setup (active plugins)
+# --------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def drivetrain_init_distributed(run: Run, timeout: Any, backend: str | None, init_method: str | None) -> bool:
+    """Join this process to its peers (create the default process group).
+
+    *firstresult*. Called once per process, when a run has more than one process and no
+    group exists yet.
+
+    Args:
+        run: this process's run.
+        timeout: ``datetime.timedelta`` after which a collective that does not complete
+            fails (from ``InitProcessGroupKwargs``).
+        backend: the communication backend asked for, or ``None`` for the platform's
+            default.
+        init_method: URL for the rendezvous, or ``None`` for environment variables.
+
+    Return ``True`` once the group exists. A platform with its own runtime (XLA) marks its
+    implementation ``tryfirst``.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_collectives(run: Run) -> Any:
+    """Provide the collective operations of this run (collective ops).
+
+    *firstresult*. Called once per run. Return an object implementing
+    :class:`drivetrain.collectives.Collectives` (``all_gather``, ``all_reduce``,
+    ``broadcast``, ``barrier``, ``gather_object``, ``broadcast_object_list``, ...). Every
+    operation in ``drivetrain.utils`` goes through it, so a platform with its own
+    communication runtime replaces all of them at once by marking its implementation
+    ``tryfirst``.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# Wrap model
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def drivetrain_convert_model(model: Any, run: Run) -> Any:
+    """Convert a model's layers or dtypes for the chosen precision, before wrapping.
+
+    *chained*: each implementation receives the model the previous one returned. FP8
+    plugins swap linear layers here; the parallel wrapper comes afterwards.
+
+    Args:
+        model: the ``torch.nn.Module``, already on its device.
+        run: this process's run.
+
+    Return the converted module, or ``None`` to keep it.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_wrap_model(model: Any, run: Run, evaluation_mode: bool) -> Any:
+    """Wrap a model for the chosen strategy (DDP, FSDP, a DeepSpeed engine, ...).
+
+    *firstresult*: the active strategy answers.
+
+    Args:
+        model: the converted module.
+        run: this process's run.
+        evaluation_mode: the user asked for inference only (``prepare_model(...,
+            evaluation_mode=True)``): no gradient synchronisation is needed.
+
+    Return the wrapped module, or ``None`` to leave it as is (one process).
+    """
+
+
+@hookspec
+def drivetrain_finalize_model(model: Any, run: Run) -> Any:
+    """Last changes to a prepared model: autocast around forward, compilation.
+
+    *chained*. Return the model to use from now on, or ``None`` to keep it.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_unwrap_model(model: Any, run: Run, keep_fp32_wrapper: bool) -> Any:
+    """Return the user's module from inside a prepared model.
+
+    *firstresult*. Implement it when the strategy's wrapper is not reachable by following
+    ``.module`` / ``._orig_mod`` (the core does that by default). Return ``None`` to let
+    the core unwrap.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_no_sync(model: Any, run: Run) -> ContextManager[None] | None:
+    """Return a context manager under which backward does not synchronise gradients.
+
+    *firstresult*. Used by ``accumulate`` and ``no_sync``. Return ``None`` when the model
+    needs nothing (one process).
+    """
+
+
+# --------------------------------------------------------------------------------------
+# Wrap optimizer, and the rest of a step
+# --------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def drivetrain_wrap_optimizer(optimizer: Any, run: Run) -> Any:
+    """Return the optimizer wrapper of this run.
+
+    *firstresult*. The default, used when no plugin answers, is
+    :class:`drivetrain.optimizer.AcceleratedOptimizer`. A strategy whose engine owns the
+    optimizer (DeepSpeed) returns its own wrapper.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_wrap_scheduler(scheduler: Any, optimizers: Sequence[Any], run: Run) -> Any:
+    """Return the scheduler wrapper of this run.
+
+    *firstresult*. The default is :class:`drivetrain.scheduler.AcceleratedScheduler`.
+
+    Args:
+        scheduler: the user's learning-rate scheduler.
+        optimizers: the prepared optimizers it may drive.
+    """
+
+
+@hookspec
+def drivetrain_wrap_dataloader(dataloader: Any, run: Run) -> Any:
+    """Adjust a prepared data loader (an XLA device loader, say).
+
+    *chained*. Called after the core has sharded the loader across processes. Return the
+    loader to use, or ``None`` to keep it.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_make_grad_scaler(run: Run, kwargs: dict[str, Any]) -> Any:
+    """Create the gradient scaler of an fp16 run.
+
+    *firstresult*. The precision plugin answers with a ``torch.amp.GradScaler``; a
+    sharding strategy that needs its own scaler marks its implementation ``tryfirst``.
+    ``kwargs`` come from ``GradScalerKwargs``. Return ``None`` when no scaler is needed.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_autocast(run: Run, kwargs: dict[str, Any]) -> ContextManager[None] | None:
+    """Return the context manager under which forward runs in the chosen precision.
+
+    *firstresult*. ``kwargs`` come from ``AutocastKwargs`` (``enabled``,
+    ``cache_enabled``). Return ``None`` when no autocast is needed.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_backward(loss: Any, run: Run, kwargs: dict[str, Any]) -> bool | None:
+    """Run backward for ``loss`` (already divided for gradient accumulation).
+
+    *firstresult*. Return ``True`` when done. A grad scaler scales the loss here; an
+    engine that runs backward itself (DeepSpeed) marks its implementation ``tryfirst``.
+    When nobody answers the core calls ``loss.backward(**kwargs)``.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_clip_grad_norm(parameters: Any, max_norm: float, norm_type: float, run: Run) -> Any:
+    """Clip the gradient norm of ``parameters`` and return the total norm (a tensor).
+
+    *firstresult*. The core unscales fp16 gradients first and, when nobody answers, calls
+    ``torch.nn.utils.clip_grad_norm_``. Strategies whose parameters are sharded (FSDP)
+    compute the norm across shards.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# Save state
+# --------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def drivetrain_get_state_dict(model: Any, run: Run, unwrap: bool) -> dict[str, Any] | None:
+    """Return the full state dict of a prepared model, gathered where it is sharded.
+
+    *firstresult*. Every process calls it (gathering is collective); the result only
+    needs to be complete on the main process. ``None`` lets the core call
+    ``state_dict()`` on the unwrapped model.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_save_model_state(
+    model: Any, index: int, directory: str, run: Run, safe_serialization: bool
+) -> Sequence[str] | None:
+    """Write the state of the ``index``-th prepared model into a checkpoint directory.
+
+    *firstresult*. Called on every process. ``directory`` is the checkpoint being written
+    (a temporary directory that is renamed into place once every process has finished).
+    Return the file names written (relative to ``directory``) by this process, or ``None``
+    to let the core write a safetensors file of ``drivetrain_get_state_dict`` on the main
+    process.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_load_model_state(model: Any, index: int, directory: str, run: Run, manifest: dict[str, Any]) -> bool | None:
+    """Read the state of the ``index``-th prepared model from a checkpoint directory.
+
+    *firstresult*. ``manifest`` is the checkpoint's manifest (who wrote it, world size,
+    files). Return ``True`` when loaded, ``None`` to let the core read the file it wrote.
+    Raise :class:`drivetrain.errors.CheckpointError` when the checkpoint cannot be read by
+    this strategy, with the reason.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_save_optimizer_state(
+    optimizer: Any, index: int, directory: str, run: Run
+) -> Sequence[str] | None:
+    """Write the state of the ``index``-th prepared optimizer. Same contract as the model's."""
+
+
+@hookspec(firstresult=True)
+def drivetrain_load_optimizer_state(optimizer: Any, index: int, directory: str, run: Run, manifest: dict[str, Any]) -> bool | None:
+    """Read the state of the ``index``-th prepared optimizer. Same contract as the model's."""
+
+
+@hookspec
+def drivetrain_on_checkpoint(event: str, directory: str, run: Run) -> None:
+    """Be told that a checkpoint was saved (``event="save"``) or loaded (``"load"``).
+
+    Called on every active plugin, trackers included, after the checkpoint is complete on
+    every process. The return value is ignored; an exception is logged, not raised.
+    """

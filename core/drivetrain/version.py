@@ -1,0 +1,9 @@
+"""Versions that plugins and checkpoints are checked against."""
+
+__version__ = "0.1.0"
+
+#: The hook-spec version this core offers, as "MAJOR.MINOR". A plugin declares the version it
+#: was written for (``PluginInfo.api_version``); it loads when the majors are equal and its
+#: minor is not newer than ours. Add hooks or optional arguments: bump MINOR. Remove or
+#: change the meaning of anything: bump MAJOR.
+PLUGIN_API_VERSION = "1.0"
