@@ -1,0 +1,1 @@
+"""A drivetrain tracker plugin that writes metrics as JSON lines."""

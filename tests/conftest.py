@@ -1,0 +1,65 @@
+"""Shared fixtures: real plugin distributions installed with pip, and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN_DISTS = ROOT / "tests" / "plugin_dists"
+TEMPLATE = ROOT / "examples" / "plugin_template"
+
+
+def _pip_install_target(target: Path, *sources: Path) -> None:
+    command = [
+        sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+        "--disable-pip-version-check", "--target", str(target), *map(str, sources),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"pip install failed:\n{result.stdout}\n{result.stderr}")
+
+
+@pytest.fixture(scope="session")
+def template_site(tmp_path_factory) -> Path:
+    """A directory where pip installed the third-party plugin template, as a user would."""
+    target = tmp_path_factory.mktemp("template-site")
+    _pip_install_target(target, TEMPLATE)
+    return target
+
+
+@pytest.fixture(scope="session")
+def broken_site(tmp_path_factory) -> Path:
+    """A directory where pip installed the three deliberately broken plugin distributions."""
+    target = tmp_path_factory.mktemp("broken-site")
+    _pip_install_target(target, *sorted(PLUGIN_DISTS.iterdir()))
+    return target
+
+
+def run_cli(*args: str, sites: tuple[Path, ...] = (), env: dict[str, str] | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``python -m drivetrain ARGS`` in a fresh interpreter with extra site directories."""
+    full_env = dict(os.environ)
+    full_env.pop("DRIVETRAIN_STRICT_PLUGINS", None)
+    if sites:
+        full_env["PYTHONPATH"] = os.pathsep.join([*map(str, sites), full_env.get("PYTHONPATH", "")])
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "drivetrain", *args], capture_output=True,
+                          text=True, env=full_env, timeout=timeout)
+
+
+@pytest.fixture
+def with_sites(monkeypatch):
+    """Make distributions installed in extra directories visible to this process."""
+    import importlib
+
+    def add(*sites: Path) -> None:
+        for site in sites:
+            monkeypatch.syspath_prepend(str(site))
+        importlib.invalidate_caches()
+
+    return add

@@ -1,0 +1,177 @@
+"""`drivetrain plugins ...` in fresh interpreters, with real pip-installed plugin distributions."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import ROOT, run_cli
+
+SCHEMA = json.loads((ROOT / "docs" / "plugins-list.schema.json").read_text())
+
+
+def listing(*sites, env=None, detect=False):
+    args = ["plugins", "list", "--json"] + (["--detect"] if detect else [])
+    result = run_cli(*args, sites=sites, env=env)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    jsonschema.validate(data, SCHEMA)
+    return {p["name"]: p for p in data["plugins"]}, data
+
+
+def test_version():
+    result = run_cli("--version")
+    assert result.returncode == 0 and re.fullmatch(r"drivetrain \d+\.\d+\.\d+\S*\n", result.stdout)
+
+
+def test_list_shows_built_ins_in_a_table():
+    result = run_cli("plugins", "list")
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["NAME", "STATUS", "SOURCE", "KINDS", "VERSION", "NOTE"]
+    assert any(row.split()[:4] == ["cpu", "available", "built-in", "platform"] for row in rows)
+
+
+def test_list_does_not_import_torch_even_with_broken_plugins(template_site, broken_site):
+    code = (
+        "import sys, io, contextlib\n"
+        "from drivetrain.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['plugins', 'list']) == 0\n"
+        "heavy = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
+        "print(heavy)\n"
+    )
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(template_site), str(broken_site)]))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_template_plugin_is_listed_as_third_party(template_site):
+    plugins, _ = listing(template_site)
+    jsonl = plugins["jsonl"]
+    assert (jsonl["source"], jsonl["status"], jsonl["kinds"]) == ("third-party", "available", ["tracker"])
+    assert jsonl["distribution"] == "drivetrain-jsonl-tracker" and jsonl["version"] == "0.1.0"
+    assert plugins["cpu"]["status"] == "available"
+
+
+def test_broken_plugins_are_reported_and_the_rest_works(template_site, broken_site):
+    result = run_cli("plugins", "list", sites=(template_site, broken_site))
+    assert result.returncode == 0
+    assert "skipped" in result.stderr  # the warnings name each skipped plugin
+    plugins, _ = listing(template_site, broken_site)
+    assert plugins["broken_import"]["status"] == "failed"
+    assert "RuntimeError: this plugin is broken on purpose" in plugins["broken_import"]["reason"]
+    assert plugins["bad_signature"]["status"] == "failed"
+    assert "colour" in plugins["bad_signature"]["reason"]
+    assert plugins["future_api"]["status"] == "failed"
+    assert "needs plugin API 2.0" in plugins["future_api"]["reason"]
+    assert plugins["jsonl"]["status"] == "available" and plugins["cpu"]["status"] == "available"
+
+
+def test_detect_picks_cpu_here_and_shows_every_probe(broken_site):
+    plugins, data = listing(broken_site, detect=True)
+    assert data["detection"]["platform"] == "cpu"
+    assert plugins["cpu"]["status"] == "active"
+    cpu = [c for c in data["detection"]["candidates"] if c["name"] == "cpu"][0]
+    assert cpu["available"] and cpu["reason"]
+    # a refused plugin's platform never takes part, whatever priority it claims
+    assert all(c["name"] != "future" for c in data["detection"]["candidates"])
+    table = run_cli("plugins", "list", "--detect").stdout
+    assert "platform: cpu" in table
+
+
+def test_block_and_autoload_controls_on_the_command_line(template_site, broken_site):
+    plugins, _ = listing(template_site, broken_site, env={"DRIVETRAIN_BLOCK_PLUGINS": "broken_import,jsonl"})
+    assert plugins["broken_import"]["status"] == "blocked"
+    assert plugins["jsonl"]["status"] == "blocked"
+    plugins, _ = listing(template_site, broken_site, env={"DRIVETRAIN_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert {plugins[n]["status"] for n in ("jsonl", "broken_import", "bad_signature", "future_api")} == {"disabled"}
+    assert plugins["cpu"]["status"] == "available"
+
+
+def test_strict_mode_fails_the_command_with_the_reasons(broken_site):
+    result = run_cli("plugins", "list", sites=(broken_site,), env={"DRIVETRAIN_STRICT_PLUGINS": "1"})
+    assert result.returncode != 0
+    assert "DRIVETRAIN_STRICT_PLUGINS=1" in result.stderr and "broken_import" in result.stderr
+
+
+def test_info_shows_one_plugin(template_site):
+    result = run_cli("plugins", "info", "jsonl", "--json", sites=(template_site,))
+    data = json.loads(result.stdout)
+    assert data["provides"] == {"drivetrain_register_trackers": ["jsonl"]}
+    assert data["source"] == "third-party"
+    text = run_cli("plugins", "info", "cpu").stdout
+    assert re.search(r"^status:\s+available$", text, re.M)
+    missing = run_cli("plugins", "info", "nope")
+    assert missing.returncode == 2 and "no plugin named 'nope'" in missing.stdout
+
+
+def test_template_tracker_writes_through_the_registry(template_site, with_sites, tmp_path):
+    with_sites(template_site)
+    from drivetrain.plugin_api import resolve
+    from drivetrain.plugin_manager import PluginManager
+
+    manager = PluginManager(env={}).load()
+    spec = dict((s.name, s) for _, s in manager.registrations("drivetrain_register_trackers"))["jsonl"]
+    tracker = resolve(spec.factory)("demo", logging_dir=tmp_path)
+    tracker.start()
+    tracker.store_init_configuration({"lr": 0.1})
+    tracker.log({"loss": 1.5}, step=3)
+    tracker.finish()
+    lines = (tmp_path / "demo" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["values"] == {"loss": 1.5} and json.loads(lines[0])["step"] == 3
+    assert json.loads((tmp_path / "demo" / "config.json").read_text()) == {"lr": 0.1}
+
+
+BACKEND_LIBRARIES = (
+    "deepspeed", "torch_xla", "transformer_engine", "megatron", "msamp", "intel_extension_for_pytorch",
+    "wandb", "mlflow", "comet_ml", "aim", "clearml", "dvclive", "trackio", "swanlab", "tensorboard",
+    "torchao", "tensorboardX", "habana_frameworks", "torch_npu", "torch_mlu",
+)
+BACKEND_WORDS = ("fsdp", "deepspeed", "megatron", "xla", "nccl", "cuda", "mps", "xpu", "ipex", "fp8")
+
+
+def _code_words(tree):
+    """Identifiers and string literals of a module, docstrings excluded (they may give examples)."""
+    import ast
+
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                docstrings.add(id(body[0].value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.lineno, node.value
+        elif isinstance(node, ast.Name):
+            yield node.lineno, node.id
+        elif isinstance(node, ast.Attribute):
+            yield node.lineno, node.attr
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                yield node.lineno, alias.name
+            if isinstance(node, ast.ImportFrom) and node.module:
+                yield node.lineno, node.module
+
+
+def test_core_names_no_backend():
+    """Rule 1 of the design: the core's code names no backend library, device or strategy."""
+    import ast
+
+    offences = []
+    library = re.compile(r"^(" + "|".join(BACKEND_LIBRARIES) + r")\b")
+    word = re.compile(r"(?<![a-z])(" + "|".join(BACKEND_WORDS) + r")(?![a-z])", re.I)
+    for path in sorted((ROOT / "core").rglob("*.py")):
+        for number, text in _code_words(ast.parse(path.read_text())):
+            if library.search(text) or word.search(text):
+                offences.append(f"{path.relative_to(ROOT)}:{number}: {text!r}")
+    assert offences == [], "core/ names a backend:\n" + "\n".join(offences)
