@@ -98,6 +98,9 @@ class PlatformSpec:
             sharding strategy on this platform (``"MULTI_CPU"``, ``"MULTI_GPU"``, ...).
         single_process_type: the ``DistributedType`` of a single-process run (``"NO"``).
         precisions: mixed-precision names this platform supports, or ``None`` for any.
+        communication: the plugin whose ``drivetrain_init_distributed`` and
+            ``drivetrain_collectives`` connect this platform's processes
+            (``"torch_distributed"``), or ``None`` when the platform's own plugin does.
     """
 
     name: str
@@ -107,6 +110,7 @@ class PlatformSpec:
     multi_process_type: str = "MULTI_CPU"
     single_process_type: str = "NO"
     precisions: Sequence[str] | None = None
+    communication: str | None = None
     description: str = ""
 
 

@@ -23,6 +23,7 @@ def drivetrain_register_platforms():
             priority=0,
             multi_process_type="MULTI_CPU",
             single_process_type="NO",
+            communication="torch_distributed",
             description="the machine's CPU",
         )
     ]

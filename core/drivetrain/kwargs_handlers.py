@@ -1,0 +1,138 @@
+"""Kwargs handlers: small dataclasses that customise one part of a run.
+
+``Accelerator(kwargs_handlers=[...])`` files each handler in ``run.handler_kwargs`` under its
+class name; the plugin that owns that part reads it. Handlers that concern no particular
+backend live here; a plugin contributes its own through ``drivetrain_public_names``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from typing import Any
+
+
+class KwargsHandler:
+    """Base of every handler: ``to_kwargs()`` gives the values changed from the defaults."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(self.__dict__)
+
+    def to_kwargs(self) -> dict[str, Any]:
+        default = type(self)().to_dict()
+        return {key: value for key, value in self.to_dict().items() if default.get(key) != value}
+
+
+@dataclass
+class AutocastKwargs(KwargsHandler):
+    """Options of ``torch.autocast`` in mixed-precision forward passes."""
+
+    enabled: bool = True
+    cache_enabled: bool | None = None
+
+
+@dataclass
+class GradScalerKwargs(KwargsHandler):
+    """Options of the fp16 gradient scaler (``torch.amp.GradScaler``)."""
+
+    init_scale: float = 65536.0
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+    enabled: bool = True
+
+
+@dataclass
+class InitProcessGroupKwargs(KwargsHandler):
+    """Options of the process group: ``backend``, ``init_method`` and ``timeout``."""
+
+    backend: str | None = None
+    init_method: str | None = None
+    timeout: timedelta | None = None
+
+    def to_kwargs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass
+class ProfileKwargs(KwargsHandler):
+    """Options of ``accelerator.profile()`` (``torch.profiler``)."""
+
+    activities: list[str] | None = None
+    schedule_option: dict[str, int] | None = None
+    on_trace_ready: Any = None
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    output_trace_dir: str | None = None
+
+
+@dataclass
+class GradientAccumulationPlugin(KwargsHandler):
+    """How gradient accumulation behaves (Accelerate's ``GradientAccumulationPlugin``)."""
+
+    num_steps: int = 1
+    adjust_scheduler: bool = True
+    sync_with_dataloader: bool = True
+    sync_each_batch: bool = False
+
+    def to_kwargs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class DataLoaderConfiguration:
+    """How prepared data loaders shard and place batches."""
+
+    split_batches: bool = False
+    dispatch_batches: bool | None = None
+    even_batches: bool = True
+    use_seedable_sampler: bool = False
+    data_seed: int | None = None
+    non_blocking: bool = False
+    use_stateful_dataloader: bool = False
+
+
+@dataclass
+class ProjectConfiguration:
+    """Where a project writes checkpoints and logs, and how checkpoints are named and rotated."""
+
+    project_dir: str | None = None
+    logging_dir: str | None = None
+    automatic_checkpoint_naming: bool = False
+    total_limit: int | None = None
+    iteration: int = 0
+    save_on_each_node: bool = False
+
+    def set_directories(self, project_dir: str | None = None) -> None:
+        self.project_dir = project_dir
+        if self.logging_dir is None:
+            self.logging_dir = project_dir
+
+    def __post_init__(self) -> None:
+        self.set_directories(self.project_dir)
+
+
+@dataclass
+class TorchDynamoPlugin(KwargsHandler):
+    """``torch.compile`` options for the prepared model."""
+
+    backend: str = "no"
+    mode: str | None = None
+    fullgraph: bool = False
+    dynamic: bool | None = None
+    options: dict[str, Any] | None = None
+    disable: bool = False
+    use_regional_compilation: bool = False
+
+    def __post_init__(self) -> None:
+        self.backend = str(getattr(self.backend, "value", self.backend)).lower()
+
+
+__all__ = [
+    "KwargsHandler", "AutocastKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",
+    "GradientAccumulationPlugin", "DataLoaderConfiguration", "ProjectConfiguration", "TorchDynamoPlugin",
+]

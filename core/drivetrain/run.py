@@ -1,0 +1,96 @@
+"""The run of this process: the chosen plugins and the hooks that reach only them.
+
+A :class:`Run` is created once per process by :class:`drivetrain.state.PartialState`. The
+``run`` argument of every run hook is this object. Hook callers are built once per set of
+active plugins and cached, so calling a hook in a training step costs one pluggy call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from .plugin_manager import PluginManager, call_chain
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .collectives import Collectives
+    from .platform import Platform
+    from .selection import Selection
+
+
+class Run:
+    """The chosen plugins of this process and what they were configured with.
+
+    Attributes:
+        manager: the plugin manager.
+        selection: the choice of platform, cluster environment, strategy and precision.
+        platform: the platform object built by the chosen platform's factory.
+        handler_kwargs: the user's kwargs handlers by class name
+            (``{"DistributedDataParallelKwargs": {...}}``), filled by the ``Accelerator``.
+        options: values a plugin needs from the facade (``{"fsdp_plugin": ...}``); a plugin
+            reads its own keys only.
+        state: the :class:`~drivetrain.state.PartialState` (and, once built, the
+            ``AcceleratorState`` in ``accelerator_state``).
+    """
+
+    def __init__(self, manager: PluginManager, selection: Selection, platform: Platform) -> None:
+        self.manager = manager
+        self.selection = selection
+        self.platform = platform
+        self.handler_kwargs: dict[str, dict[str, Any]] = {}
+        self.options: dict[str, Any] = {}
+        self.state: Any = None
+        self.accelerator_state: Any = None
+        self._extra: list[str] = []
+        self._callers: dict[str, pluggy.HookCaller] = {}
+        self._collectives: Collectives | None = None
+
+    @property
+    def active_plugins(self) -> list[str]:
+        """Plugin names whose run hooks are called, in role order."""
+        return list(dict.fromkeys([*self.selection.plugin_names(), *self._extra]))
+
+    def activate(self, *plugin_names: str) -> None:
+        """Make more plugins active (a tracker, a compiler); invalidates the cached callers."""
+        for name in plugin_names:
+            self.manager.require(name)
+            if name not in self._extra:
+                self._extra.append(name)
+        self._refresh()
+
+    def reselect(self, selection: Selection) -> None:
+        """Replace the strategy and precision choice (the ``Accelerator``'s arguments win)."""
+        self.selection = selection
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self._callers.clear()
+        self.manager.mark_active(self.active_plugins)
+
+    def hook(self, name: str) -> pluggy.HookCaller:
+        """The caller of run hook ``name`` restricted to the active plugins."""
+        caller = self._callers.get(name)
+        if caller is None:
+            caller = self._callers[name] = self.manager.subset_caller(name, self.active_plugins)
+        return caller
+
+    def call(self, name: str, **kwargs: Any) -> Any:
+        """Call run hook ``name`` on the active plugins (``run`` is passed for you)."""
+        return self.hook(name)(run=self, **kwargs)
+
+    def chain(self, name: str, value_name: str, value: Any, **kwargs: Any) -> Any:
+        """Call a *chained* run hook: each active implementation transforms ``value``."""
+        return call_chain(self.hook(name), value_name, value, run=self, **kwargs)
+
+    @property
+    def collectives(self) -> Collectives:
+        if self._collectives is None:
+            from .collectives import SingleProcessCollectives
+
+            provided = self.call("drivetrain_collectives") if self.selection.cluster.world_size > 1 else None
+            self._collectives = provided or SingleProcessCollectives()
+        return self._collectives
+
+    def forget_collectives(self) -> None:
+        self._collectives = None

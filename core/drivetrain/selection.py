@@ -1,0 +1,242 @@
+"""Decides, once per process, which plugins run this job: platform, cluster environment,
+strategy and precision ("How a run is chosen" in docs/architecture.md).
+
+1. Explicit choices win: arguments, then environment variables, then the config file. An
+   unknown name fails with the installed names.
+2. Otherwise the platform is detected: the usable one with the highest priority.
+3. A sharding strategy is never picked by surprise: none for one process, the strategy
+   marked ``automatic`` for several, unless the user asks for another.
+4. Incompatible combinations fail here, before training starts.
+5. ``drivetrain launch`` passes the resolved names to its children in ``DRIVETRAIN_*``
+   variables, so every rank makes the same choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from . import environment
+from .cluster import SINGLE_PROCESS, ClusterEnvironment
+from .detection import Candidate, best, probe_all
+from .errors import IncompatibleChoiceError, PluginSelectionError
+from .plugin_api import PlatformSpec, PrecisionSpec, StrategySpec, resolve
+from .plugin_manager import PluginManager
+
+NO_PRECISION = ("no", "none", "fp32", "")
+
+
+@dataclass
+class Requests:
+    """What the user asked for, each field ``None`` when not asked."""
+
+    platform: str | None = None
+    cpu: bool | None = None
+    strategy: str | None = None
+    mixed_precision: str | None = None
+    precision_backend: str | None = None
+
+    def merged_over(self, lower: "Requests") -> "Requests":
+        """These requests, with ``lower`` filling what these leave unset."""
+        return Requests(**{
+            name: getattr(self, name) if getattr(self, name) is not None else getattr(lower, name)
+            for name in self.__dataclass_fields__
+        })
+
+
+def requests_from_env(manager: PluginManager, env: Mapping[str, str] | None = None) -> Requests:
+    """Read ``DRIVETRAIN_*`` (and ``ACCELERATE_*``) variables.
+
+    ``DRIVETRAIN_USE_<NAME>=true`` selects the strategy ``name`` (so Accelerate's
+    ``ACCELERATE_USE_<NAME>`` works unchanged for any strategy a plugin offers).
+    """
+    strategy = environment.read("STRATEGY", env=env)
+    if strategy is None:
+        for _plugin, spec in manager.registrations("drivetrain_register_strategies"):
+            if environment.read_bool(f"USE_{spec.name.upper()}", env=env):
+                strategy = spec.name
+                break
+    cpu = environment.read("USE_CPU", env=env)
+    return Requests(
+        platform=environment.read("PLATFORM", env=env),
+        cpu=None if cpu is None else environment.read_bool("USE_CPU", env=env),
+        strategy=strategy,
+        mixed_precision=environment.read("MIXED_PRECISION", env=env),
+        precision_backend=environment.read("PRECISION_BACKEND", env=env),
+    )
+
+
+def strategy_for_distributed_type(manager: PluginManager, distributed_type: str | None) -> str | None:
+    """The strategy a config file's ``distributed_type`` names (``FSDP`` -> ``fsdp``), if any."""
+    if not distributed_type:
+        return None
+    for _plugin, spec in manager.registrations("drivetrain_register_strategies"):
+        if not spec.automatic and spec.distributed_type and spec.distributed_type.upper() == distributed_type.upper():
+            return spec.name
+    return None
+
+
+@dataclass
+class Selection:
+    """The plugins chosen for this process, and why."""
+
+    platform: PlatformSpec
+    platform_plugin: str
+    cluster: ClusterEnvironment
+    cluster_plugin: str | None
+    strategy: StrategySpec | None = None
+    strategy_plugin: str | None = None
+    precision: PrecisionSpec | None = None
+    precision_plugin: str | None = None
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.precision.name if self.precision else "no"
+
+    @property
+    def distributed_type(self) -> str:
+        if self.strategy is not None and self.strategy.distributed_type:
+            return self.strategy.distributed_type
+        if self.cluster.world_size > 1:
+            return self.platform.multi_process_type
+        return self.platform.single_process_type
+
+    def plugin_names(self) -> list[str]:
+        """The plugins active because of this selection, in role order."""
+        names = [self.platform_plugin, self.platform.communication or self.platform_plugin,
+                 self.cluster_plugin, self.strategy_plugin, self.precision_plugin]
+        return list(dict.fromkeys(n for n in names if n))
+
+    def child_environment(self) -> dict[str, str]:
+        """Variables that make a child process choose exactly this (rule 5)."""
+        env = {"DRIVETRAIN_PLATFORM": self.platform.name, "DRIVETRAIN_MIXED_PRECISION": self.mixed_precision}
+        env["DRIVETRAIN_STRATEGY"] = self.strategy.name if self.strategy else "none"
+        if self.precision is not None:
+            env["DRIVETRAIN_PRECISION_BACKEND"] = self.precision.backend
+        return env
+
+
+def _named(manager: PluginManager, hook: str, kind: str, name: str) -> list[tuple[str, Any]]:
+    """The descriptors called ``name``; an error naming the installed ones when there is none."""
+    pairs = manager.registrations(hook)
+    found = [(p, spec) for p, spec in pairs if spec.name.lower() == name.lower()]
+    if not found:
+        known = ", ".join(sorted({spec.name for _p, spec in pairs})) or "none"
+        raise PluginSelectionError(f"unknown {kind} {name!r}; installed {kind}s: {known}")
+    return found
+
+
+def _require_usable(manager: PluginManager, plugin: str, kind: str, name: str) -> None:
+    record = manager.records[plugin]
+    if not record.usable:
+        raise PluginSelectionError(f"{kind} {name!r} (plugin {plugin!r}) cannot be used: {record.reason}")
+
+
+def choose_platform(manager: PluginManager, requests: Requests) -> tuple[Candidate, str]:
+    platforms = probe_all(manager, "drivetrain_register_platforms", "platform")
+    wanted = "cpu" if requests.cpu else requests.platform
+    if wanted:
+        _named(manager, "drivetrain_register_platforms", "platform", wanted)
+        for candidate in platforms:
+            if candidate.name.lower() == wanted.lower():
+                _require_usable(manager, candidate.plugin, "platform", wanted)
+                if candidate.available:
+                    return candidate, "requested"
+                raise PluginSelectionError(
+                    f"platform {wanted!r} was requested but is not usable here: {candidate.reason}"
+                )
+    winner = best(platforms)
+    if winner is None:
+        raise PluginSelectionError("no platform is usable; install a platform plugin or check `drivetrain plugins list --detect`")
+    return winner, f"detected (priority {winner.priority}): {winner.reason}"
+
+
+def choose_cluster(manager: PluginManager) -> tuple[ClusterEnvironment, str | None, str]:
+    winner = best(probe_all(manager, "drivetrain_register_cluster_environments", "cluster-environment"))
+    if winner is None:
+        return SINGLE_PROCESS, None, "no launcher variables: one process"
+    environment_ = resolve(winner.spec.factory)()
+    return environment_, winner.plugin, f"detected: {winner.reason}"
+
+
+def choose_strategy(
+    manager: PluginManager, requests: Requests, platform: PlatformSpec, world_size: int
+) -> tuple[StrategySpec | None, str | None, str]:
+    wanted = requests.strategy
+    if wanted and wanted.lower() not in ("none", "no"):
+        plugin, spec = _named(manager, "drivetrain_register_strategies", "strategy", wanted)[0]
+        _require_usable(manager, plugin, "strategy", wanted)
+        if spec.platforms is not None and platform.name not in spec.platforms:
+            raise IncompatibleChoiceError(
+                f"strategy {spec.name!r} does not run on platform {platform.name!r} "
+                f"(it supports {', '.join(spec.platforms)}); choose another strategy or platform"
+            )
+        return spec, plugin, "requested"
+    if wanted:
+        return None, None, "requested: no strategy"
+    if world_size <= 1:
+        return None, None, "one process: no strategy"
+    for plugin, spec in manager.registrations("drivetrain_register_strategies", usable_only=True):
+        if spec.automatic and (spec.platforms is None or platform.name in spec.platforms):
+            return spec, plugin, f"{world_size} processes: the automatic strategy"
+    raise PluginSelectionError(
+        f"{world_size} processes but no installed strategy runs on platform {platform.name!r}; "
+        "reinstall drivetrain or unblock its data-parallel plugin"
+    )
+
+
+def choose_precision(
+    manager: PluginManager, requests: Requests, platform: PlatformSpec, strategy: StrategySpec | None
+) -> tuple[PrecisionSpec | None, str | None, str]:
+    wanted = (requests.mixed_precision or "no").lower()
+    if wanted in NO_PRECISION:
+        return None, None, "full precision"
+    candidates = _named(manager, "drivetrain_register_precisions", "mixed precision", wanted)
+    if requests.precision_backend:
+        candidates = [(p, s) for p, s in candidates if s.backend == requests.precision_backend]
+        if not candidates:
+            raise PluginSelectionError(
+                f"no installed plugin offers mixed precision {wanted!r} with backend {requests.precision_backend!r}"
+            )
+    for limits, owner in ((platform.precisions, f"platform {platform.name!r}"),
+                          (strategy.precisions if strategy else None, f"strategy {strategy.name!r}" if strategy else "")):
+        if limits is not None and wanted not in limits:
+            raise IncompatibleChoiceError(
+                f"mixed precision {wanted!r} is not supported by {owner} (it supports {', '.join(limits) or 'none'})"
+            )
+    problems = []
+    for plugin, spec in sorted(candidates, key=lambda pair: -pair[1].priority):
+        record = manager.records[plugin]
+        if not record.usable:
+            problems.append(f"{spec.backend}: {record.reason}")
+            continue
+        if spec.platforms is not None and platform.name not in spec.platforms:
+            problems.append(f"{spec.backend}: does not run on {platform.name}")
+            continue
+        answer = spec.probe()
+        if not answer.available:
+            problems.append(f"{spec.backend}: {answer.reason}")
+            continue
+        return spec, plugin, f"requested ({spec.backend})"
+    raise IncompatibleChoiceError(f"mixed precision {wanted!r} cannot run here: " + "; ".join(problems))
+
+
+def select(manager: PluginManager, requests: Requests) -> Selection:
+    """Make every choice for this process; raise before training when one is impossible."""
+    platform, platform_reason = choose_platform(manager, requests)
+    cluster, cluster_plugin, cluster_reason = choose_cluster(manager)
+    strategy, strategy_plugin, strategy_reason = choose_strategy(manager, requests, platform.spec, cluster.world_size)
+    precision, precision_plugin, precision_reason = choose_precision(manager, requests, platform.spec, strategy)
+    return Selection(
+        platform=platform.spec,
+        platform_plugin=platform.plugin,
+        cluster=cluster,
+        cluster_plugin=cluster_plugin,
+        strategy=strategy,
+        strategy_plugin=strategy_plugin,
+        precision=precision,
+        precision_plugin=precision_plugin,
+        reasons={"platform": platform_reason, "cluster": cluster_reason, "strategy": strategy_reason,
+                 "precision": precision_reason},
+    )

@@ -1,0 +1,1 @@
+"""DistributedDataParallel: the automatic strategy of multi-process runs."""

@@ -1,0 +1,46 @@
+"""Wraps a model in DistributedDataParallel with the user's options and communication hook."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from .options import DDPCommunicationHookType, DistributedDataParallelKwargs
+
+
+def wrap_ddp(model: torch.nn.Module, run: Any) -> DistributedDataParallel:
+    options = run.handler_kwargs.get("DistributedDataParallelKwargs") or DistributedDataParallelKwargs()
+    kwargs = options.to_kwargs()
+    device = run.state.device
+    if device.type == "cpu":
+        wrapped = DistributedDataParallel(model, **kwargs)
+    else:
+        wrapped = DistributedDataParallel(model, device_ids=[device.index], output_device=device.index, **kwargs)
+    _register_comm_hook(wrapped, options)
+    return wrapped
+
+
+def _register_comm_hook(model: DistributedDataParallel, options: DistributedDataParallelKwargs) -> None:
+    hook_type = DDPCommunicationHookType(options.comm_hook)
+    if hook_type is DDPCommunicationHookType.NO:
+        return
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    simple = {
+        DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
+        DDPCommunicationHookType.BF16: default_hooks.bf16_compress_hook,
+    }
+    if hook_type in simple:
+        model.register_comm_hook(state=None, hook=simple[hook_type])
+        return
+    hook = (powerSGD_hook.powerSGD_hook if hook_type is DDPCommunicationHookType.POWER_SGD
+            else powerSGD_hook.batched_powerSGD_hook)
+    state = powerSGD_hook.PowerSGDState(process_group=None, **options.comm_state_option)
+    wrapper = DDPCommunicationHookType(options.comm_wrapper)
+    if wrapper is DDPCommunicationHookType.FP16:
+        hook = default_hooks.fp16_compress_wrapper(hook)
+    elif wrapper is DDPCommunicationHookType.BF16:
+        hook = default_hooks.bf16_compress_wrapper(hook)
+    model.register_comm_hook(state=state, hook=hook)

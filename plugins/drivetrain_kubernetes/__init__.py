@@ -1,0 +1,1 @@
+"""Processes of a Kubernetes PyTorchJob (Kubeflow training operator)."""

@@ -1,0 +1,1 @@
+"""Processes started by an MPI launcher (mpirun, mpiexec)."""

@@ -1,0 +1,29 @@
+"""Recognises processes started by mpirun/mpiexec: Open MPI, MPICH / Intel MPI (PMI), PMIx."""
+
+from __future__ import annotations
+
+import os
+
+from drivetrain.plugin_api import ClusterEnvironmentSpec, PluginInfo, Probe, hookimpl
+
+PLUGIN_INFO = PluginInfo(api_version="1.0", description="MPI launchers (Open MPI, MPICH, Intel MPI)")
+
+FLAVOURS = {
+    "Open MPI": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    "MPICH/Intel MPI": ("PMI_RANK", "PMI_SIZE"),
+    "PMIx": ("PMIX_RANK", "PMIX_SIZE"),
+}
+
+
+def probe(env=None) -> Probe:
+    env = os.environ if env is None else env
+    for flavour, (rank, size) in FLAVOURS.items():
+        if rank in env and size in env:
+            return Probe(True, f"{flavour}: rank {env[rank]} of {env[size]}")
+    return Probe(False, "no MPI rank variable (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK)")
+
+
+@hookimpl
+def drivetrain_register_cluster_environments():
+    return [ClusterEnvironmentSpec("mpi", "drivetrain_mpi.environment:from_mpi", probe, priority=40,
+                                   description="mpirun / mpiexec")]

@@ -1,0 +1,1 @@
+"""Processes started by SLURM (srun)."""

@@ -1,0 +1,1 @@
+"""Processes connected by torch.distributed (gloo, nccl, ...)."""

@@ -1,0 +1,109 @@
+"""The default process group and its collectives."""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from drivetrain.errors import DistributedError
+
+logger = logging.getLogger(__name__)
+
+_REDUCE_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+    "product": dist.ReduceOp.PRODUCT,
+}
+
+
+def group_is_ready() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def init_process_group(run: Any, timeout: timedelta | None, backend: str | None, init_method: str | None) -> None:
+    """Create the default group from the cluster environment's rank and rendezvous address."""
+    if group_is_ready():
+        return
+    cluster = run.selection.cluster
+    cluster.export()  # env:// reads MASTER_ADDR/PORT, RANK, WORLD_SIZE
+    backend = backend or run.platform.default_backend
+    kwargs: dict[str, Any] = {
+        "backend": backend,
+        "init_method": init_method or "env://",
+        "rank": cluster.rank,
+        "world_size": cluster.world_size,
+    }
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    if run.platform.device_type != "cpu" and backend not in ("gloo", "mpi"):
+        kwargs["device_id"] = run.platform.device_for(cluster.local_rank)
+    try:
+        dist.init_process_group(**kwargs)
+    except Exception as exc:
+        raise DistributedError(
+            f"rank {cluster.rank} could not join the process group ({backend}, "
+            f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}): {exc}; check that every "
+            "process got the same --main-process-ip/--main-process-port and that the port is free"
+        ) from exc
+    logger.debug("rank %d/%d joined the %s process group", cluster.rank, cluster.world_size, backend)
+
+
+class TorchCollectives:
+    """Collectives of the default torch.distributed group."""
+
+    def __init__(self) -> None:
+        self.world_size = dist.get_world_size()
+        self.rank = dist.get_rank()
+        self.backend = dist.get_backend()
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        tensor = tensor.contiguous()
+        out = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(out, tensor)
+        return out
+
+    def all_gather_into(self, tensor: torch.Tensor) -> torch.Tensor:
+        """All processes' tensors concatenated along dim 0, in one call."""
+        tensor = tensor.contiguous()
+        if tensor.dim() == 0:
+            tensor = tensor.reshape(1)
+        out = torch.empty((self.world_size * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+        dist.all_gather_into_tensor(out, tensor)
+        return out
+
+    def all_reduce(self, tensor: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
+        if reduction == "mean":
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+            if tensor.is_floating_point() or tensor.is_complex():
+                tensor.div_(self.world_size)
+            else:
+                tensor.copy_(torch.div(tensor, self.world_size, rounding_mode="floor"))
+            return tensor
+        dist.all_reduce(tensor, op=_REDUCE_OPS[reduction])
+        return tensor
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        dist.broadcast(tensor, src=src)
+        return tensor
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast_object_list(self, objects: list[Any], src: int = 0) -> list[Any]:
+        dist.broadcast_object_list(objects, src=src)
+        return objects
+
+    def destroy(self, group: Any = None) -> None:
+        if group_is_ready():
+            dist.destroy_process_group(group)

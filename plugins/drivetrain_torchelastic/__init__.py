@@ -1,0 +1,1 @@
+"""Processes started by torchrun (torch.distributed.run) or with env:// variables."""
