@@ -222,10 +222,17 @@ def choose_precision(
     raise IncompatibleChoiceError(f"mixed precision {wanted!r} cannot run here: " + "; ".join(problems))
 
 
-def select(manager: PluginManager, requests: Requests) -> Selection:
-    """Make every choice for this process; raise before training when one is impossible."""
+def select(manager: PluginManager, requests: Requests, cluster: ClusterEnvironment | None = None) -> Selection:
+    """Make every choice for this process; raise before training when one is impossible.
+
+    ``cluster`` replaces detection of the cluster environment: the launcher passes the job
+    it is about to start, so that it resolves the same choice its children will.
+    """
     platform, platform_reason = choose_platform(manager, requests)
-    cluster, cluster_plugin, cluster_reason = choose_cluster(manager)
+    if cluster is None:
+        cluster, cluster_plugin, cluster_reason = choose_cluster(manager)
+    else:
+        cluster_plugin, cluster_reason = None, f"the job being launched: {cluster.world_size} processes"
     strategy, strategy_plugin, strategy_reason = choose_strategy(manager, requests, platform.spec, cluster.world_size)
     precision, precision_plugin, precision_reason = choose_precision(manager, requests, platform.spec, strategy)
     return Selection(

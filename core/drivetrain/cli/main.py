@@ -15,7 +15,7 @@ from ..errors import DrivetrainError
 from ..version import __version__
 
 # command name -> module in drivetrain.cli that defines add_parser(subparsers)
-_BUILT_IN_COMMANDS = ("plugins",)
+_BUILT_IN_COMMANDS = ("plugins", "launch")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,12 +46,21 @@ def _add_plugin_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["launch"]:  # its options, and the script's own, are parsed by launch itself
+        from .launch_cmd import run
+
+        return _guarded(run, argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
         return 0
+    return _guarded(handler, args)
+
+
+def _guarded(handler, args) -> int:
     try:
         return int(handler(args) or 0)
     except DrivetrainError as exc:

@@ -1,0 +1,33 @@
+"""Runs the user's script inside each process started by ``drivetrain launch``.
+
+The script runs as ``__main__`` with its own arguments; an exception it raises is recorded
+in the launcher's error file, so the launcher can say which rank failed and why.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+
+def main() -> None:
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    @record
+    def run_user_code() -> None:
+        if len(sys.argv) < 3 or sys.argv[1] not in ("--script", "--module"):
+            raise SystemExit("usage: python -m drivetrain.cli.child (--script PATH | --module NAME) [ARGS...]")
+        kind, target, arguments = sys.argv[1], sys.argv[2], sys.argv[3:]
+        sys.argv = [target, *arguments]
+        if kind == "--module":
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+            runpy.run_path(target, run_name="__main__")
+
+    run_user_code()
+
+
+if __name__ == "__main__":
+    main()

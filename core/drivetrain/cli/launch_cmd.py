@@ -1,0 +1,199 @@
+"""``drivetrain launch``: start a script on every process of a job.
+
+The core parses the options (its own, the config file's and those plugins add), resolves the
+run's plugins once, and hands the job to the launcher plugin that applies (torchrun by
+default). Children learn the resolved choice from ``DRIVETRAIN_*`` variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Sequence
+
+from ..errors import ConfigError, LaunchError
+
+# Options whose value the children read from a DRIVETRAIN_* variable.
+_CHILD_VARIABLES = {
+    "mixed_precision": "MIXED_PRECISION",
+    "gradient_accumulation_steps": "GRADIENT_ACCUMULATION_STEPS",
+    "dynamo_backend": "DYNAMO_BACKEND",
+    "timeout": "TIMEOUT",
+    "platform": "PLATFORM",
+    "strategy": "STRATEGY",
+}
+
+
+class _UnderscoreAliases:
+    """Every long option also accepts Accelerate's underscore spelling (``--num_processes``)."""
+
+    def add_argument(self, *names: str, **kwargs: Any):
+        aliases = ["--" + n[2:].replace("-", "_") for n in names if n.startswith("--") and "-" in n[2:]]
+        return super().add_argument(*names, *aliases, **kwargs)  # type: ignore[misc]
+
+
+class _Group(_UnderscoreAliases, argparse._ArgumentGroup):
+    pass
+
+
+class LaunchParser(_UnderscoreAliases, argparse.ArgumentParser):
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> argparse._ArgumentGroup:
+        group = _Group(self, *args, **kwargs)
+        self._action_groups.append(group)
+        return group
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    hardware = parser.add_argument_group("Hardware and precision")
+    hardware.add_argument("--cpu", action="store_true", default=None, help="run on the CPU even if an accelerator is present")
+    hardware.add_argument("--platform", help="platform plugin to use (see `drivetrain plugins list`)")
+    hardware.add_argument("--strategy", help="strategy to use (ddp, or one a plugin offers)")
+    hardware.add_argument("--mixed-precision", help="no, fp16, bf16, or a precision a plugin offers")
+    hardware.add_argument("--gradient-accumulation-steps", type=int)
+    hardware.add_argument("--dynamo-backend", help="torch.compile backend for prepared models")
+    hardware.add_argument("--debug", action="store_true", default=None, help="check shapes before every collective")
+    resources = parser.add_argument_group("Processes and machines")
+    resources.add_argument("--config-file", help="config file to read (default: `drivetrain config`'s)")
+    resources.add_argument("--num-processes", type=int, help="total number of processes, on all machines")
+    resources.add_argument("--num-machines", type=int)
+    resources.add_argument("--machine-rank", type=int)
+    resources.add_argument("--main-process-ip")
+    resources.add_argument("--main-process-port", type=int)
+    resources.add_argument("--rdzv-backend", help="rendezvous: static (default) or c10d")
+    resources.add_argument("--rdzv-conf", help="extra rendezvous options, key=value,...")
+    resources.add_argument("--max-restarts", type=int, default=0)
+    resources.add_argument("--monitor-interval", type=float, default=0.1)
+    resources.add_argument("--timeout", type=float, help="seconds before a collective a peer never joins fails")
+    resources.add_argument("--same-network", action="store_true", default=None)
+    resources.add_argument("--log-dir", help="directory where each rank's output is kept")
+    resources.add_argument("--tee", default="0", help="also copy rank outputs to log files (0,1,2,3)")
+    script = parser.add_argument_group("What to run")
+    script.add_argument("-m", "--module", action="store_true", help="run the target as a module (python -m)")
+    script.add_argument("--no-python", action="store_true", help="the target is an executable, not a Python script")
+    parser.add_argument("training_script", help="the script (or module) to run")
+    parser.add_argument("training_script_args", nargs=argparse.REMAINDER, help="its own arguments")
+
+
+def build_parser(prog: str = "drivetrain launch") -> LaunchParser:
+    from ..plugin_manager import get_plugin_manager
+
+    parser = LaunchParser(prog=prog, description="Launch a script on every process of a job.")
+    _configure(parser)
+    get_plugin_manager().hooks.hook.drivetrain_add_launch_arguments(parser=parser)
+    return parser
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    # Listed for --help only: main() hands `launch` its raw arguments (see run()).
+    subparsers.add_parser("launch", help="run a script on every process of a job (see `drivetrain launch --help`)")
+
+
+def merge_config(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the options not given on the command line from the config file."""
+    from ..config import load_config
+    from ..plugin_manager import get_plugin_manager
+    from ..selection import strategy_for_distributed_type
+
+    config = load_config(args.config_file)
+    args.config = config
+    if config is None:
+        return args
+    fill = {
+        "cpu": config.use_cpu, "mixed_precision": config.mixed_precision, "num_processes": config.num_processes,
+        "num_machines": config.num_machines, "machine_rank": config.machine_rank,
+        "main_process_ip": config.main_process_ip, "main_process_port": config.main_process_port,
+        "rdzv_backend": config.rdzv_backend, "debug": config.debug, "same_network": config.same_network,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps, "platform": config.platform,
+        "strategy": config.strategy or strategy_for_distributed_type(get_plugin_manager(), config.distributed_type),
+        "dynamo_backend": (config.dynamo_config or {}).get("dynamo_backend"),
+    }
+    for key, value in fill.items():
+        if getattr(args, key, None) is None and value is not None:
+            setattr(args, key, value)
+    return args
+
+
+def _defaults(args: argparse.Namespace) -> None:
+    args.num_machines = args.num_machines or 1
+    args.num_processes = args.num_processes or args.num_machines
+    args.machine_rank = args.machine_rank or 0
+    args.rdzv_backend = args.rdzv_backend or "static"
+    if args.num_processes % args.num_machines:
+        raise ConfigError(
+            f"--num-processes {args.num_processes} is not a multiple of --num-machines {args.num_machines}; "
+            "num_processes counts every process on every machine"
+        )
+    if args.num_machines > 1 and not args.main_process_ip:
+        raise ConfigError("several machines need --main-process-ip (the address of machine 0)")
+    if not 0 <= args.machine_rank < args.num_machines:
+        raise ConfigError(f"--machine-rank {args.machine_rank} is outside 0..{args.num_machines - 1}")
+    args.nproc_per_node = args.num_processes // args.num_machines
+
+
+def child_environment(args: argparse.Namespace) -> dict[str, str]:
+    """The variables every child gets: the resolved choice (same on every rank) and options."""
+    from ..cluster import ClusterEnvironment
+    from ..plugin_manager import get_plugin_manager
+    from ..selection import Requests, requests_from_env, select
+
+    manager = get_plugin_manager()
+    requests = Requests(platform=args.platform, cpu=args.cpu or None, strategy=args.strategy,
+                        mixed_precision=args.mixed_precision)
+    job = ClusterEnvironment(name="launch", world_size=args.num_processes)
+    selection = select(manager, requests.merged_over(requests_from_env(manager)), cluster=job)
+    env = dict(selection.child_environment())
+    if args.cpu:
+        env["DRIVETRAIN_USE_CPU"] = "1"
+    if args.debug:
+        env["DRIVETRAIN_DEBUG_MODE"] = "1"
+    for option, key in _CHILD_VARIABLES.items():
+        value = getattr(args, option, None)
+        if value is not None and f"DRIVETRAIN_{key}" not in env:
+            env[f"DRIVETRAIN_{key}"] = str(value)
+    if getattr(args, "config", None) is not None and args.config.path:
+        env["DRIVETRAIN_CONFIG_FILE"] = args.config.path
+    contributed: dict[str, tuple[str, str]] = {}
+    for impl in manager.hooks.hook.drivetrain_launch_environment.get_hookimpls():
+        if not manager.records[impl.plugin_name].usable:
+            continue
+        for key, value in (impl.function(args=args) or {}).items():
+            if key in contributed and contributed[key][1] != str(value):
+                raise ConfigError(f"plugins {contributed[key][0]!r} and {impl.plugin_name!r} both set {key} "
+                                  f"({contributed[key][1]!r} vs {value!r}); block one of them")
+            contributed[key] = (impl.plugin_name, str(value))
+    env.update({key: value for key, (_plugin, value) in contributed.items()})
+    # Accelerate's scripts and libraries read these names: keep them in step.
+    for key in list(env):
+        if key.startswith("DRIVETRAIN_") and key not in ("DRIVETRAIN_CONFIG_FILE",):
+            env.setdefault("ACCELERATE_" + key[len("DRIVETRAIN_"):], env[key])
+    return env
+
+
+def choose_launcher(args: argparse.Namespace):
+    from ..plugin_api import resolve
+    from ..plugin_manager import get_plugin_manager
+
+    manager = get_plugin_manager()
+    candidates = [(spec.priority, plugin, spec) for plugin, spec in
+                  manager.registrations("drivetrain_register_launchers", usable_only=True) if spec.applies(args)]
+    if not candidates:
+        raise LaunchError("no launcher plugin applies to this job; see `drivetrain plugins list`")
+    _priority, plugin, spec = max(candidates, key=lambda item: item[0])
+    return spec.name, resolve(spec.factory)
+
+
+def run(argv: Sequence[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    merge_config(args)
+    _defaults(args)
+    env = child_environment(args)
+    name, launch = choose_launcher(args)
+    for key, value in env.items():
+        os.environ[key] = value
+    try:
+        return int(launch(args) or 0)
+    except KeyboardInterrupt:
+        print("drivetrain launch: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,1 @@
+"""Launchers built on PyTorch's elastic launcher."""
