@@ -21,6 +21,14 @@ def _export(module: str, *names: str) -> None:
 
 _export("plugin_manager", "get_plugin_manager")
 _export("errors", "DrivetrainError", "PluginError", "ConfigError", "CheckpointError", "DistributedError")
+_export("accelerator", "Accelerator")
+_export("kwargs_handlers", "AutocastKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",
+        "GradientAccumulationPlugin", "DataLoaderConfiguration", "ProjectConfiguration", "TorchDynamoPlugin")
+_export("optimizer", "AcceleratedOptimizer")
+_export("scheduler", "AcceleratedScheduler")
+_export("local_sgd", "LocalSGD")
+_export("memory", "find_executable_batch_size", "release_memory")
+_export("logging", "get_logger")
 
 
 def __getattr__(name: str) -> Any:

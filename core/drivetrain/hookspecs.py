@@ -243,6 +243,25 @@ def drivetrain_collectives(run: Run) -> Any:
 # --------------------------------------------------------------------------------------
 
 
+@hookspec(firstresult=True)
+def drivetrain_prepare_objects(objects: Sequence[Any], run: Run, device_placement: Sequence[bool]) -> Sequence[Any] | None:
+    """Prepare all objects of one ``accelerator.prepare(...)`` call together.
+
+    *firstresult*. Most strategies leave this alone (return ``None``) and the core prepares
+    each object through the hooks below. A strategy that must see models, optimizers and
+    schedulers at once answers here: an engine built from all three (DeepSpeed), or
+    parameters that change identity when sharded, so optimizers created before ``prepare``
+    must be pointed at the new ones (FSDP).
+
+    Args:
+        objects: what the user passed, in order (already flattened from lists/tuples).
+        run: this process's run.
+        device_placement: for each object, whether the user wants it moved to the device.
+
+    Return the prepared objects, in the same order and number.
+    """
+
+
 @hookspec
 def drivetrain_convert_model(model: Any, run: Run) -> Any:
     """Convert a model's layers or dtypes for the chosen precision, before wrapping.
@@ -286,9 +305,9 @@ def drivetrain_finalize_model(model: Any, run: Run) -> Any:
 def drivetrain_unwrap_model(model: Any, run: Run, keep_fp32_wrapper: bool) -> Any:
     """Return the user's module from inside a prepared model.
 
-    *firstresult*. Implement it when the strategy's wrapper is not reachable by following
-    ``.module`` / ``._orig_mod`` (the core does that by default). Return ``None`` to let
-    the core unwrap.
+    *firstresult*. The core removes a ``torch.compile`` wrapper itself (``._orig_mod``);
+    each strategy unwraps its own wrapper (``DistributedDataParallel.module``). Return
+    ``None`` when the model is not wrapped by you.
     """
 
 
@@ -298,6 +317,15 @@ def drivetrain_no_sync(model: Any, run: Run) -> ContextManager[None] | None:
 
     *firstresult*. Used by ``accumulate`` and ``no_sync``. Return ``None`` when the model
     needs nothing (one process).
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_sync_in_backward(model: Any, run: Run) -> ContextManager[None] | None:
+    """Return a context manager under which the next backward synchronises gradients even
+    inside ``no_sync`` (``accelerator.trigger_sync_in_backward``).
+
+    *firstresult*. ``None`` when the model needs nothing.
     """
 
 

@@ -53,6 +53,9 @@ class PluginInfo:
             (``pip install drivetrain[extra]``); third-party plugins may leave it empty and
             set ``install_hint`` instead.
         install_hint: the command that installs what is missing, when it is not an extra.
+        features: optional capabilities the plugin provides to any run that asks for them
+            (``"compile"``); the run activates every usable plugin that declares a
+            feature the user requested.
     """
 
     api_version: str
@@ -60,6 +63,7 @@ class PluginInfo:
     requires: Sequence[str] = ()
     extra: str | None = None
     install_hint: str | None = None
+    features: Sequence[str] = ()
 
     def how_to_install(self) -> str:
         if self.install_hint:
@@ -149,6 +153,9 @@ class StrategySpec:
         automatic: ``True`` for the strategy chosen, without being asked, for a
             multi-process run (DDP). Sharding strategies are never automatic.
         config_section: the config-file block that configures it (``"fsdp_config"``).
+        accelerator_arguments: keyword arguments of ``Accelerator(...)`` that carry this
+            strategy's options (``"fsdp_plugin"``); giving one selects the strategy and
+            files the value in ``run.options`` under the same name.
     """
 
     name: str
@@ -158,6 +165,7 @@ class StrategySpec:
     needs_multiple_processes: bool = False
     automatic: bool = False
     config_section: str | None = None
+    accelerator_arguments: Sequence[str] = ()
     description: str = ""
 
 

@@ -59,6 +59,16 @@ class Run:
                 self._extra.append(name)
         self._refresh()
 
+    def activate_feature(self, feature: str) -> None:
+        """Activate every usable plugin that declares ``feature`` in ``PluginInfo.features``."""
+        from .errors import PluginSelectionError
+
+        providers = [name for name, info in self.manager.infos.items()
+                     if feature in info.features and self.manager.records[name].usable]
+        if not providers:
+            raise PluginSelectionError(f"no installed plugin provides {feature!r}; see `drivetrain plugins list`")
+        self.activate(*providers)
+
     def reselect(self, selection: Selection) -> None:
         """Replace the strategy and precision choice (the ``Accelerator``'s arguments win)."""
         self.selection = selection

@@ -34,3 +34,21 @@ def drivetrain_wrap_model(model, run, evaluation_mode):
 def drivetrain_no_sync(model, run):
     no_sync = getattr(model, "no_sync", None)
     return no_sync() if no_sync is not None else None
+
+
+@hookimpl
+def drivetrain_unwrap_model(model, run, keep_fp32_wrapper):
+    from torch.nn.parallel import DistributedDataParallel
+
+    return model.module if isinstance(model, DistributedDataParallel) else None
+
+
+@hookimpl
+def drivetrain_sync_in_backward(model, run):
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not isinstance(model, DistributedDataParallel):
+        return None
+    from .wrap import sync_next_backward
+
+    return sync_next_backward(model)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -44,3 +45,17 @@ def _register_comm_hook(model: DistributedDataParallel, options: DistributedData
     elif wrapper is DDPCommunicationHookType.BF16:
         hook = default_hooks.bf16_compress_wrapper(hook)
     model.register_comm_hook(state=state, hook=hook)
+
+
+@contextlib.contextmanager
+def sync_next_backward(model: DistributedDataParallel) -> Iterator[None]:
+    """Make the next backward all-reduce gradients even inside ``no_sync``."""
+    previous = model.require_backward_grad_sync
+    model.require_backward_grad_sync = True
+    model.require_forward_param_sync = True
+    # The reducer must expect this backward; DDP's own forward does the same when syncing.
+    model.reducer.prepare_for_backward([])
+    try:
+        yield
+    finally:
+        model.require_backward_grad_sync = previous

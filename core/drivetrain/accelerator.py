@@ -1,0 +1,645 @@
+"""The ``Accelerator``: Accelerate's facade, each method a few calls to the active plugins."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from . import environment
+from .errors import ConfigError, DrivetrainError
+from .kwargs_handlers import (
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    ProfileKwargs,
+    ProjectConfiguration,
+    TorchDynamoPlugin,
+)
+from .optimizer import AcceleratedOptimizer
+from .scheduler import AcceleratedScheduler
+from .state import AcceleratorState, GradientState
+
+logger = logging.getLogger(__name__)
+
+
+class UsageError(DrivetrainError):
+    """The ``Accelerator`` was used in an order or way that cannot work."""
+
+
+def _is_dataloader(obj: Any) -> bool:
+    return isinstance(obj, torch.utils.data.DataLoader)
+
+
+def _is_scheduler(obj: Any) -> bool:
+    return isinstance(obj, torch.optim.lr_scheduler.LRScheduler) or (
+        hasattr(obj, "step") and hasattr(obj, "optimizer") and hasattr(obj, "get_last_lr")
+    )
+
+
+class Accelerator:
+    """Prepare a model, its optimizer, scheduler and data for the run this process is in.
+
+    Arguments are Accelerate's. A strategy plugin may accept more keyword arguments (those
+    its ``StrategySpec.accelerator_arguments`` names, such as ``fsdp_plugin``); giving one
+    selects that strategy.
+    """
+
+    def __init__(
+        self,
+        device_placement: bool = True,
+        split_batches: bool = False,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int = 1,
+        cpu: bool = False,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        rng_types: Sequence[str] | None = None,
+        log_with: Any = None,
+        project_dir: str | os.PathLike | None = None,
+        project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+        step_scheduler_with_optimizer: bool = True,
+        kwargs_handlers: Sequence[KwargsHandler] | None = None,
+        dynamo_backend: str | None = None,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
+        **strategy_options: Any,
+    ) -> None:
+        handlers = self._file_handlers(kwargs_handlers or ())
+        strategy = self._strategy_for_options(strategy_options)
+        init_kwargs = handlers.get("InitProcessGroupKwargs", InitProcessGroupKwargs()).to_kwargs()
+        self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, strategy=strategy,
+                                      dynamo_plugin=dynamo_plugin, _from_accelerator=True, **init_kwargs)
+        self.run = self.state.run
+        self.run.handler_kwargs.update(handlers)
+        self.run.options.update(strategy_options)
+
+        self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
+        if project_dir is not None and project_config is not None:
+            self.project_configuration.set_directories(project_dir)
+        self.device_placement = device_placement
+        self.dataloader_config = dataloader_config or DataLoaderConfiguration(split_batches=split_batches)
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
+        self.gradient_state = GradientState(self._accumulation_plugin(gradient_accumulation_steps,
+                                                                       gradient_accumulation_plugin))
+        self.step = 0
+        self.flag_tensor: torch.Tensor | None = None
+
+        self._setup_dynamo(dynamo_backend, dynamo_plugin)
+        scaler_kwargs = handlers.get("GradScalerKwargs", GradScalerKwargs()).to_kwargs()
+        self.run.grad_scaler = self.run.call("drivetrain_make_grad_scaler", kwargs=scaler_kwargs)
+        self.scaler = self.run.grad_scaler
+
+        self._models: list[Any] = []
+        self._optimizers: list[Any] = []
+        self._schedulers: list[Any] = []
+        self._dataloaders: list[Any] = []
+        self._custom_objects: list[Any] = []
+        self._save_model_state_pre_hook: dict[int, Callable] = {}
+        self._load_model_state_pre_hook: dict[int, Callable] = {}
+        self.trackers = self._build_trackers(log_with)
+
+    # ------------------------------------------------------------ set-up helpers
+
+    @staticmethod
+    def _file_handlers(kwargs_handlers: Sequence[KwargsHandler]) -> dict[str, KwargsHandler]:
+        filed: dict[str, KwargsHandler] = {}
+        for handler in kwargs_handlers:
+            name = type(handler).__name__
+            if not isinstance(handler, KwargsHandler):
+                raise ConfigError(f"kwargs_handlers takes KwargsHandler objects, not {name}")
+            if name in filed:
+                raise ConfigError(f"kwargs_handlers has two {name}; pass one")
+            filed[name] = handler
+        return filed
+
+    @staticmethod
+    def _strategy_for_options(options: dict[str, Any]) -> str | None:
+        """The strategy whose ``accelerator_arguments`` the given keywords are."""
+        if not options:
+            return None
+        from .plugin_manager import get_plugin_manager
+
+        owners = {arg: spec.name for _p, spec in get_plugin_manager().registrations("drivetrain_register_strategies")
+                  for arg in spec.accelerator_arguments}
+        unknown = sorted(set(options) - set(owners))
+        if unknown:
+            raise TypeError(f"Accelerator() got unexpected keyword argument(s) {unknown}; "
+                            f"strategy plugins accept: {sorted(owners) or 'none installed'}")
+        chosen = {owners[arg] for arg, value in options.items() if value is not None}
+        if len(chosen) > 1:
+            raise ConfigError(f"options for several strategies were given ({sorted(chosen)}); choose one")
+        return chosen.pop() if chosen else None
+
+    @staticmethod
+    def _accumulation_plugin(steps: int, plugin: GradientAccumulationPlugin | None) -> GradientAccumulationPlugin:
+        if plugin is not None:
+            if steps != 1:
+                raise ConfigError("pass gradient_accumulation_steps or gradient_accumulation_plugin, not both")
+            return plugin
+        if steps == 1:
+            steps = environment.read_int("GRADIENT_ACCUMULATION_STEPS", default=1)
+        if steps < 1:
+            raise ConfigError(f"gradient_accumulation_steps must be at least 1, got {steps}")
+        return GradientAccumulationPlugin(num_steps=steps)
+
+    def _setup_dynamo(self, backend: str | None, plugin: TorchDynamoPlugin | None) -> None:
+        if plugin is None:
+            backend = backend or environment.read("DYNAMO_BACKEND")
+            plugin = TorchDynamoPlugin(backend=backend) if backend else None
+        if plugin is not None and plugin.backend not in ("no", "none"):
+            self.run.options["dynamo_plugin"] = plugin
+            self.state.dynamo_plugin = plugin
+            self.run.activate_feature("compile")
+
+    def _build_trackers(self, log_with: Any) -> Any:
+        if not log_with:
+            return []
+        from .tracking import Trackers
+
+        return Trackers(log_with, logging_dir=self.logging_dir, is_main_process=self.is_main_process, run=self.run)
+
+    # ------------------------------------------------------------- properties
+
+    @property
+    def device(self) -> torch.device:
+        return self.state.device
+
+    @property
+    def distributed_type(self):
+        return self.state.distributed_type
+
+    @property
+    def num_processes(self) -> int:
+        return self.state.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.state.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self.state.local_process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.state.is_main_process
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.state.is_local_main_process
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.state.is_last_process
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.state.use_distributed
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.state.mixed_precision
+
+    @property
+    def project_dir(self) -> str | None:
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        return self.project_configuration.logging_dir
+
+    @property
+    def save_iteration(self) -> int:
+        return self.project_configuration.iteration
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self.dataloader_config.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self.dataloader_config.even_batches = value
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return self.dataloader_config.use_seedable_sampler
+
+    @property
+    def non_blocking(self) -> bool:
+        return self.dataloader_config.non_blocking
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        return self.dataloader_config.use_stateful_dataloader
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        self.gradient_state.plugin_kwargs.update({"num_steps": steps})
+
+    @property
+    def sync_gradients(self) -> bool:
+        return self.gradient_state.sync_gradients
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self.gradient_state.sync_gradients = value
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        return any(getattr(opt, "step_was_skipped", False) for opt in self._optimizers)
+
+    @property
+    def is_fsdp2(self) -> bool:  # Accelerate scripts test it; true only under a plugin that says so
+        return bool(self.run.options.get("is_fsdp2", False))
+
+    # ---------------------------------------------------------------- prepare
+
+    def prepare(self, *args: Any, device_placement: Sequence[bool] | None = None) -> Any:
+        """Prepare models, optimizers, schedulers and data loaders, in any order.
+
+        Returns them in the order given (a single object when one was given).
+        """
+        if device_placement is None:
+            device_placement = [None] * len(args)
+        elif len(device_placement) != len(args):
+            raise ConfigError(f"device_placement has {len(device_placement)} entries for {len(args)} objects")
+        placement = [self.device_placement if p is None else p for p in device_placement]
+        prepared = self.run.call("drivetrain_prepare_objects", objects=list(args), device_placement=placement)
+        if prepared is None:
+            prepared = self._prepare_one_by_one(list(args), placement)
+        return prepared[0] if len(prepared) == 1 else tuple(prepared)
+
+    def _prepare_one_by_one(self, objects: list[Any], placement: list[bool]) -> list[Any]:
+        result: list[Any] = list(objects)
+        # Models first, then optimizers (they refer to model parameters), then schedulers.
+        for stage in (self._prepare_if_model, self._prepare_if_dataloader, self._prepare_if_optimizer,
+                      self._prepare_if_scheduler):
+            for index, obj in enumerate(result):
+                result[index] = stage(obj, placement[index])
+        self._check_optimizers_have_models(objects)
+        return result
+
+    def _prepare_if_model(self, obj: Any, placement: bool) -> Any:
+        if isinstance(obj, torch.nn.Module) and obj not in self._models:
+            return self.prepare_model(obj, device_placement=placement)
+        return obj
+
+    def _prepare_if_dataloader(self, obj: Any, placement: bool) -> Any:
+        if _is_dataloader(obj) and obj not in self._dataloaders:
+            return self.prepare_data_loader(obj, device_placement=placement)
+        return obj
+
+    def _prepare_if_optimizer(self, obj: Any, placement: bool) -> Any:
+        if isinstance(obj, torch.optim.Optimizer) and not isinstance(obj, AcceleratedOptimizer):
+            return self.prepare_optimizer(obj, device_placement=placement)
+        return obj
+
+    def _prepare_if_scheduler(self, obj: Any, placement: bool) -> Any:
+        if _is_scheduler(obj) and not isinstance(obj, AcceleratedScheduler):
+            return self.prepare_scheduler(obj)
+        return obj
+
+    def _check_optimizers_have_models(self, objects: list[Any]) -> None:
+        prepared = {id(p) for model in self._models for p in self.unwrap_model(model).parameters()}
+        for obj in objects:
+            if isinstance(obj, torch.optim.Optimizer):
+                params = [p for group in obj.param_groups for p in group["params"]]
+                if params and not any(id(p) in prepared for p in params):
+                    raise UsageError(
+                        "an optimizer was prepared whose parameters belong to no prepared model; "
+                        "pass the model to the same prepare() call: accelerator.prepare(model, optimizer)"
+                    )
+
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
+                      evaluation_mode: bool = False) -> torch.nn.Module:
+        """Place, convert, wrap and finalise a model through the active plugins."""
+        if device_placement is None:
+            device_placement = self.device_placement
+        if device_placement:
+            model = model.to(self.device)
+        model = self.run.chain("drivetrain_convert_model", "model", model)
+        wrapped = self.run.call("drivetrain_wrap_model", model=model, evaluation_mode=evaluation_mode)
+        model = self.run.chain("drivetrain_finalize_model", "model", model if wrapped is None else wrapped)
+        self._models.append(model)
+        return model
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None) -> Any:
+        if device_placement is None:
+            device_placement = self.device_placement
+        wrapped = self.run.call("drivetrain_wrap_optimizer", optimizer=optimizer)
+        if wrapped is None:
+            wrapped = AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=self.scaler,
+                                           device=self.device)
+        self._optimizers.append(wrapped)
+        return wrapped
+
+    def prepare_scheduler(self, scheduler: Any) -> Any:
+        optimizers = [opt for opt in self._optimizers if getattr(opt, "optimizer", opt) is scheduler.optimizer] \
+            or self._optimizers
+        wrapped = self.run.call("drivetrain_wrap_scheduler", scheduler=scheduler, optimizers=optimizers)
+        if wrapped is None:
+            wrapped = AcceleratedScheduler(scheduler, optimizers, step_with_optimizer=self.step_scheduler_with_optimizer,
+                                           split_batches=self.split_batches)
+        self._schedulers.append(wrapped)
+        return wrapped
+
+    def prepare_data_loader(self, data_loader: Any, device_placement: bool | None = None,
+                            slice_fn_for_dispatch: Callable | None = None) -> Any:
+        from .data_loader import prepare_data_loader
+
+        if device_placement is None:
+            device_placement = self.device_placement
+        config = self.dataloader_config
+        prepared = prepare_data_loader(
+            data_loader, self.device, num_processes=self.num_processes, process_index=self.process_index,
+            split_batches=config.split_batches, put_on_device=device_placement, rng_types=list(self.rng_types),
+            dispatch_batches=config.dispatch_batches, even_batches=config.even_batches,
+            slice_fn_for_dispatch=slice_fn_for_dispatch, use_seedable_sampler=config.use_seedable_sampler,
+            data_seed=config.data_seed, non_blocking=config.non_blocking,
+            use_stateful_dataloader=config.use_stateful_dataloader,
+        )
+        prepared = self.run.chain("drivetrain_wrap_dataloader", "dataloader", prepared)
+        self._dataloaders.append(prepared)
+        return prepared
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        from .data_loader import skip_first_batches
+
+        return skip_first_batches(dataloader, num_batches=num_batches)
+
+    # ------------------------------------------------------------ the step
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Backward for ``loss``, divided for gradient accumulation, through the active plugins."""
+        if not self._models:
+            raise UsageError("backward() was called before any model was prepared; "
+                             "call accelerator.prepare(model, optimizer, ...) first")
+        if self.gradient_accumulation_steps > 1 and not self.run.options.get("strategy_accumulates", False):
+            loss = loss / self.gradient_accumulation_steps
+        if not self.run.call("drivetrain_backward", loss=loss, kwargs=kwargs):
+            loss.backward(**kwargs)
+
+    def _do_sync(self) -> None:
+        """Decide whether this step synchronises gradients (end of window or of data)."""
+        if self.gradient_state.sync_with_dataloader and self.gradient_state.end_of_dataloader:
+            self.step = 0
+            self.gradient_state._set_sync_gradients(True)
+        else:
+            self.step += 1
+            self.gradient_state._set_sync_gradients((self.step % self.gradient_state.num_steps) == 0)
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+        """Run backward without synchronising gradients across processes."""
+        context = self.run.call("drivetrain_no_sync", model=model)
+        with context if context is not None else contextlib.nullcontext():
+            yield
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """One micro-batch of gradient accumulation: gradients synchronise at the window's end."""
+        self._do_sync()
+        with contextlib.ExitStack() as stack:
+            if not self.sync_gradients and not self.gradient_state.sync_each_batch:
+                for model in models:
+                    stack.enter_context(self.no_sync(model))
+            yield
+
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> Iterator[None]:
+        """Synchronise in the next backward even inside ``no_sync``."""
+        context = self.run.call("drivetrain_sync_in_backward", model=model)
+        with context if context is not None else contextlib.nullcontext():
+            yield
+
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Divide fp16 gradients by the loss scale (once per step), before clipping."""
+        if self.scaler is None:
+            return
+        optimizers = [optimizer] if optimizer is not None and not isinstance(optimizer, (list, tuple)) else (
+            optimizer or self._optimizers)
+        for opt in optimizers:
+            try:
+                self.scaler.unscale_(getattr(opt, "optimizer", opt))
+            except RuntimeError as error:  # already unscaled in this step: nothing left to do
+                if "already been called" not in str(error):
+                    raise
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2) -> torch.Tensor:
+        """Clip the gradient norm (after unscaling); returns the total norm."""
+        parameters = list(parameters) if not isinstance(parameters, torch.Tensor) else [parameters]
+        self.unscale_gradients()
+        norm = self.run.call("drivetrain_clip_grad_norm", parameters=parameters, max_norm=max_norm,
+                             norm_type=norm_type)
+        if norm is None:
+            norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        return norm
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    @contextlib.contextmanager
+    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> Iterator[None]:
+        """Run the block in the run's mixed precision."""
+        handler = autocast_handler or self.run.handler_kwargs.get("AutocastKwargs") or AutocastKwargs()
+        context = self.run.call("drivetrain_autocast", kwargs=handler.to_kwargs())
+        with context if context is not None else contextlib.nullcontext():
+            yield
+
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
+                     keep_torch_compile: bool = True) -> torch.nn.Module:
+        """The user's module from inside a prepared one."""
+        compiled = model if hasattr(model, "_orig_mod") else None
+        inner = model._orig_mod if compiled is not None else model
+        inner = self.run.call("drivetrain_unwrap_model", model=inner, keep_fp32_wrapper=keep_fp32_wrapper) or inner
+        if not keep_fp32_wrapper:
+            remove_mixed_precision_forward(inner)
+        if keep_torch_compile and compiled is not None and compiled._orig_mod is inner:
+            return compiled
+        return inner
+
+    # ------------------------------------------------ process control and data
+
+    def wait_for_everyone(self) -> None:
+        self.state.wait_for_everyone()
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        self.state.print(*args, **kwargs)
+
+    def main_process_first(self):
+        return self.state.main_process_first()
+
+    def local_main_process_first(self):
+        return self.state.local_main_process_first()
+
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False):
+        return self.state.split_between_processes(inputs, apply_padding=apply_padding)
+
+    def on_main_process(self, function: Callable | None = None) -> Callable:
+        return self.state.on_main_process(function)
+
+    def on_local_main_process(self, function: Callable | None = None) -> Callable:
+        return self.state.on_local_main_process(function)
+
+    def on_last_process(self, function: Callable | None = None) -> Callable:
+        return self.state.on_last_process(function)
+
+    def on_process(self, function: Callable | None = None, process_index: int | None = None) -> Callable:
+        return self.state.on_process(function, process_index=process_index)
+
+    def on_local_process(self, function: Callable | None = None, local_process_index: int | None = None) -> Callable:
+        return self.state.on_local_process(function, local_process_index=local_process_index)
+
+    def gather(self, tensor: Any) -> Any:
+        from .utils.operations import gather
+
+        return gather(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        from .utils.operations import gather_for_metrics
+
+        return gather_for_metrics(input_data, use_gather_object=use_gather_object)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        from .utils.operations import reduce
+
+        return reduce(tensor, reduction=reduction, scale=scale)
+
+    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
+        from .utils.operations import pad_across_processes
+
+        return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
+    def set_trigger(self) -> None:
+        """Raise a flag on this process that :meth:`check_trigger` sees on every process."""
+        self.flag_tensor = torch.tensor(1, device=self.device)
+
+    def check_trigger(self) -> bool:
+        """Whether any process called :meth:`set_trigger` since the last check (collective)."""
+        flag = self.flag_tensor if self.flag_tensor is not None else torch.tensor(0, device=self.device)
+        total = self.state.collectives.all_reduce(flag.clone(), "sum")
+        if int(total.item()) >= 1:
+            self.flag_tensor = torch.tensor(0, device=self.device)
+            return True
+        return False
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(self, joinables: Sequence[Any], even_batches: bool | None = None) -> Iterator[None]:
+        """Let processes with fewer batches shadow the collectives of the others (torch's Join)."""
+        if self.num_processes == 1:
+            yield
+            return
+        from torch.distributed.algorithms.join import Join, Joinable
+
+        saved = self.even_batches
+        if even_batches is not None:
+            self._set_even_batches(even_batches)
+        if not all(isinstance(j, Joinable) for j in joinables):
+            raise UsageError("join_uneven_inputs needs models prepared with a data-parallel strategy (torch Joinable)")
+        try:
+            with Join(list(joinables)):
+                yield
+        finally:
+            self._set_even_batches(saved)
+
+    def _set_even_batches(self, value: bool) -> None:
+        self.dataloader_config.even_batches = value
+        for loader in self._dataloaders:
+            sampler = getattr(loader, "batch_sampler", None)
+            if hasattr(sampler, "even_batches"):
+                sampler.even_batches = value
+
+    def save(self, obj: Any, f: str | os.PathLike, safe_serialization: bool = False) -> None:
+        """Save ``obj`` once per machine set-up (on the main process only)."""
+        if not self.is_main_process:
+            return
+        if safe_serialization:
+            from safetensors.torch import save_file
+
+            save_file(obj, os.fspath(f), metadata={"format": "pt"})
+        else:
+            torch.save(obj, f)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Save and load these objects (anything with ``state_dict``/``load_state_dict``) with the state."""
+        invalid = [type(o).__name__ for o in objects if not (hasattr(o, "state_dict") and hasattr(o, "load_state_dict"))]
+        if invalid:
+            raise ConfigError(f"cannot checkpoint {invalid}: objects need state_dict() and load_state_dict()")
+        self._custom_objects.extend(objects)
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Forget every prepared object and free device memory."""
+        from .memory import release_memory
+
+        self._models, self._optimizers, self._schedulers, self._dataloaders = [], [], [], []
+        self.step = 0
+        return release_memory(*objects)
+
+    clear = free_memory
+
+    @contextlib.contextmanager
+    def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[Any]:
+        """Profile the block with ``torch.profiler``; writes a trace when asked."""
+        from .profiling import build_profiler, export_trace
+
+        handler = profile_handler or self.run.handler_kwargs.get("ProfileKwargs") or ProfileKwargs()
+        with build_profiler(handler, self.run.platform.device_type) as profiler:
+            yield profiler
+        export_trace(profiler, handler, self.process_index)
+
+    def verify_device_map(self, model: torch.nn.Module) -> bool:
+        """Whether the model was dispatched across devices by a device map (big-model inference)."""
+        return any(getattr(m, "hf_device_map", None) and len(m.hf_device_map) > 1 for m in model.modules())
+
+    # ------------------------------------------------------------ trackers
+
+    def init_trackers(self, project_name: str, config: dict | None = None, init_kwargs: dict | None = None) -> None:
+        if not self.trackers:
+            return
+        self.trackers.init_trackers(project_name, config=config, init_kwargs=init_kwargs or {})
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        if not self.trackers:
+            from .tracking import GeneralTracker
+
+            return GeneralTracker(_blank=True)
+        return self.trackers.get_tracker(name, unwrap=unwrap)
+
+    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict | None = None) -> None:
+        if self.trackers:
+            self.trackers.log(values, step=step, log_kwargs=log_kwargs or {})
+
+    def end_training(self) -> None:
+        if self.trackers:
+            self.trackers.end_training()
+        self.wait_for_everyone()
+
+    def __repr__(self) -> str:
+        return f"Accelerator(device={self.device}, processes={self.num_processes}, mixed_precision={self.mixed_precision})"
+
+
+def remove_mixed_precision_forward(model: torch.nn.Module) -> None:
+    """Undo the autocast ``forward`` a precision plugin installed (it keeps ``_original_forward``)."""
+    original = model.__dict__.pop("_original_forward", None)
+    if original is not None:
+        model.forward = original

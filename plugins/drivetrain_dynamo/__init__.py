@@ -1,0 +1,1 @@
+"""torch.compile for prepared models."""

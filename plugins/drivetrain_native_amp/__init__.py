@@ -1,0 +1,1 @@
+"""fp16 and bf16 through torch.autocast."""

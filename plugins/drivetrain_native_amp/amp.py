@@ -1,0 +1,43 @@
+"""torch.autocast and GradScaler for the run's device."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def make_grad_scaler(run: Any, kwargs: dict[str, Any]) -> torch.amp.GradScaler:
+    return torch.amp.GradScaler(run.platform.device_type, **kwargs)
+
+
+def autocast_context(run: Any, kwargs: dict[str, Any]):
+    dtype = DTYPES[run.selection.mixed_precision]
+    return torch.autocast(device_type=run.platform.device_type, dtype=dtype, **kwargs)
+
+
+def autocast_forward(model: torch.nn.Module, run: Any) -> torch.nn.Module:
+    """Make ``model.forward`` run under autocast and return fp32 outputs.
+
+    The original ``forward`` is kept in ``model._original_forward`` so that
+    ``unwrap_model(keep_fp32_wrapper=False)`` can restore it.
+    """
+    if "_original_forward" in model.__dict__:
+        return model  # prepared twice: already converted
+    options = run.handler_kwargs.get("AutocastKwargs")
+    kwargs = options.to_kwargs() if options is not None else {}
+    original = model.forward
+    from drivetrain.utils.operations import convert_to_fp32
+
+    @functools.wraps(original)
+    def forward(*args: Any, **inner_kwargs: Any) -> Any:
+        with autocast_context(run, kwargs):
+            outputs = original(*args, **inner_kwargs)
+        return convert_to_fp32(outputs)
+
+    model._original_forward = original
+    model.forward = forward
+    return model

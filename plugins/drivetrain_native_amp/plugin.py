@@ -1,0 +1,48 @@
+"""Native mixed precision: ``fp16`` (with a gradient scaler) and ``bf16`` through
+``torch.autocast`` on the run's device type."""
+
+from __future__ import annotations
+
+from drivetrain.plugin_api import PluginInfo, PrecisionSpec, hookimpl
+
+PLUGIN_INFO = PluginInfo(api_version="1.0", description="fp16/bf16 with torch.autocast and GradScaler")
+
+
+@hookimpl
+def drivetrain_register_precisions():
+    return [
+        PrecisionSpec(name="fp16", backend="native", description="float16 autocast + loss scaling"),
+        PrecisionSpec(name="bf16", backend="native", description="bfloat16 autocast"),
+    ]
+
+
+@hookimpl
+def drivetrain_make_grad_scaler(run, kwargs):
+    if run.selection.mixed_precision != "fp16":
+        return None
+    from .amp import make_grad_scaler
+
+    return make_grad_scaler(run, kwargs)
+
+
+@hookimpl
+def drivetrain_autocast(run, kwargs):
+    from .amp import autocast_context
+
+    return autocast_context(run, kwargs)
+
+
+@hookimpl
+def drivetrain_convert_model(model, run):
+    from .amp import autocast_forward
+
+    return autocast_forward(model, run)
+
+
+@hookimpl
+def drivetrain_backward(loss, run, kwargs):
+    scaler = getattr(run, "grad_scaler", None)
+    if scaler is None:
+        return None
+    scaler.scale(loss).backward(**kwargs)
+    return True
