@@ -267,10 +267,6 @@ class Accelerator:
     def optimizer_step_was_skipped(self) -> bool:
         return any(getattr(opt, "step_was_skipped", False) for opt in self._optimizers)
 
-    @property
-    def is_fsdp2(self) -> bool:  # Accelerate scripts test it; true only under a plugin that says so
-        return bool(self.run.options.get("is_fsdp2", False))
-
     # ---------------------------------------------------------------- prepare
 
     def prepare(self, *args: Any, device_placement: Sequence[bool] | None = None) -> Any:
