@@ -63,3 +63,23 @@ def with_sites(monkeypatch):
         importlib.invalidate_caches()
 
     return add
+
+
+@pytest.fixture
+def fresh_state(monkeypatch):
+    """A clean process state (one process, CPU) before and after the test."""
+    from drivetrain.state import AcceleratorState, GradientState, PartialState
+
+    for key in list(os.environ):
+        if key.startswith(("DRIVETRAIN_", "ACCELERATE_")) or key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                                      "TORCHELASTIC_RUN_ID", "SLURM_PROCID",
+                                                                      "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+            monkeypatch.delenv(key)
+
+    def reset():
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+
+    reset()
+    yield
+    reset()

@@ -1,0 +1,214 @@
+"""Launched on 2 processes: the training step across real processes (DDP over gloo).
+
+Each check builds a reference in this same process (the same model trained on the whole
+batch, without distribution) and compares. Prints CHECK-TRAINING-OK at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import torch
+
+from drivetrain import Accelerator, GradScalerKwargs, LocalSGD, ProfileKwargs
+from drivetrain.state import AcceleratorState, GradientState
+
+torch.set_num_threads(1)
+FEATURES, BATCH = 6, 8  # BATCH per process
+
+
+def fresh_accelerator(**kwargs) -> Accelerator:
+    AcceleratorState._reset_state()
+    GradientState._reset_state()
+    return Accelerator(**kwargs)
+
+
+def make(seed: int = 0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    return model, torch.optim.SGD(model.parameters(), lr=0.05)
+
+
+def data(step: int, world: int):
+    generator = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(BATCH * world, FEATURES, generator=generator)
+    return x, x.sum(dim=1, keepdim=True).sin()
+
+
+def reference_run(steps: int, world: int, accumulation: int = 1):
+    model, optimizer = make()
+    for step in range(steps):
+        optimizer.zero_grad()
+        xs, ys = zip(*(data(step * accumulation + k, world) for k in range(accumulation)))
+        torch.nn.functional.mse_loss(model(torch.cat(xs)), torch.cat(ys)).backward()
+        optimizer.step()
+    return model
+
+
+def check_ddp_matches_one_process_on_the_combined_batch(steps: int = 5) -> None:
+    accelerator = fresh_accelerator()
+    world, rank = accelerator.num_processes, accelerator.process_index
+    assert world == 2 and accelerator.distributed_type == "MULTI_CPU", accelerator.distributed_type
+    model, optimizer = accelerator.prepare(*make())
+    assert type(model).__name__ == "DistributedDataParallel"
+    for step in range(steps):
+        x, y = data(step, world)
+        share = slice(rank * BATCH, (rank + 1) * BATCH)
+        accelerator.backward(torch.nn.functional.mse_loss(model(x[share]), y[share]))
+        optimizer.step()
+        optimizer.zero_grad()
+    reference = reference_run(steps, world)
+    for mine, theirs in zip(accelerator.unwrap_model(model).parameters(), reference.parameters()):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+
+
+def check_accumulation_of_4_matches_one_step_of_4x(steps: int = 2) -> None:
+    accelerator = fresh_accelerator(gradient_accumulation_steps=4)
+    world, rank = accelerator.num_processes, accelerator.process_index
+    model, optimizer = accelerator.prepare(*make())
+    synced = []
+    for step in range(steps * 4):
+        x, y = data(step, world)
+        share = slice(rank * BATCH, (rank + 1) * BATCH)
+        with accelerator.accumulate(model):
+            accelerator.backward(torch.nn.functional.mse_loss(model(x[share]), y[share]))
+            if not accelerator.sync_gradients:
+                # no_sync really skipped the all-reduce: the gradients still differ by rank
+                grads = accelerator.gather(next(model.parameters()).grad.flatten()[None])
+                assert not torch.allclose(grads[0], grads[1])
+            optimizer.step()
+            optimizer.zero_grad()
+        synced.append(accelerator.sync_gradients)
+    assert synced == [False, False, False, True] * steps, synced
+    reference = reference_run(steps, world, accumulation=4)
+    for mine, theirs in zip(accelerator.unwrap_model(model).parameters(), reference.parameters()):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+
+
+def check_mixed_precision(precision: str) -> None:
+    accelerator = fresh_accelerator(mixed_precision=precision)
+    world, rank = accelerator.num_processes, accelerator.process_index
+    model, optimizer = accelerator.prepare(*make())
+    for step in range(5):
+        x, y = data(step, world)
+        share = slice(rank * BATCH, (rank + 1) * BATCH)
+        out = model(x[share])
+        assert out.dtype == torch.float32
+        accelerator.backward(torch.nn.functional.mse_loss(out, y[share]))
+        optimizer.step()
+        optimizer.zero_grad()
+    reference = reference_run(5, world)
+    for mine, theirs in zip(accelerator.unwrap_model(model).parameters(), reference.parameters()):
+        torch.testing.assert_close(mine, theirs, rtol=5e-2, atol=5e-2)
+    gathered = accelerator.gather(torch.cat([p.detach().flatten() for p in model.parameters()])[None])
+    assert torch.equal(gathered[0], gathered[1]), "replicas diverged"
+
+
+def check_fp16_skipped_step_is_reported() -> None:
+    accelerator = fresh_accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=2.0**100)])
+    model, optimizer = accelerator.prepare(*make())
+    before = [p.detach().clone() for p in model.parameters()]
+    accelerator.backward(model(torch.randn(BATCH, FEATURES)).sum() * 1e4)
+    optimizer.step()
+    assert accelerator.optimizer_step_was_skipped
+    assert all(torch.equal(a, b) for a, b in zip(before, accelerator.unwrap_model(model).parameters()))
+
+
+def check_trigger_sync_in_backward() -> None:
+    accelerator = fresh_accelerator()
+    model, optimizer = accelerator.prepare(*make())
+    rank = accelerator.process_index
+    x = torch.randn(BATCH, FEATURES, generator=torch.Generator().manual_seed(rank))
+    with accelerator.no_sync(model):
+        with accelerator.trigger_sync_in_backward(model):
+            accelerator.backward(model(x).sum())
+    grads = accelerator.gather(next(model.parameters()).grad.flatten()[None])
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def check_triggers_local_sgd_and_join() -> None:
+    accelerator = fresh_accelerator()
+    rank = accelerator.process_index
+    if rank == 1:
+        accelerator.set_trigger()
+    assert accelerator.check_trigger() and not accelerator.check_trigger()
+    model, optimizer = accelerator.prepare(*make())
+    with LocalSGD(accelerator, model, local_sgd_steps=3) as local_sgd:
+        for step in range(6):
+            x = torch.randn(BATCH, FEATURES, generator=torch.Generator().manual_seed(rank * 100 + step))
+            accelerator.backward(model(x).pow(2).mean())
+            optimizer.step()
+            optimizer.zero_grad()
+            local_sgd.step()
+            flat = torch.cat([p.detach().flatten() for p in model.parameters()])[None]
+            gathered = accelerator.gather(flat)
+            assert torch.equal(gathered[0], gathered[1]) == (step % 3 == 2), step
+    # uneven inputs: rank 1 has one batch fewer; Join shadows its missing all-reduce
+    batches = 3 if rank == 0 else 2
+    with accelerator.join_uneven_inputs([model]):
+        for _ in range(batches):
+            accelerator.backward(model(torch.randn(BATCH, FEATURES)).sum())
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def check_comm_hooks_and_static_graph() -> None:
+    from drivetrain import DistributedDataParallelKwargs
+
+    for options in (DistributedDataParallelKwargs(comm_hook="fp16"), DistributedDataParallelKwargs(comm_hook="bf16"),
+                    DistributedDataParallelKwargs(comm_hook="power_sgd", comm_state_option={"matrix_approximation_rank": 1,
+                                                                                            "start_powerSGD_iter": 2}),
+                    DistributedDataParallelKwargs(static_graph=True)):
+        accelerator = fresh_accelerator(kwargs_handlers=[options])
+        world, rank = accelerator.num_processes, accelerator.process_index
+        model, optimizer = accelerator.prepare(*make())
+        assert getattr(model, "static_graph", False) == options.static_graph
+        for step in range(3):
+            x, y = data(step, world)
+            share = slice(rank * BATCH, (rank + 1) * BATCH)
+            accelerator.backward(torch.nn.functional.mse_loss(model(x[share]), y[share]))
+            optimizer.step()
+            optimizer.zero_grad()
+        reference = reference_run(3, world)
+        for mine, theirs in zip(accelerator.unwrap_model(model).parameters(), reference.parameters()):
+            torch.testing.assert_close(mine, theirs, rtol=2e-2, atol=2e-2)
+
+
+def check_save_profile_and_logging(directory: str) -> None:
+    from drivetrain import get_logger
+
+    accelerator = fresh_accelerator()
+    rank = accelerator.process_index
+    path = os.path.join(directory, "saved.pt")
+    accelerator.save({"rank": rank}, path)
+    accelerator.wait_for_everyone()
+    assert torch.load(path)["rank"] == 0  # only the main process wrote
+    with accelerator.profile(ProfileKwargs(output_trace_dir=directory)):
+        torch.ones(8) + 1
+    accelerator.wait_for_everyone()
+    assert os.path.exists(os.path.join(directory, f"profile_{rank}.json"))
+    logger = get_logger("check", log_level="INFO")
+    logger.info(f"LOG-MAIN-ONLY from {rank}")
+    logger.info(f"LOG-EVERYWHERE from {rank}", main_process_only=False, in_order=True)
+
+
+def main() -> None:
+    directory = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()
+    check_ddp_matches_one_process_on_the_combined_batch()
+    check_accumulation_of_4_matches_one_step_of_4x()
+    check_mixed_precision("bf16")
+    check_mixed_precision("fp16")
+    check_fp16_skipped_step_is_reported()
+    check_trigger_sync_in_backward()
+    check_triggers_local_sgd_and_join()
+    check_comm_hooks_and_static_graph()
+    check_save_profile_and_logging(directory)
+    accelerator = Accelerator()
+    accelerator.wait_for_everyone()
+    print(f"CHECK-TRAINING-OK rank {accelerator.process_index}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

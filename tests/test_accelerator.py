@@ -1,0 +1,262 @@
+"""The Accelerator in one process: arguments, the step, wrong use, helpers."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+from drivetrain import (
+    Accelerator,
+    AutocastKwargs,
+    GradScalerKwargs,
+    ProfileKwargs,
+    TorchDynamoPlugin,
+    find_executable_batch_size,
+    get_logger,
+    release_memory,
+)
+from drivetrain.errors import ConfigError, DrivetrainError, PluginSelectionError
+
+pytestmark = pytest.mark.usefixtures("fresh_state")
+
+
+def make(seed=0, features=4):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(features, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def test_defaults_on_one_cpu_process():
+    accelerator = Accelerator()
+    assert (accelerator.num_processes, accelerator.process_index, accelerator.is_main_process) == (1, 0, True)
+    assert accelerator.device == torch.device("cpu") and accelerator.distributed_type == "NO"
+    assert accelerator.mixed_precision == "no" and accelerator.gradient_accumulation_steps == 1
+    assert not accelerator.use_distributed and accelerator.is_last_process
+
+
+def test_prepare_keeps_order_and_types():
+    model, optimizer = make()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    accelerator = Accelerator()
+    s, o, m = accelerator.prepare(scheduler, optimizer, model)
+    assert type(s).__name__ == "AcceleratedScheduler" and type(o).__name__ == "AcceleratedOptimizer"
+    assert m is model and o.optimizer is optimizer and s.scheduler is scheduler
+    assert accelerator.prepare(42) == 42  # unknown objects pass through
+
+
+def test_unknown_mixed_precision_names_the_installed_ones():
+    with pytest.raises(PluginSelectionError, match="unknown mixed precision 'fp7'.*bf16.*fp16"):
+        Accelerator(mixed_precision="fp7")
+
+
+def test_optimizer_without_its_model_is_refused():
+    model, optimizer = make()
+    with pytest.raises(DrivetrainError, match=r"accelerator.prepare\(model, optimizer\)"):
+        Accelerator().prepare(optimizer)
+
+
+def test_backward_before_prepare_is_refused():
+    model, _ = make()
+    accelerator = Accelerator()
+    with pytest.raises(DrivetrainError, match="before any model was prepared"):
+        accelerator.backward(model(torch.randn(2, 4)).sum())
+
+
+def test_unknown_keyword_argument():
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        Accelerator(not_an_option=1)
+
+
+def test_duplicate_kwargs_handlers_are_refused():
+    with pytest.raises(ConfigError, match="two AutocastKwargs"):
+        Accelerator(kwargs_handlers=[AutocastKwargs(), AutocastKwargs()])
+
+
+def test_gradient_accumulation_matches_the_big_batch():
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    reference, ref_opt = make()
+    ref_opt.zero_grad()
+    torch.nn.functional.mse_loss(reference(x), y).backward()
+    ref_opt.step()
+
+    model, optimizer = make()
+    accelerator = Accelerator(gradient_accumulation_steps=4)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    syncs = []
+    for chunk_x, chunk_y in zip(x.chunk(4), y.chunk(4)):
+        with accelerator.accumulate(model):
+            accelerator.backward(torch.nn.functional.mse_loss(model(chunk_x), chunk_y))
+            optimizer.step()
+            optimizer.zero_grad()
+            syncs.append(accelerator.sync_gradients)
+    assert syncs == [False, False, False, True]
+    for a, b in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_scheduler_waits_for_the_accumulation_window():
+    model, optimizer = make()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+    accelerator = Accelerator(gradient_accumulation_steps=2)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    rates = []
+    for _ in range(4):
+        with accelerator.accumulate(model):
+            accelerator.backward(model(torch.randn(2, 4)).sum())
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+        rates.append(scheduler.get_last_lr()[0])
+    assert rates == [0.1, 0.05, 0.05, 0.025]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_trains_close_to_fp32(precision):
+    x, y = torch.randn(32, 4), torch.randn(32, 1)
+    reference, ref_opt = make()
+    for _ in range(5):
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+    model, optimizer = make()
+    accelerator = Accelerator(mixed_precision=precision)
+    assert accelerator.mixed_precision == precision
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for _ in range(5):
+        out = model(x)
+        assert out.dtype == torch.float32  # outputs come back in fp32
+        accelerator.backward(torch.nn.functional.mse_loss(out, y))
+        optimizer.step()
+        optimizer.zero_grad()
+    for a, b in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b, atol=3e-2, rtol=3e-2)
+    inner = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+    assert "_original_forward" not in inner.__dict__
+
+
+def test_autocast_context_uses_the_run_precision():
+    accelerator = Accelerator(mixed_precision="bf16")
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with accelerator.autocast():
+        assert (a @ b).dtype == torch.bfloat16
+    with accelerator.autocast(AutocastKwargs(enabled=False)):
+        assert (a @ b).dtype == torch.float32
+
+
+def test_fp16_overflow_skips_the_step_and_the_scheduler():
+    model, optimizer = make()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+    accelerator = Accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=2.0**100)])
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    before = [p.detach().clone() for p in model.parameters()]
+    accelerator.backward(model(torch.randn(4, 4)).sum() * 1e4)
+    optimizer.step()
+    scheduler.step()
+    assert optimizer.step_was_skipped and accelerator.optimizer_step_was_skipped
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert scheduler.get_last_lr() == [0.1]
+
+
+def test_clip_grad_norm_and_value():
+    model, optimizer = make()
+    accelerator = Accelerator(mixed_precision="fp16")
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.backward(model(torch.randn(4, 4)).sum() * 100)
+    norm = accelerator.clip_grad_norm_(model.parameters(), 0.5)
+    assert norm > 0.5  # the norm before clipping, unscaled
+    total = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    assert total <= 0.5 + 1e-3
+    accelerator.clip_grad_value_(model.parameters(), 0.01)
+    assert all(p.grad.abs().max() <= 0.01 for p in model.parameters())
+
+
+def test_triggers_and_process_helpers(capsys):
+    accelerator = Accelerator()
+    assert not accelerator.check_trigger()
+    accelerator.set_trigger()
+    assert accelerator.check_trigger() and not accelerator.check_trigger()
+    ran = []
+    accelerator.on_main_process(lambda: ran.append("main"))()
+    accelerator.on_process(lambda: ran.append("p1"), process_index=1)()
+    assert ran == ["main"]
+    with accelerator.main_process_first():
+        accelerator.print("hello")
+    assert capsys.readouterr().out == "hello\n"
+    with accelerator.split_between_processes([1, 2, 3]) as share:
+        assert share == [1, 2, 3]
+
+
+def test_save_and_register_for_checkpointing(tmp_path):
+    accelerator = Accelerator()
+    accelerator.save({"a": torch.ones(2)}, tmp_path / "x.pt")
+    assert torch.equal(torch.load(tmp_path / "x.pt")["a"], torch.ones(2))
+    accelerator.save({"a": torch.ones(2)}, tmp_path / "x.safetensors", safe_serialization=True)
+    with pytest.raises(ConfigError, match="state_dict"):
+        accelerator.register_for_checkpointing(object())
+
+
+def test_profile_writes_a_trace(tmp_path):
+    accelerator = Accelerator()
+    with accelerator.profile(ProfileKwargs(output_trace_dir=str(tmp_path), record_shapes=True)) as profiler:
+        torch.randn(64, 64) @ torch.randn(64, 64)
+    trace = json.loads((tmp_path / "profile_0.json").read_text())
+    assert any("mm" in event.get("name", "") for event in trace["traceEvents"])
+    assert profiler.key_averages()
+
+
+def test_dynamo_backend_compiles_the_prepared_model():
+    model, optimizer = make()
+    accelerator = Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="eager"))
+    prepared, optimizer = accelerator.prepare(model, optimizer)
+    assert hasattr(prepared, "_orig_mod") and prepared._orig_mod is model
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(prepared(x), model(x))
+    assert accelerator.unwrap_model(prepared, keep_torch_compile=False) is model
+
+
+def test_find_executable_batch_size_halves_until_it_fits():
+    tried = []
+
+    @find_executable_batch_size(starting_batch_size=64)
+    def train(batch_size, scale):
+        tried.append(batch_size)
+        if batch_size > 16:
+            raise torch.OutOfMemoryError("out of memory")
+        return batch_size * scale
+
+    assert train(2) == 32 and tried == [64, 32, 16]
+
+    @find_executable_batch_size(starting_batch_size=8)
+    def broken(batch_size):
+        raise ValueError("not memory")
+
+    with pytest.raises(ValueError):
+        broken()
+
+
+def test_release_memory_and_free_memory():
+    a, b = torch.ones(3), torch.ones(3)
+    a, b = release_memory(a, b)
+    assert a is None and b is None
+    accelerator = Accelerator()
+    model, optimizer = make()
+    accelerator.prepare(model, optimizer)
+    accelerator.free_memory()
+    assert accelerator._models == [] and accelerator._optimizers == []
+
+
+def test_get_logger_logs_on_the_main_process(caplog):
+    Accelerator()
+    logger = get_logger("drivetrain.test", log_level="INFO")
+    with caplog.at_level(logging.INFO, logger="drivetrain.test"):
+        logger.info("once", main_process_only=True)
+        logger.info("everywhere", main_process_only=False, in_order=True)
+    assert [r.message for r in caplog.records] == ["once", "everywhere"]
+
+
+def test_environment_variable_sets_accumulation_like_accelerate(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "3")
+    assert Accelerator().gradient_accumulation_steps == 3
