@@ -29,6 +29,7 @@ _export("scheduler", "AcceleratedScheduler")
 _export("local_sgd", "LocalSGD")
 _export("memory", "find_executable_batch_size", "release_memory")
 _export("logging", "get_logger")
+_export("checkpointing.model_files", "load_checkpoint_in_model")
 
 
 def __getattr__(name: str) -> Any:

@@ -583,6 +583,72 @@ class Accelerator:
             raise ConfigError(f"cannot checkpoint {invalid}: objects need state_dict() and load_state_dict()")
         self._custom_objects.extend(objects)
 
+    # ---------------------------------------------------------- checkpoints
+
+    def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True,
+                   **save_model_func_kwargs: Any) -> str:
+        """Save everything needed to resume exactly; returns the checkpoint directory.
+
+        The checkpoint appears only when complete on every process; a crash leaves the
+        previous one intact. With automatic checkpoint naming, ``total_limit`` older ones are
+        kept.
+        """
+        from .checkpointing.run_state import save_run_state
+
+        weights = None
+        if self._save_model_state_pre_hook:
+            models = list(self._models)
+            weights = [self.get_state_dict(model, unwrap=True) for model in models]
+            for hook in self._save_model_state_pre_hook.values():
+                hook(models, weights, output_dir)
+        return str(save_run_state(self, output_dir, safe_serialization, weights))
+
+    def load_state(self, input_dir: str | os.PathLike | None = None, **load_model_func_kwargs: Any) -> str:
+        """Restore a checkpoint written by :meth:`save_state` (the newest one when none is named)."""
+        from .checkpointing.run_state import input_directory, load_run_state
+
+        if self._load_model_state_pre_hook:
+            directory = str(input_directory(self, input_dir))
+            for hook in self._load_model_state_pre_hook.values():
+                hook(list(self._models), directory)
+        return str(load_run_state(self, input_dir, strict=load_model_func_kwargs.get("strict", True)))
+
+    def register_save_state_pre_hook(self, hook: Callable[..., None]) -> Any:
+        """Call ``hook(models, weights, output_dir)`` before saving; ``handle.remove()`` undoes it."""
+        from torch.utils.hooks import RemovableHandle
+
+        handle = RemovableHandle(self._save_model_state_pre_hook)
+        self._save_model_state_pre_hook[handle.id] = hook
+        return handle
+
+    def register_load_state_pre_hook(self, hook: Callable[..., None]) -> Any:
+        """Call ``hook(models, input_dir)`` before loading; ``handle.remove()`` undoes it."""
+        from torch.utils.hooks import RemovableHandle
+
+        handle = RemovableHandle(self._load_model_state_pre_hook)
+        self._load_model_state_pre_hook[handle.id] = hook
+        return handle
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        """The full state dict of a prepared model (gathered where the strategy shards it)."""
+        state = self.run.call("drivetrain_get_state_dict", model=model, unwrap=unwrap)
+        if state is None:
+            state = (self.unwrap_model(model, keep_fp32_wrapper=False) if unwrap else model).state_dict()
+        return state
+
+    def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
+                   safe_serialization: bool = True) -> None:
+        """Write the model's full weights (sharded above ``max_shard_size``) on the main process."""
+        from .checkpointing.model_files import write_model_files
+
+        if os.path.isfile(save_directory):
+            raise ConfigError(f"save_model needs a directory, and {save_directory} is a file")
+        state = self.get_state_dict(model, unwrap=True)
+        if self.is_main_process:
+            write_model_files(state, save_directory, max_shard_size=max_shard_size,
+                              safe_serialization=safe_serialization)
+        self.wait_for_everyone()
+
     def free_memory(self, *objects: Any) -> list[None]:
         """Forget every prepared object and free device memory."""
         from .memory import release_memory

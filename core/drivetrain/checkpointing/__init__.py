@@ -1,0 +1,1 @@
+"""Checkpoints that never lose a run: atomic directories, a manifest, code-free formats."""

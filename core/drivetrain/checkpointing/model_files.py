@@ -1,0 +1,185 @@
+"""Model weights on disk in the layout the Hugging Face ecosystem reads: one
+``model.safetensors``, or shards plus ``model.safetensors.index.json``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import CheckpointError
+from .safetensors_io import read_safetensors, write_safetensors
+
+SAFE_WEIGHTS = "model.safetensors"
+SAFE_INDEX = "model.safetensors.index.json"
+TORCH_WEIGHTS = "pytorch_model.bin"
+TORCH_INDEX = "pytorch_model.bin.index.json"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)\s*$", re.I)
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(size: int | str) -> int:
+    """``"10GB"`` -> 10_000_000_000; integers pass through."""
+    if isinstance(size, int):
+        return size
+    match = _SIZE.match(size)
+    if not match:
+        raise CheckpointError(f"cannot read the size {size!r}; write it like '10GB', '500MB' or a number of bytes")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def without_shared_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Keep one name per tensor memory (tied weights); returns kept tensors and ``alias -> kept``."""
+    kept: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    for name, tensor in state_dict.items():
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        identity = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.dtype)
+        if tensor.numel() and identity in seen:
+            aliases[name] = seen[identity]
+            continue
+        seen[identity] = name
+        kept[name] = tensor
+    return kept, aliases
+
+
+def _shards(state_dict: dict[str, torch.Tensor], limit: int) -> list[dict[str, torch.Tensor]]:
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in state_dict.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > limit:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    return shards
+
+
+def write_model_files(state_dict: dict[str, torch.Tensor], directory: str | os.PathLike,
+                      max_shard_size: int | str = "10GB", safe_serialization: bool = True,
+                      fsync: bool = True) -> list[str]:
+    """Write weights (sharded when larger than ``max_shard_size``) into ``directory``.
+
+    Each file is written under a temporary name and renamed, so a reader never sees half a
+    file. Returns the names written.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors, aliases = without_shared_tensors(state_dict)
+    shards = _shards(tensors, parse_size(max_shard_size))
+    single, index_name = (SAFE_WEIGHTS, SAFE_INDEX) if safe_serialization else (TORCH_WEIGHTS, TORCH_INDEX)
+    stem, suffix = single.rsplit(".", 1)
+    names = [single] if len(shards) == 1 else [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.{suffix}" for i in range(len(shards))]
+    for name, shard in zip(names, shards):
+        temporary = directory / f".{name}.partial"
+        if safe_serialization:
+            write_safetensors(temporary, shard, metadata={"format": "pt"}, fsync=fsync)
+        else:
+            torch.save({k: v.contiguous() for k, v in shard.items()}, temporary)
+        os.replace(temporary, directory / name)
+    written = list(names)
+    if len(shards) > 1:
+        weight_map = {key: name for name, shard in zip(names, shards) for key in shard}
+        total = sum(t.numel() * t.element_size() for t in tensors.values())
+        index = {"metadata": {"total_size": total, "aliases": aliases}, "weight_map": weight_map}
+        temporary = directory / f".{index_name}.partial"
+        temporary.write_text(json.dumps(index, indent=2, sort_keys=True))
+        os.replace(temporary, directory / index_name)
+        written.append(index_name)
+    return written
+
+
+def _load_file(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        return read_safetensors(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # weights_only refuses anything that would run code
+        raise CheckpointError(f"{path} cannot be read safely ({type(error).__name__}: "
+                              f"{str(error).splitlines()[0] if str(error) else ''}); only tensors are accepted") from None
+
+
+def read_model_files(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """All weights of a checkpoint file, or of a directory (single file or sharded with an index)."""
+    path = Path(checkpoint)
+    if path.is_file():
+        if path.name.endswith(".index.json"):
+            return _read_index(path)
+        return _load_file(path)
+    for index in (SAFE_INDEX, TORCH_INDEX):
+        if (path / index).exists():
+            return _read_index(path / index)
+    for single in (SAFE_WEIGHTS, TORCH_WEIGHTS):
+        if (path / single).exists():
+            return _load_file(path / single)
+    raise CheckpointError(f"no model weights in {path}: expected {SAFE_WEIGHTS}, {SAFE_INDEX}, {TORCH_WEIGHTS} "
+                          f"or {TORCH_INDEX}")
+
+
+def _read_index(index: Path) -> dict[str, torch.Tensor]:
+    try:
+        document = json.loads(index.read_text())
+        weight_map: dict[str, str] = document["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"{index} is damaged ({error})") from None
+    state: dict[str, torch.Tensor] = {}
+    for shard in dict.fromkeys(weight_map.values()):
+        state.update(_load_file(index.parent / shard))
+    for alias, target in document.get("metadata", {}).get("aliases", {}).items():
+        state[alias] = state[target]
+    return state
+
+
+def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLike, device_map: dict[str, Any] | None = None,
+                             dtype: torch.dtype | str | None = None, strict: bool = False, **_ignored: Any) -> None:
+    """Load weights from a file or directory into ``model``, in place.
+
+    ``device_map`` (``{"module.name": device}``) places each module's weights; ``dtype``
+    casts floating-point weights; ``strict`` makes missing or unexpected keys an error.
+    """
+    state = read_model_files(checkpoint)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype.removeprefix("torch."))
+    own = dict(model.state_dict(keep_vars=True))
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if strict and (missing or unexpected):
+        raise CheckpointError(f"{checkpoint} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    for name, value in state.items():
+        if name not in own:
+            continue
+        target = own[name]
+        device = _device_for(name, device_map) or target.device
+        if dtype is not None and value.is_floating_point():
+            value = value.to(dtype)
+        module_name, _, attribute = name.rpartition(".")
+        module = model.get_submodule(module_name) if module_name else model
+        if target.device.type == "meta" or device != target.device or value.dtype != target.dtype:
+            replacement = value.to(device)
+            if isinstance(target, torch.nn.Parameter):
+                replacement = torch.nn.Parameter(replacement, requires_grad=target.requires_grad)
+            setattr(module, attribute, replacement)
+        else:
+            with torch.no_grad():
+                target.copy_(value)
+
+
+def _device_for(name: str, device_map: dict[str, Any] | None) -> torch.device | None:
+    if not device_map:
+        return None
+    best = None
+    for prefix, device in device_map.items():
+        if prefix == "" or name == prefix or name.startswith(prefix + "."):
+            if best is None or len(prefix) > len(best[0]):
+                best = (prefix, device)
+    if best is None:
+        return None
+    return torch.device(best[1])
