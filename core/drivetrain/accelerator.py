@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -101,8 +102,9 @@ class Accelerator:
         self._schedulers: list[Any] = []
         self._dataloaders: list[Any] = []
         self._custom_objects: list[Any] = []
-        self._save_model_state_pre_hook: dict[int, Callable] = {}
-        self._load_model_state_pre_hook: dict[int, Callable] = {}
+        # OrderedDict: torch's RemovableHandle keeps a weak reference to it
+        self._save_model_state_pre_hook: dict[int, Callable] = collections.OrderedDict()
+        self._load_model_state_pre_hook: dict[int, Callable] = collections.OrderedDict()
         self.trackers = self._build_trackers(log_with)
 
     # ------------------------------------------------------------ set-up helpers

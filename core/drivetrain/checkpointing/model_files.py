@@ -12,12 +12,15 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError
-from .safetensors_io import read_safetensors, write_safetensors
+from .safetensors_io import read_metadata, read_safetensors, write_safetensors
 
 SAFE_WEIGHTS = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
 TORCH_WEIGHTS = "pytorch_model.bin"
 TORCH_INDEX = "pytorch_model.bin.index.json"
+# Names of tied weights that were stored once: {"alias": "stored name"} (a single-file model
+# keeps it in its safetensors metadata, a sharded one in its index).
+ALIASES_KEY = "drivetrain_aliases"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)\s*$", re.I)
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -73,7 +76,10 @@ def write_model_files(state_dict: dict[str, torch.Tensor], directory: str | os.P
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tensors, aliases = without_shared_tensors(state_dict)
+    if safe_serialization:
+        tensors, aliases = without_shared_tensors(state_dict)
+    else:  # pickled files keep shared storage themselves
+        tensors, aliases = {k: v for k, v in state_dict.items() if isinstance(v, torch.Tensor)}, {}
     shards = _shards(tensors, parse_size(max_shard_size))
     single, index_name = (SAFE_WEIGHTS, SAFE_INDEX) if safe_serialization else (TORCH_WEIGHTS, TORCH_INDEX)
     stem, suffix = single.rsplit(".", 1)
@@ -81,7 +87,10 @@ def write_model_files(state_dict: dict[str, torch.Tensor], directory: str | os.P
     for name, shard in zip(names, shards):
         temporary = directory / f".{name}.partial"
         if safe_serialization:
-            write_safetensors(temporary, shard, metadata={"format": "pt"}, fsync=fsync)
+            metadata = {"format": "pt"}
+            if aliases and len(shards) == 1:
+                metadata[ALIASES_KEY] = json.dumps(aliases)
+            write_safetensors(temporary, shard, metadata=metadata, fsync=fsync)
         else:
             torch.save({k: v.contiguous() for k, v in shard.items()}, temporary)
         os.replace(temporary, directory / name)
@@ -99,7 +108,11 @@ def write_model_files(state_dict: dict[str, torch.Tensor], directory: str | os.P
 
 def _load_file(path: Path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
-        return read_safetensors(path)
+        state = read_safetensors(path)
+        aliases = json.loads(read_metadata(path).get(ALIASES_KEY, "{}"))
+        for alias, target in aliases.items():
+            state[alias] = state[target]
+        return state
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # weights_only refuses anything that would run code
