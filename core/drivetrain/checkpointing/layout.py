@@ -147,15 +147,30 @@ def rotate(root: Path, keep: int) -> list[Path]:
     removed = []
     checkpoints = automatic_checkpoints(root)
     for _number, path in checkpoints[: max(len(checkpoints) - keep, 0)]:
-        shutil.rmtree(path, ignore_errors=True)
+        # Hide it first (one atomic rename): a crash while deleting must not leave a
+        # visible checkpoint with some of its files gone.
+        trash = root / f"{TRASH_PREFIX}{path.name}-{new_token()}"
+        os.rename(path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
         removed.append(path)
+    remove_stale_temporaries(root)
     return removed
 
 
-def remove_stale_temporaries(root: Path, keep: set[str] = frozenset()) -> None:
-    """Delete what interrupted saves left behind (hidden temporary and trash directories)."""
+def remove_stale_temporaries(root: Path, older_than: float = 3600.0) -> None:
+    """Delete what interrupted saves left behind (hidden temporary and trash directories).
+
+    Only those untouched for ``older_than`` seconds: a recent one may belong to a save in
+    progress on another process or job.
+    """
     if not root.is_dir():
         return
+    now = time.time()
     for child in root.iterdir():
-        if child.name.startswith((TEMP_PREFIX, TRASH_PREFIX)) and child.name not in keep and child.is_dir():
-            shutil.rmtree(child, ignore_errors=True)
+        if child.name.startswith((TEMP_PREFIX, TRASH_PREFIX)) and child.is_dir():
+            try:
+                stale = now - child.stat().st_mtime > older_than
+            except FileNotFoundError:
+                continue
+            if stale:
+                shutil.rmtree(child, ignore_errors=True)
