@@ -31,3 +31,40 @@ def test_killed_and_resumed_run_is_bitwise_identical(tmp_path):
     straight0 = torch.load(straight_dir / "straight_0.pt")["seen"][0]
     straight1 = torch.load(straight_dir / "straight_1.pt")["seen"][0]
     assert set(straight0).isdisjoint(straight1)
+
+
+def test_a_two_process_checkpoint_in_one_process(tmp_path, fresh_state):
+    """Model and optimizer of a DDP run load into one process; a mid-epoch loader cannot."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from drivetrain import Accelerator
+    from drivetrain.errors import CheckpointError
+
+    killed = launch("check_resume.py", "interrupt", str(INTERRUPT_AT), str(tmp_path))
+    assert killed.returncode != 0
+    saved = torch.load(tmp_path / "interrupt_0.pt")
+
+    def objects():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.3), torch.nn.Linear(16, 1))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        return model, optimizer, torch.optim.lr_scheduler.StepLR(optimizer, 2, gamma=0.9)
+
+    class Progress:
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            self.state = state
+
+    accelerator = Accelerator()
+    model, optimizer, scheduler = accelerator.prepare(*objects())
+    accelerator.register_for_checkpointing(Progress())
+    accelerator.load_state(tmp_path / "checkpoint")
+    for a, b in zip(model.parameters(), saved["params"]):
+        assert torch.equal(a, b)
+    assert optimizer.state_dict()["state"]  # AdamW moments came back
+
+    accelerator.prepare(DataLoader(TensorDataset(torch.arange(40)), batch_size=4, shuffle=True))
+    with pytest.raises(CheckpointError, match="saved mid-epoch by 2 processes"):
+        accelerator.load_state(tmp_path / "checkpoint")
