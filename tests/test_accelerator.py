@@ -68,6 +68,7 @@ def test_backward_before_prepare_is_refused():
 def test_unknown_keyword_argument():
     with pytest.raises(TypeError, match="unexpected keyword argument"):
         Accelerator(not_an_option=1)
+    assert Accelerator(some_strategy_plugin=None).num_processes == 1  # Accelerate scripts pass None
 
 
 def test_duplicate_kwargs_handlers_are_refused():

@@ -123,21 +123,27 @@ class Accelerator:
 
     @staticmethod
     def _strategy_for_options(options: dict[str, Any]) -> str | None:
-        """The strategy whose ``accelerator_arguments`` the given keywords are."""
-        if not options:
+        """The strategy whose ``accelerator_arguments`` the given keywords are.
+
+        A keyword no installed strategy declares is accepted when its value is ``None`` (a
+        script written for Accelerate passing ``..._plugin=None``) and refused otherwise.
+        """
+        given = {arg: value for arg, value in options.items() if value is not None}
+        if not given:
             return None
         from .plugin_manager import get_plugin_manager
 
         owners = {arg: spec.name for _p, spec in get_plugin_manager().registrations("drivetrain_register_strategies")
                   for arg in spec.accelerator_arguments}
-        unknown = sorted(set(options) - set(owners))
+        unknown = sorted(set(given) - set(owners))
         if unknown:
-            raise TypeError(f"Accelerator() got unexpected keyword argument(s) {unknown}; "
-                            f"strategy plugins accept: {sorted(owners) or 'none installed'}")
-        chosen = {owners[arg] for arg, value in options.items() if value is not None}
+            raise TypeError(f"Accelerator() got unexpected keyword argument(s) {unknown}: no installed strategy "
+                            f"accepts them (strategies accept: {sorted(owners) or 'none'}); install the plugin "
+                            "that provides it, see `drivetrain plugins list`")
+        chosen = {owners[arg] for arg in given}
         if len(chosen) > 1:
             raise ConfigError(f"options for several strategies were given ({sorted(chosen)}); choose one")
-        return chosen.pop() if chosen else None
+        return chosen.pop()
 
     @staticmethod
     def _accumulation_plugin(steps: int, plugin: GradientAccumulationPlugin | None) -> GradientAccumulationPlugin:
