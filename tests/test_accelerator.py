@@ -163,9 +163,9 @@ def test_fp16_overflow_skips_the_step_and_the_scheduler():
 
 def test_clip_grad_norm_and_value():
     model, optimizer = make()
-    accelerator = Accelerator(mixed_precision="fp16")
+    accelerator = Accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=1024)])
     model, optimizer = accelerator.prepare(model, optimizer)
-    accelerator.backward(model(torch.randn(4, 4)).sum() * 100)
+    accelerator.backward(model(torch.randn(4, 4)).sum() * 10)
     norm = accelerator.clip_grad_norm_(model.parameters(), 0.5)
     assert norm > 0.5  # the norm before clipping, unscaled
     total = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))
