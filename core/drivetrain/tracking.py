@@ -1,8 +1,23 @@
-"""The base class of experiment trackers. Tracker plugins subclass it; the core never names one."""
+"""Experiment tracking: the base class trackers subclass, and the set of trackers a run logs to.
+
+Tracker plugins register :class:`~drivetrain.plugin_api.TrackerSpec` descriptors; the
+:class:`Trackers` facade turns the user's ``log_with`` into tracker objects through those
+registrations only, so the core never names a tracker library.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+import logging
+import os
+from typing import Any, Iterator
+
+from .errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+#: The ``log_with`` value that selects every tracker whose plugin is usable here.
+ALL_TRACKERS = "all"
 
 
 class GeneralTracker:
@@ -17,8 +32,12 @@ class GeneralTracker:
             ``False`` for trackers that collect from every process themselves.
 
     The constructor takes ``run_name`` (the project name given to ``init_trackers``), then
-    ``logging_dir`` when required, then the user's ``init_kwargs`` for this tracker. It must
-    not contact the backend: :meth:`start` does, on the processes that log.
+    ``logging_dir`` when required (or when the run has one and the constructor accepts a
+    ``logging_dir`` keyword), then the user's ``init_kwargs`` for this tracker. It must not
+    contact the backend: :meth:`start` does, on the processes that log.
+
+    ``GeneralTracker(_blank=True)`` is a stand-in whose methods do nothing: what
+    ``get_tracker`` returns on a process that does not log.
     """
 
     name: str = ""
@@ -26,6 +45,7 @@ class GeneralTracker:
     main_process_only: bool = True
 
     def __init__(self, _blank: bool = False) -> None:
+        self._blank = _blank
         if _blank:
             return
         missing = [attr for attr in ("name", "requires_logging_directory") if not hasattr(type(self), attr)]
@@ -36,8 +56,13 @@ class GeneralTracker:
             )
 
     @property
+    def is_blank(self) -> bool:
+        """``True`` for the do-nothing stand-in of a process that does not log."""
+        return getattr(self, "_blank", False)
+
+    @property
     def tracker(self) -> Any:
-        """The backend's own run object (``wandb.Run``, a ``SummaryWriter``, ...)."""
+        """The backend's own run object (a run, a writer, an experiment ...)."""
         return None
 
     def start(self) -> None:
@@ -51,15 +76,324 @@ class GeneralTracker:
 
     def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Record images, where the backend supports them."""
-        raise NotImplementedError(f"the {self.name} tracker cannot log images")
+        if not self.is_blank:
+            raise NotImplementedError(f"the {self.name} tracker cannot log images")
 
     def log_table(self, table_name: str, columns: list[str] | None = None, data: list[list[Any]] | None = None,
                   dataframe: Any = None, step: int | None = None, **kwargs: Any) -> None:
         """Record a table, where the backend supports them."""
-        raise NotImplementedError(f"the {self.name} tracker cannot log tables")
+        if not self.is_blank:
+            raise NotImplementedError(f"the {self.name} tracker cannot log tables")
 
     def on_checkpoint(self, event: str, directory: str) -> None:
         """Be told that a checkpoint was saved or loaded (``event`` is ``"save"``/``"load"``)."""
 
     def finish(self) -> None:
         """Flush and close the run."""
+
+    def __repr__(self) -> str:
+        if self.is_blank:
+            return "GeneralTracker(_blank=True)"
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+def plain_value(value: Any) -> Any:
+    """A one-element tensor or array (or a numpy scalar) as a Python number; anything else as is.
+
+    Tracker plugins call it on logged values so users may log ``loss`` without ``.item()``.
+    """
+    item = getattr(value, "item", None)
+    if callable(item) and not isinstance(value, (str, bytes)):
+        size = getattr(value, "numel", None)
+        count = size() if callable(size) else getattr(value, "size", 1)
+        if count == 1:
+            try:
+                return item()
+            except (TypeError, ValueError, RuntimeError):
+                return value
+    return value
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` (after :func:`plain_value`) is a real number a tracker can plot."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def flatten_config(values: dict[str, Any], separator: str = "/", prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 0.1}}`` as ``{"optim/lr": 0.1}``, for backends with flat parameters."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{separator}{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            flat.update(flatten_config(value, separator, name))
+        else:
+            flat[name] = plain_value(value)
+    return flat
+
+
+def _choice_name(item: Any) -> str:
+    """The lower-case name of a ``log_with`` entry given as a string or a string enum member."""
+    value = getattr(item, "value", item)
+    text = str.__str__(value) if isinstance(value, str) else str(value)
+    return text.strip().lower()
+
+
+def _accepts_keyword(factory: Any, keyword: str) -> bool:
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == keyword and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in parameters)
+
+
+class _Choice:
+    """One registered tracker the user selected: its spec, its plugin, how it was chosen."""
+
+    def __init__(self, plugin: str, spec: Any, explicit: bool) -> None:
+        self.plugin = plugin
+        self.spec = spec
+        self.explicit = explicit
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+class Trackers:
+    """The experiment trackers of one run; what ``Accelerator(log_with=...)`` holds.
+
+    Args:
+        log_with: ``None``, a tracker name, ``"all"``, a ``LoggerType`` member, a
+            :class:`GeneralTracker` instance, or a list mixing these. Names are matched,
+            case-insensitively, against the trackers that plugins register
+            (``drivetrain_register_trackers``); ``"all"`` means every tracker of a usable
+            plugin (those needing a logging directory are left out, with a warning, when the
+            run has none).
+        logging_dir: where trackers that write files put them (``project_dir`` or
+            ``ProjectConfiguration(logging_dir=...)``).
+        is_main_process: whether this process is the main one. Trackers whose class says
+            ``main_process_only`` are created, started and logged to on the main process
+            only; elsewhere :meth:`get_tracker` returns ``GeneralTracker(_blank=True)``.
+        run: the :class:`drivetrain.run.Run` of this process, if any: the plugins of the
+            chosen trackers are made active in it.
+        manager: the plugin manager to resolve names with (default: the run's, or the
+            process-wide one).
+
+    Choices are checked here, when the ``Accelerator`` is built, so that a typo or a missing
+    library fails before training starts. Nothing of a tracker library is imported until
+    :meth:`init_trackers`.
+
+    Iterating yields the tracker objects that log on this process (after
+    ``init_trackers``); the object is true when anything was selected.
+    """
+
+    def __init__(self, log_with: Any, logging_dir: str | os.PathLike | None = None, is_main_process: bool = True,
+                 run: Any = None, manager: Any = None) -> None:
+        self.logging_dir = os.fspath(logging_dir) if logging_dir is not None else None
+        self.is_main_process = is_main_process
+        self.run = run
+        if manager is None and run is not None:
+            manager = run.manager
+        if manager is None:
+            from .plugin_manager import get_plugin_manager
+
+            manager = get_plugin_manager()
+        self.manager = manager
+        self._choices: list[_Choice | GeneralTracker] = self._select(log_with)
+        self._trackers: list[GeneralTracker] = []
+        self._finished = False
+        if run is not None:
+            plugins = [c.plugin for c in self._choices if isinstance(c, _Choice)]
+            if plugins:
+                run.activate(*dict.fromkeys(plugins))
+
+    # ------------------------------------------------------------- selection
+
+    def _registered(self) -> dict[str, tuple[str, Any]]:
+        """Tracker name -> (plugin name, spec); the first registration of a name wins."""
+        found: dict[str, tuple[str, Any]] = {}
+        for plugin, spec in self.manager.registrations("drivetrain_register_trackers"):
+            found.setdefault(spec.name.lower(), (plugin, spec))
+        return found
+
+    def _select(self, log_with: Any) -> list[_Choice | GeneralTracker]:
+        if log_with is None:
+            return []
+        items = list(log_with) if isinstance(log_with, (list, tuple, set)) else [log_with]
+        registered = self._registered()
+        chosen: list[_Choice | GeneralTracker] = []
+        want_all = False
+        for item in items:
+            if isinstance(item, GeneralTracker):
+                chosen.append(item)
+            elif isinstance(item, str):
+                name = _choice_name(item)
+                if name == ALL_TRACKERS:
+                    want_all = True
+                elif name not in [c.name.lower() for c in chosen]:
+                    chosen.append(self._explicit_choice(name, registered))
+            elif item is not None:
+                raise ConfigError(
+                    f"log_with accepts tracker names, '{ALL_TRACKERS}' and GeneralTracker instances, not "
+                    f"{type(item).__name__} ({item!r})"
+                )
+        if want_all:
+            for name, (plugin, spec) in registered.items():
+                if name in [c.name.lower() for c in chosen] or not self.manager.records[plugin].usable:
+                    continue
+                if spec.requires_logging_directory and self.logging_dir is None:
+                    logger.warning("log_with='all' leaves out the %r tracker: it needs project_dir or "
+                                   "ProjectConfiguration(logging_dir=...)", spec.name)
+                    continue
+                chosen.append(_Choice(plugin, spec, explicit=False))
+        return chosen
+
+    def _explicit_choice(self, name: str, registered: dict[str, tuple[str, Any]]) -> _Choice:
+        if name not in registered:
+            record = self.manager.records.get(name)
+            if record is not None and not record.usable and record.reason:
+                raise ConfigError(f"tracker {name!r} cannot be used: plugin {name!r} is {record.status}: "
+                                  f"{record.reason}")
+            known = ", ".join(sorted(registered)) or "none"
+            raise ConfigError(f"unknown tracker {name!r} in log_with; installed trackers: {known} "
+                              f"(or '{ALL_TRACKERS}'); see `drivetrain plugins list`")
+        plugin, spec = registered[name]
+        record = self.manager.records[plugin]
+        if not record.usable:
+            fix = f" ({record.install})" if record.install and record.install not in record.reason else ""
+            raise ConfigError(f"tracker {name!r} cannot be used: plugin {plugin!r} is {record.status}: "
+                              f"{record.reason}{fix}")
+        if spec.requires_logging_directory and self.logging_dir is None:
+            raise ConfigError(f"the {name!r} tracker writes files and needs a directory: pass "
+                              "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...)")
+        return _Choice(plugin, spec, explicit=True)
+
+    @property
+    def names(self) -> list[str]:
+        """The names of the selected trackers, in order."""
+        return [c.name for c in self._choices]
+
+    # ------------------------------------------------------------- the run
+
+    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
+                      init_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        """Create and start every tracker that logs on this process, then store ``config``.
+
+        ``init_kwargs`` maps a tracker name to the keyword arguments of its constructor
+        (``{"<name>": {"tags": [...]}}``). Calling it again finishes the previous trackers.
+        """
+        if self._trackers and not self._finished:
+            self.end_training()
+        init_kwargs = init_kwargs or {}
+        self._trackers, self._finished = [], False
+        created = [(choice, self._create(choice, project_name, init_kwargs)) for choice in self._choices]
+        for choice, tracker in created:
+            if tracker is None:
+                continue
+            try:
+                tracker.start()
+            except Exception as exc:
+                if not isinstance(choice, _Choice) or choice.explicit:
+                    raise
+                logger.warning("log_with='all' leaves out the %r tracker: it failed to start: %s: %s",
+                               choice.name, type(exc).__name__, exc)
+                continue
+            self._trackers.append(tracker)
+        if config is not None:
+            for tracker in self._trackers:
+                tracker.store_init_configuration(config)
+
+    def _logs_here(self, tracker_class: Any) -> bool:
+        return self.is_main_process or not getattr(tracker_class, "main_process_only", True)
+
+    def _create(self, choice: _Choice | GeneralTracker, project_name: str,
+                init_kwargs: dict[str, dict[str, Any]]) -> GeneralTracker | None:
+        if isinstance(choice, GeneralTracker):
+            return choice if self._logs_here(choice) else None
+        from .plugin_api import resolve
+
+        factory = resolve(choice.spec.factory)
+        if not self._logs_here(factory):
+            return None
+        kwargs = dict(init_kwargs.get(choice.name, {}))
+        try:
+            if choice.spec.requires_logging_directory or getattr(factory, "requires_logging_directory", False):
+                return factory(project_name, self.logging_dir, **kwargs)
+            wants_dir = "logging_dir" not in kwargs and _accepts_keyword(factory, "logging_dir")
+            if self.logging_dir is not None and wants_dir:
+                kwargs["logging_dir"] = self.logging_dir
+            return factory(project_name, **kwargs)
+        except Exception as exc:
+            if choice.explicit:
+                raise
+            logger.warning("log_with='all' leaves out the %r tracker: %s: %s", choice.name, type(exc).__name__, exc)
+            return None
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker called ``name`` (its backend object with ``unwrap=True``).
+
+        On a process where that tracker does not log, a ``GeneralTracker(_blank=True)``
+        whose methods do nothing.
+        """
+        wanted = _choice_name(name)
+        for tracker in self._trackers:
+            if tracker.name.lower() == wanted:
+                return tracker.tracker if unwrap else tracker
+        if wanted in [n.lower() for n in self.names]:
+            return GeneralTracker(_blank=True)
+        raise ConfigError(f"{name!r} is not one of this run's trackers: {', '.join(self.names) or 'none'}")
+
+    def log(self, values: dict[str, Any], step: int | None = None,
+            log_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        """Log ``values`` at ``step`` to every tracker of this process.
+
+        ``log_kwargs`` maps a tracker name to extra keyword arguments of its ``log``.
+        """
+        log_kwargs = log_kwargs or {}
+        for tracker in self._trackers:
+            tracker.log(values, step=step, **log_kwargs.get(tracker.name, {}))
+
+    def on_checkpoint(self, event: str, directory: str | os.PathLike) -> None:
+        """Tell every tracker that a checkpoint was saved (``"save"``) or loaded (``"load"``).
+
+        A tracker that fails is logged, not raised: a checkpoint is never lost to a tracker.
+        """
+        for tracker in self._trackers:
+            try:
+                tracker.on_checkpoint(event, os.fspath(directory))
+            except Exception as exc:
+                logger.warning("the %r tracker could not record checkpoint %s of %s: %s: %s",
+                               tracker.name, event, os.fspath(directory), type(exc).__name__, exc)
+
+    def end_training(self) -> None:
+        """Finish every tracker (once; later calls do nothing), the last started first.
+
+        Several tracker libraries wrap ``sys.stdout`` or hooks while their run is open;
+        closing them in the reverse order of opening unwinds those wrappers cleanly.
+        """
+        if self._finished:
+            return
+        self._finished = True
+        errors = []
+        for tracker in reversed(self._trackers):
+            try:
+                tracker.finish()
+            except Exception as exc:  # finish the others first, then report
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    # ------------------------------------------------------------- container manners
+
+    def __iter__(self) -> Iterator[GeneralTracker]:
+        return iter(self._trackers)
+
+    def __len__(self) -> int:
+        return len(self._trackers)
+
+    def __bool__(self) -> bool:
+        return bool(self._choices)
+
+    def __repr__(self) -> str:
+        return f"Trackers({self.names!r}, started={[t.name for t in self._trackers]!r})"
+
