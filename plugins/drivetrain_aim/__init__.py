@@ -1,0 +1,1 @@
+"""The ``aim`` experiment tracker plugin (Aim)."""

@@ -1,0 +1,1 @@
+"""The ``clearml`` experiment tracker plugin (ClearML)."""

@@ -1,0 +1,24 @@
+"""Registers the ``clearml`` tracker. Imports nothing of ClearML: the tracker class is named lazily."""
+
+from __future__ import annotations
+
+from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
+
+PLUGIN_INFO = PluginInfo(
+    api_version="1.0",
+    description="ClearML experiment tracker",
+    requires=("clearml>=1.14",),
+    extra="clearml",
+)
+
+
+@hookimpl
+def drivetrain_register_trackers():
+    return [
+        TrackerSpec(
+            name="clearml",
+            factory="drivetrain_clearml.tracker:ClearMLTracker",
+            requires_logging_directory=False,
+            description="ClearML tasks (CLEARML_OFFLINE_MODE=1 keeps them on disk)",
+        )
+    ]

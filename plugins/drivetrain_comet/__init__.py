@@ -1,0 +1,1 @@
+"""The ``comet_ml`` experiment tracker plugin (Comet)."""

@@ -1,0 +1,1 @@
+"""The ``dvclive`` experiment tracker plugin (DVCLive)."""

@@ -1,0 +1,1 @@
+"""The ``mlflow`` experiment tracker plugin (MLflow)."""

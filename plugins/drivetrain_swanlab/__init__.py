@@ -1,0 +1,1 @@
+"""The ``swanlab`` experiment tracker plugin (SwanLab)."""

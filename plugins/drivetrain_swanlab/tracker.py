@@ -1,0 +1,74 @@
+"""SwanLab: a run started with ``swanlab.init``."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any
+
+from drivetrain.tracking import GeneralTracker, plain_value
+
+
+class SwanLabTracker(GeneralTracker):
+    """Logs to a SwanLab run.
+
+    ``SWANLAB_MODE`` (``offline``, ``local``, ``disabled``) is honoured by the library. Run
+    files go to the ``log_dir`` init kwarg, else ``SWANLAB_LOG_DIR`` if set, else
+    ``<logging_dir>/swanlog`` when the run has a logging directory, else SwanLab's default
+    ``./swanlog``.
+
+    Args:
+        run_name: the project name (``swanlab.init(project=...)``).
+        logging_dir: the run's logging directory, when it has one.
+        **kwargs: passed to ``swanlab.init`` (``name``, ``mode``, ``workspace``, ``tags``, ...).
+    """
+
+    name = "swanlab"
+    requires_logging_directory = False
+    main_process_only = True
+
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        self.run_name = run_name
+        self.logging_dir = os.fspath(logging_dir) if logging_dir is not None else None
+        self.init_kwargs = kwargs
+        self.run: Any = None
+
+    @property
+    def tracker(self) -> Any:
+        return self.run
+
+    def start(self) -> None:
+        import swanlab
+
+        kwargs = dict(self.init_kwargs)
+        kwargs.setdefault("project", self.run_name)
+        # The keyword was ``logdir`` before SwanLab 0.10, ``log_dir`` since.
+        keyword = "log_dir" if "log_dir" in inspect.signature(swanlab.init).parameters else "logdir"
+        chosen = kwargs.get("log_dir") or kwargs.get("logdir")
+        from_environment = os.environ.get("SWANLAB_LOG_DIR") or os.environ.get("SWANLAB_LOGDIR")
+        if not chosen and not from_environment and self.logging_dir is not None:
+            chosen = kwargs[keyword] = os.path.join(self.logging_dir, "swanlog")
+        if chosen:
+            os.makedirs(chosen, exist_ok=True)  # SwanLab wants the folder to exist
+        self.run = swanlab.init(**kwargs)
+
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        self.run.config.update(values)
+
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.run.log({key: plain_value(value) for key, value in values.items()}, step=step, **kwargs)
+
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Each value is an image (array, tensor, PIL image or path) or a list of them."""
+        import swanlab
+
+        def image(value: Any) -> Any:
+            return swanlab.Image(value, **kwargs)
+
+        self.run.log({key: [image(v) for v in value] if isinstance(value, (list, tuple)) else image(value)
+                      for key, value in values.items()}, step=step)
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self.run.finish()

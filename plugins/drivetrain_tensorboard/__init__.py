@@ -1,0 +1,1 @@
+"""The ``tensorboard`` experiment tracker plugin (TensorBoard)."""

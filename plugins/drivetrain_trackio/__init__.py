@@ -1,0 +1,1 @@
+"""The ``trackio`` experiment tracker plugin (Trackio)."""

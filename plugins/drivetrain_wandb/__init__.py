@@ -1,0 +1,1 @@
+"""The ``wandb`` experiment tracker plugin (Weights & Biases)."""
