@@ -1,0 +1,289 @@
+"""The tracking facade: choosing trackers from ``log_with``, their life cycle, and its errors.
+
+Most tests use in-process plugins (``fake_plugins``) and small tracker classes defined here;
+the ``all`` test and the template test use the real installed plugins and libraries.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import warnings
+
+import pytest
+from fake_plugins import fake_plugin
+from tracker_env import trackio_dir, tracker_env  # noqa: F401  (fixtures)
+
+import drivetrain.plugin_manager as plugin_manager
+from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
+from drivetrain.plugin_manager import PluginManager
+from drivetrain.tracking import GeneralTracker, Trackers, plain_value
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
+
+
+class Recorder(GeneralTracker):
+    """A tracker that keeps every call in a list shared by the class."""
+
+    name = "recorder"
+    requires_logging_directory = False
+    calls: list = []
+
+    def __init__(self, run_name, logging_dir=None, **kwargs):
+        super().__init__()
+        self.run_name, self.logging_dir, self.kwargs = run_name, logging_dir, kwargs
+        type(self).calls.append(("init", run_name, logging_dir, kwargs))
+
+    @property
+    def tracker(self):
+        return {"backend-of": self.name}
+
+    def start(self):
+        type(self).calls.append(("start", self.name))
+
+    def store_init_configuration(self, values):
+        type(self).calls.append(("config", self.name, values))
+
+    def log(self, values, step=None, **kwargs):
+        type(self).calls.append(("log", self.name, values, step, kwargs))
+
+    def on_checkpoint(self, event, directory):
+        type(self).calls.append(("checkpoint", self.name, event, directory))
+
+    def finish(self):
+        type(self).calls.append(("finish", self.name))
+
+
+class EveryRank(Recorder):
+    """Logs from every process (``main_process_only = False``)."""
+
+    name = "everyrank"
+    main_process_only = False
+
+
+class NeedsDir(Recorder):
+    name = "needsdir"
+    requires_logging_directory = True
+
+    def __init__(self, run_name, logging_dir, **kwargs):
+        super().__init__(run_name, logging_dir, **kwargs)
+
+
+class Broken(Recorder):
+    name = "broken"
+
+    def start(self):
+        raise RuntimeError("backend refused the connection")
+
+
+def tracker_plugin(plugin, *classes, requires=(), extra=None):
+    """An in-process plugin registering ``classes`` as trackers."""
+
+    @hookimpl
+    def drivetrain_register_trackers():
+        return [TrackerSpec(name=c.name, factory=c, requires_logging_directory=c.requires_logging_directory)
+                for c in classes]
+
+    info = PluginInfo(api_version="1.0", description=f"{plugin} trackers", requires=requires, extra=extra)
+    return fake_plugin(plugin, PLUGIN_INFO=info, drivetrain_register_trackers=drivetrain_register_trackers)
+
+
+@pytest.fixture
+def manager(monkeypatch):
+    """A plugin manager with fake tracker plugins only; also the process-wide one."""
+    Recorder.calls = []
+    entry_points = [
+        tracker_plugin("recorders", Recorder, EveryRank, NeedsDir),
+        tracker_plugin("flaky", Broken),
+        tracker_plugin("fancy", type("Fancy", (Recorder,), {"name": "fancy"}),
+                       requires=("drivetrain-no-such-tracker-library>=1.0",), extra="fancy"),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = PluginManager(env={}, entry_points=entry_points).load()
+    monkeypatch.setattr(plugin_manager, "_default_manager", loaded)
+    return loaded
+
+
+def test_a_name_selects_the_registered_tracker_and_drives_its_life(manager, tmp_path):
+    trackers = Trackers("recorder", logging_dir=tmp_path)
+    assert bool(trackers) and trackers.names == ["recorder"] and len(trackers) == 0
+    assert Recorder.calls == [], "nothing is created before init_trackers"
+    trackers.init_trackers("proj", config={"lr": 0.1}, init_kwargs={"recorder": {"tags": ["a"]}, "other": {"x": 1}})
+    trackers.log({"loss": 1.0}, step=3, log_kwargs={"recorder": {"commit": True}, "other": {"y": 2}})
+    trackers.on_checkpoint("save", tmp_path / "ckpt")
+    trackers.end_training()
+    trackers.end_training()  # once only
+    assert Recorder.calls == [
+        ("init", "proj", str(tmp_path), {"tags": ["a"]}),
+        ("start", "recorder"),
+        ("config", "recorder", {"lr": 0.1}),
+        ("log", "recorder", {"loss": 1.0}, 3, {"commit": True}),
+        ("checkpoint", "recorder", "save", str(tmp_path / "ckpt")),
+        ("finish", "recorder"),
+    ]
+    assert [t.name for t in trackers] == ["recorder"]
+
+
+def test_names_may_be_enum_members_any_case_and_mixed_with_instances(manager, tmp_path):
+    class Kind(str, enum.Enum):
+        RECORDER = "recorder"
+
+    mine = EveryRank("mine")
+    Recorder.calls = []
+    trackers = Trackers([Kind.RECORDER, mine, "NeedsDir", "recorder"], logging_dir=tmp_path)
+    assert trackers.names == ["recorder", "everyrank", "needsdir"]
+    trackers.init_trackers("proj")
+    assert trackers.get_tracker("everyrank") is mine
+    assert trackers.get_tracker("recorder", unwrap=True) == {"backend-of": "recorder"}
+    with pytest.raises(ConfigError, match="'nope' is not one of this run's trackers: recorder, everyrank, needsdir"):
+        trackers.get_tracker("nope")
+
+
+def test_the_open_logger_type_enum_is_accepted(manager, tmp_path):
+    from drivetrain.enums import LoggerType
+
+    trackers = Trackers([LoggerType.RECORDER, LoggerType.ALL], logging_dir=tmp_path)
+    assert trackers.names[0] == "recorder" and "everyrank" in trackers.names
+
+
+def test_unknown_name_lists_the_installed_trackers(manager):
+    with pytest.raises(ConfigError) as error:
+        Trackers("tensorbored")
+    message = str(error.value)
+    assert "unknown tracker 'tensorbored'" in message
+    assert "installed trackers: broken, everyrank, fancy, needsdir, recorder" in message and "'all'" in message
+
+
+def test_missing_library_names_the_install_command(manager):
+    with pytest.raises(ConfigError) as error:
+        Trackers("fancy")
+    message = str(error.value)
+    assert "tracker 'fancy' cannot be used" in message
+    assert "needs drivetrain-no-such-tracker-library" in message
+    assert "pip install 'drivetrain[fancy]'" in message
+
+
+def test_a_tracker_that_writes_files_needs_a_directory(manager):
+    with pytest.raises(ConfigError, match="project_dir=.*logging_dir="):
+        Trackers("needsdir", logging_dir=None)
+
+
+def test_log_with_rejects_what_is_not_a_tracker(manager):
+    with pytest.raises(ConfigError, match="not int"):
+        Trackers(["recorder", 3])
+
+
+def test_all_takes_every_usable_tracker_and_skips_what_cannot_work(manager, caplog):
+    with caplog.at_level(logging.WARNING, logger="drivetrain.tracking"):
+        trackers = Trackers("all", logging_dir=None)
+        # Not fancy (its library is missing), nor needsdir (no directory).
+        assert sorted(trackers.names) == ["broken", "everyrank", "recorder"]
+        assert "needsdir" in caplog.text
+        trackers.init_trackers("proj")
+    assert sorted(t.name for t in trackers) == ["everyrank", "recorder"]
+    assert "leaves out the 'broken' tracker: it failed to start: RuntimeError: backend refused" in caplog.text
+
+
+def test_an_explicit_tracker_that_fails_to_start_raises(manager):
+    trackers = Trackers("broken")
+    with pytest.raises(RuntimeError, match="backend refused"):
+        trackers.init_trackers("proj")
+
+
+def test_other_processes_log_only_to_trackers_that_collect_from_every_process(manager, tmp_path):
+    instance = Recorder("mine")  # main-process-only, made by the user on every rank
+    Recorder.calls = []
+    trackers = Trackers(["recorder", "everyrank", instance], logging_dir=tmp_path, is_main_process=False)
+    trackers.init_trackers("proj", config={"lr": 0.1})
+    trackers.log({"loss": 1.0}, step=1)
+    trackers.end_training()
+    assert [t.name for t in trackers] == ["everyrank"]
+    assert {call[1] for call in Recorder.calls if call[0] != "init"} == {"everyrank"}
+    blank = trackers.get_tracker("recorder")
+    assert blank.is_blank and blank.tracker is None and trackers.get_tracker("recorder", unwrap=True).is_blank
+    blank.log({"loss": 1.0})
+    blank.log_images({"x": None})
+    blank.log_table("t", columns=["a"], data=[[1]])
+    blank.finish()
+    with pytest.raises(NotImplementedError, match="cannot log images"):
+        Recorder("real").log_images({"x": None})
+
+
+def test_the_chosen_plugins_become_active_in_the_run(manager):
+    class FakeRun:
+        def __init__(self):
+            self.manager, self.activated = manager, []
+
+        def activate(self, *names):
+            self.activated.extend(names)
+
+    run = FakeRun()
+    Trackers(["recorder", "needsdir", "broken"], logging_dir=".", run=run)
+    assert run.activated == ["recorders", "flaky"]
+
+
+def test_plain_value_turns_one_element_tensors_and_arrays_into_numbers():
+    import numpy as np
+    import torch
+
+    assert plain_value(torch.tensor(1.5)) == 1.5 and isinstance(plain_value(torch.tensor([2])), int)
+    assert plain_value(np.float32(0.25)) == 0.25 and type(plain_value(np.float32(0.25))) is float
+    vector = torch.ones(3)
+    assert plain_value(vector) is vector and plain_value("text") == "text"
+
+
+def test_the_template_jsonl_tracker_works_through_the_facade(template_site, with_sites, tmp_path, monkeypatch):
+    with_sites(template_site)
+    monkeypatch.setattr(plugin_manager, "_default_manager", None)
+    plugin_manager.reset_plugin_manager()
+    trackers = Trackers("jsonl", logging_dir=tmp_path)
+    assert plugin_manager.get_plugin_manager().records["jsonl"].source == "third-party"
+    trackers.init_trackers("demo", config={"lr": 0.1})
+    trackers.log({"loss": 1.5}, step=3)
+    trackers.on_checkpoint("save", tmp_path / "ckpt")
+    trackers.end_training()
+    lines = [json.loads(line) for line in (tmp_path / "demo" / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["values"] == {"loss": 1.5} and lines[0]["step"] == 3
+    assert lines[1]["event"] == "checkpoint-save" and lines[1]["directory"] == str(tmp_path / "ckpt")
+    assert json.loads((tmp_path / "demo" / "config.json").read_text()) == {"lr": 0.1}
+
+
+def test_all_logs_to_every_installed_tracker(tracker_env, monkeypatch):
+    """``log_with="all"`` with the real plugins: each installed library gets the run."""
+    monkeypatch.setattr(plugin_manager, "_default_manager", None)
+    real = plugin_manager.get_plugin_manager()
+    installed = sorted(spec.name for plugin, spec in real.registrations("drivetrain_register_trackers")
+                       if real.records[plugin].usable and real.records[plugin].source == "built-in")
+    if not installed:
+        pytest.skip("no tracker library is installed (pip install 'drivetrain[tensorboard,wandb,...]')")
+    logs = tracker_env["logs"]
+    trackers = Trackers("all", logging_dir=logs)
+    assert set(installed) <= set(trackers.names)
+    trackers.init_trackers("everything", config={"lr": 0.1}, init_kwargs={
+        "aim": {"system_tracking_interval": None, "log_system_params": False, "capture_terminal_logs": False},
+        "clearml": {"auto_connect_frameworks": False, "auto_resource_monitoring": False,
+                    "auto_connect_streams": False, "auto_connect_arg_parser": False},
+        "trackio": {"auto_log_cpu": False, "name": f"all-{logs.parent.name}"},
+    })
+    assert sorted(t.name for t in trackers if t.name in installed) == installed, "a tracker failed to start"
+    clearml_task = trackers.get_tracker("clearml", unwrap=True) if "clearml" in installed else None
+    trackers.log({"loss": 0.5}, step=1)
+    trackers.end_training()
+
+    written = {
+        "tensorboard": lambda: list((logs / "everything").glob("events.out.tfevents.*")),
+        "wandb": lambda: list((logs / "wandb").glob("offline-run-*/run-*.wandb")),
+        "mlflow": lambda: (logs / "mlflow.db").is_file(),
+        "comet_ml": lambda: list((logs / "comet").glob("*.zip")),
+        "aim": lambda: (logs / ".aim").is_dir(),
+        "clearml": lambda: '"loss"' in (clearml_task.get_offline_mode_folder() / "metrics.jsonl").read_text(),
+        "dvclive": lambda: json.loads((logs / "dvclive" / "metrics.json").read_text())["loss"] == 0.5,
+        "trackio": lambda: list(tracker_env["trackio"].glob("everything*")),
+        "swanlab": lambda: list((logs / "swanlog").glob("run-*/run-*.swanlab")),
+    }
+    missing = [name for name in installed if name in written and not written[name]()]
+    assert missing == [], f"log_with='all' wrote nothing for {missing}"
+    assert not any(tracker_env["cwd"].iterdir())
