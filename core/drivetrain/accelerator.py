@@ -94,7 +94,8 @@ class Accelerator:
 
         self._setup_dynamo(dynamo_backend, dynamo_plugin)
         scaler_kwargs = handlers.get("GradScalerKwargs", GradScalerKwargs()).to_kwargs()
-        self.run.grad_scaler = self.run.call("drivetrain_make_grad_scaler", kwargs=scaler_kwargs)
+        # `False` from a strategy whose engine scales the loss itself means: no scaler at all
+        self.run.grad_scaler = self.run.call("drivetrain_make_grad_scaler", kwargs=scaler_kwargs) or None
         self.scaler = self.run.grad_scaler
 
         self._models: list[Any] = []
@@ -106,6 +107,7 @@ class Accelerator:
         self._save_model_state_pre_hook: dict[int, Callable] = collections.OrderedDict()
         self._load_model_state_pre_hook: dict[int, Callable] = collections.OrderedDict()
         self.trackers = self._build_trackers(log_with)
+        self._configure_run()
 
     # ------------------------------------------------------------ set-up helpers
 
@@ -165,6 +167,22 @@ class Accelerator:
             self.run.options["dynamo_plugin"] = plugin
             self.state.dynamo_plugin = plugin
             self.run.activate_feature("compile")
+
+    def _configure_run(self) -> None:
+        """Let the active plugins configure the run for this accelerator (and add attributes)."""
+        for extension in self.run.hook("drivetrain_configure_run")(run=self.run, accelerator=self):
+            if extension is not None and all(extension is not known for known in self.run.extensions):
+                self.run.extensions.append(extension)
+
+    def __getattr__(self, name: str) -> Any:
+        # Attributes a plugin adds (Accelerate's `accelerator.deepspeed_plugin`), through the run.
+        run = self.__dict__.get("run")
+        if run is None or name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        try:
+            return run.extension_attribute(name)
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
 
     def _build_trackers(self, log_with: Any) -> Any:
         if not log_with:
@@ -287,10 +305,31 @@ class Accelerator:
         elif len(device_placement) != len(args):
             raise ConfigError(f"device_placement has {len(device_placement)} entries for {len(args)} objects")
         placement = [self.device_placement if p is None else p for p in device_placement]
-        prepared = self.run.call("drivetrain_prepare_objects", objects=list(args), device_placement=placement)
+        # Data loaders first: a strategy preparing the rest together may need their batch size.
+        objects = [self._prepare_if_dataloader(obj, placement[index]) for index, obj in enumerate(args)]
+        prepared = self.run.call("drivetrain_prepare_objects", objects=objects, device_placement=placement,
+                                 accelerator=self)
         if prepared is None:
-            prepared = self._prepare_one_by_one(list(args), placement)
+            prepared = self._prepare_one_by_one(objects, placement)
+        else:
+            self._record_prepared(objects, list(prepared))
         return prepared[0] if len(prepared) == 1 else tuple(prepared)
+
+    def _record_prepared(self, objects: list[Any], prepared: list[Any]) -> None:
+        """Keep what a strategy's ``drivetrain_prepare_objects`` returned, by kind."""
+        if len(prepared) != len(objects):
+            raise DrivetrainError(f"the strategy prepared {len(prepared)} objects for the {len(objects)} given")
+        for obj in prepared:
+            if isinstance(obj, torch.nn.Module):
+                if all(obj is not known for known in self._models):
+                    self._models.append(obj)
+            elif isinstance(obj, torch.optim.Optimizer):
+                if all(obj is not known for known in self._optimizers):
+                    self._optimizers.append(obj)
+            elif _is_scheduler(obj) and not _is_dataloader(obj):
+                if all(obj is not known for known in self._schedulers):
+                    self._schedulers.append(obj)
+
 
     def _prepare_one_by_one(self, objects: list[Any], placement: list[bool]) -> list[Any]:
         result: list[Any] = list(objects)
@@ -399,7 +438,7 @@ class Accelerator:
                              "call accelerator.prepare(model, optimizer, ...) first")
         if self.gradient_accumulation_steps > 1 and not self.run.options.get("strategy_accumulates", False):
             loss = loss / self.gradient_accumulation_steps
-        if not self.run.call("drivetrain_backward", loss=loss, kwargs=kwargs):
+        if not self.run.call("drivetrain_backward", loss=loss, kwargs=kwargs, models=list(self._models)):
             loss.backward(**kwargs)
 
     def _do_sync(self) -> None:

@@ -239,12 +239,43 @@ def drivetrain_collectives(run: Run) -> Any:
 
 
 # --------------------------------------------------------------------------------------
+# Configure the run for an Accelerator (active plugins)
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def drivetrain_configure_run(run: Run, accelerator: Any) -> Any:
+    """Configure the run for an ``Accelerator`` that was just built.
+
+    Called on every active plugin at the end of ``Accelerator.__init__``, once the user's
+    strategy arguments are in ``run.options`` and the kwargs handlers in
+    ``run.handler_kwargs``; again for each further ``Accelerator`` of the process. A strategy
+    resolves and checks its options here (building its option object from environment
+    variables when the user gave none), may set ``run.options["strategy_accumulates"]``
+    and the accelerator's ``gradient_accumulation_steps``, and fails early on a bad
+    combination.
+
+    Args:
+        run: this process's run.
+        accelerator: the new ``Accelerator``.
+
+    Return ``None``, or an object whose public attributes ``AcceleratorState`` and the
+    ``Accelerator`` expose when they do not have the attribute themselves: Accelerate's
+    attributes that belong to a backend (``state.deepspeed_plugin``,
+    ``state.select_deepspeed_plugin(name)``). They are looked up on every access, so the
+    object may compute them.
+    """
+
+
+# --------------------------------------------------------------------------------------
 # Wrap model
 # --------------------------------------------------------------------------------------
 
 
 @hookspec(firstresult=True)
-def drivetrain_prepare_objects(objects: Sequence[Any], run: Run, device_placement: Sequence[bool]) -> Sequence[Any] | None:
+def drivetrain_prepare_objects(
+    objects: Sequence[Any], run: Run, device_placement: Sequence[bool], accelerator: Any
+) -> Sequence[Any] | None:
     """Prepare all objects of one ``accelerator.prepare(...)`` call together.
 
     *firstresult*. Most strategies leave this alone (return ``None``) and the core prepares
@@ -254,11 +285,19 @@ def drivetrain_prepare_objects(objects: Sequence[Any], run: Run, device_placemen
     must be pointed at the new ones (FSDP).
 
     Args:
-        objects: what the user passed, in order (already flattened from lists/tuples).
+        objects: what the user passed, in order (already flattened from lists/tuples). Data
+            loaders among them are already prepared by the core (sharded across processes),
+            so their batch size per process is known.
         run: this process's run.
         device_placement: for each object, whether the user wants it moved to the device.
+        accelerator: the ``Accelerator`` whose ``prepare`` this is (its gradient
+            accumulation steps, the data loaders it prepared earlier). Read it; the core
+            records what this hook returns.
 
-    Return the prepared objects, in the same order and number.
+    Return the prepared objects, in the same order and number. The accelerator records
+    every returned ``torch.nn.Module`` as a prepared model, every ``torch.optim.Optimizer``
+    as a prepared optimizer and every learning-rate scheduler as a prepared scheduler (for
+    ``backward``, ``save_state``, ...); anything else is handed back to the user as it is.
     """
 
 
@@ -372,6 +411,8 @@ def drivetrain_make_grad_scaler(run: Run, kwargs: dict[str, Any]) -> Any:
     *firstresult*. The precision plugin answers with a ``torch.amp.GradScaler``; a
     sharding strategy that needs its own scaler marks its implementation ``tryfirst``.
     ``kwargs`` come from ``GradScalerKwargs``. Return ``None`` when no scaler is needed.
+    A strategy whose engine scales the loss itself (DeepSpeed) marks its implementation
+    ``tryfirst`` and returns ``False``: the run then has no scaler at all.
     """
 
 
@@ -385,12 +426,20 @@ def drivetrain_autocast(run: Run, kwargs: dict[str, Any]) -> ContextManager[None
 
 
 @hookspec(firstresult=True)
-def drivetrain_backward(loss: Any, run: Run, kwargs: dict[str, Any]) -> bool | None:
-    """Run backward for ``loss`` (already divided for gradient accumulation).
+def drivetrain_backward(loss: Any, run: Run, kwargs: dict[str, Any], models: Sequence[Any]) -> bool | None:
+    """Run backward for ``loss`` (already divided for gradient accumulation, unless the
+    strategy set ``run.options["strategy_accumulates"]``).
 
     *firstresult*. Return ``True`` when done. A grad scaler scales the loss here; an
     engine that runs backward itself (DeepSpeed) marks its implementation ``tryfirst``.
     When nobody answers the core calls ``loss.backward(**kwargs)``.
+
+    Args:
+        loss: the loss tensor.
+        run: this process's run.
+        kwargs: the keyword arguments given to ``accelerator.backward``.
+        models: the models prepared by the ``Accelerator`` calling (an engine that owns the
+            step finds itself among them; several accelerators may share one run).
     """
 
 

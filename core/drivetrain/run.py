@@ -32,6 +32,9 @@ class Run:
             reads its own keys only.
         state: the :class:`~drivetrain.state.PartialState` (and, once built, the
             ``AcceleratorState`` in ``accelerator_state``).
+        extensions: objects returned by ``drivetrain_configure_run`` whose public
+            attributes ``AcceleratorState`` and the ``Accelerator`` expose (Accelerate's
+            backend-specific attributes such as ``state.deepspeed_plugin``).
     """
 
     def __init__(self, manager: PluginManager, selection: Selection, platform: Platform) -> None:
@@ -42,6 +45,7 @@ class Run:
         self.options: dict[str, Any] = {}
         self.state: Any = None
         self.accelerator_state: Any = None
+        self.extensions: list[Any] = []
         self._extra: list[str] = []
         self._callers: dict[str, pluggy.HookCaller] = {}
         self._collectives: Collectives | None = None
@@ -68,6 +72,16 @@ class Run:
         if not providers:
             raise PluginSelectionError(f"no installed plugin provides {feature!r}; see `drivetrain plugins list`")
         self.activate(*providers)
+
+    def extension_attribute(self, name: str) -> Any:
+        """The attribute ``name`` of the first extension that has it; ``AttributeError`` otherwise."""
+        if not name.startswith("_"):
+            for extension in self.extensions:
+                try:
+                    return getattr(extension, name)
+                except AttributeError:
+                    continue
+        raise AttributeError(name)
 
     def reselect(self, selection: Selection) -> None:
         """Replace the strategy and precision choice (the ``Accelerator``'s arguments win)."""

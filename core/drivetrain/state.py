@@ -303,6 +303,12 @@ class AcceleratorState:
         # process attributes (device, num_processes, wait_for_everyone, ...) come from PartialState
         if name.startswith("__") or "_partial" not in self._shared_state:
             raise AttributeError(name)
+        run = getattr(self._shared_state["_partial"], "run", None)
+        if run is not None:
+            try:
+                return run.extension_attribute(name)  # what a plugin adds (`state.deepspeed_plugin`)
+            except AttributeError:
+                pass
         return getattr(self._shared_state["_partial"], name)
 
     def __repr__(self) -> str:
