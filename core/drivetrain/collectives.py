@@ -25,11 +25,17 @@ class Collectives(Protocol):
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """Every process's ``tensor`` (same shape everywhere), in rank order."""
 
+    def all_gather_into(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every process's ``tensor`` (same shape everywhere) concatenated along dimension 0,
+        in rank order, in one call. A 0-dimensional tensor counts as one element, so the
+        result has shape ``(world_size,)``. ``drivetrain.utils.gather`` is built on it."""
+
     def all_reduce(self, tensor: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
         """Combine ``tensor`` across processes with one of :data:`REDUCTIONS`; returns the result."""
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-        """Process ``src``'s ``tensor`` on every process."""
+        """Process ``src``'s ``tensor`` on every process, written into ``tensor`` (which has
+        the same shape and dtype everywhere) and returned."""
 
     def barrier(self) -> None:
         """Return once every process has called it."""
@@ -49,6 +55,9 @@ class SingleProcessCollectives:
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         return [tensor]
+
+    def all_gather_into(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.reshape(1) if tensor.dim() == 0 else tensor
 
     def all_reduce(self, tensor: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
         return tensor

@@ -22,6 +22,23 @@ _REDUCE_OPS = {
 }
 
 
+# torch 2.13 renamed all_gather_into_tensor (still there, deprecated) to all_gather_single.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+# dtypes gloo cannot move or reduce: moved as raw bytes, reduced in a wider type.
+_GLOO_MISSING = frozenset(
+    dtype for dtype in (getattr(torch, name, None) for name in (
+        "int16", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"))
+    if dtype is not None
+)
+
+
+def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's memory as a flat uint8 tensor (shares the memory)."""
+    return tensor.reshape(-1).view(torch.uint8)
+
+
 def group_is_ready() -> bool:
     return dist.is_available() and dist.is_initialized()
 
@@ -61,23 +78,32 @@ class TorchCollectives:
         self.world_size = dist.get_world_size()
         self.rank = dist.get_rank()
         self.backend = dist.get_backend()
+        self._missing = _GLOO_MISSING if self.backend == "gloo" else frozenset()
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
-        tensor = tensor.contiguous()
-        out = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        dist.all_gather(out, tensor)
-        return out
+        gathered = self.all_gather_into(tensor.reshape(1, *tensor.shape))
+        return list(gathered.unbind(0))
 
     def all_gather_into(self, tensor: torch.Tensor) -> torch.Tensor:
         """All processes' tensors concatenated along dim 0, in one call."""
         tensor = tensor.contiguous()
         if tensor.dim() == 0:
             tensor = tensor.reshape(1)
-        out = torch.empty((self.world_size * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
-        dist.all_gather_into_tensor(out, tensor)
+        shape = (self.world_size * tensor.shape[0], *tensor.shape[1:])
+        if tensor.dtype in self._missing:
+            moved = torch.empty(self.world_size * tensor.numel() * tensor.element_size(), dtype=torch.uint8,
+                                device=tensor.device)
+            _all_gather_single(moved, _as_bytes(tensor))
+            return moved.view(tensor.dtype).reshape(shape)
+        out = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+        _all_gather_single(out, tensor)
         return out
 
     def all_reduce(self, tensor: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
+        if tensor.dtype in self._missing:
+            wider = tensor.to(torch.float32 if tensor.is_floating_point() else torch.int64)
+            tensor.copy_(self.all_reduce(wider, reduction))
+            return tensor
         if reduction == "mean":
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
             if tensor.is_floating_point() or tensor.is_complex():
@@ -89,7 +115,17 @@ class TorchCollectives:
         return tensor
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-        dist.broadcast(tensor, src=src)
+        if tensor.dtype in self._missing:
+            buffer = tensor.contiguous()
+            dist.broadcast(_as_bytes(buffer), src=src)
+            if buffer is not tensor:
+                tensor.copy_(buffer)
+        elif tensor.is_contiguous():
+            dist.broadcast(tensor, src=src)
+        else:  # the backends need contiguous memory; the result still lands in ``tensor``
+            buffer = tensor.contiguous()
+            dist.broadcast(buffer, src=src)
+            tensor.copy_(buffer)
         return tensor
 
     def barrier(self) -> None:
