@@ -1,0 +1,189 @@
+"""Launched on 2 processes: every operation of drivetrain.utils across real processes.
+
+Each check compares with what the other rank is known to hold (rank r fills its tensors
+from r). Prints CHECK-OPERATIONS-OK at the end.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import time
+
+import numpy
+import torch
+
+from drivetrain.errors import DistributedError
+from drivetrain.state import PartialState
+from drivetrain.utils import (
+    DistributedOperationException,
+    broadcast,
+    broadcast_object_list,
+    gather,
+    gather_object,
+    pad_across_processes,
+    reduce,
+    set_seed,
+    synchronize_rng_state,
+    synchronize_rng_states,
+    wait_for_everyone,
+)
+
+torch.set_num_threads(1)
+state = PartialState()
+RANK, WORLD = state.process_index, state.num_processes
+assert WORLD == 2, WORLD
+Pair = collections.namedtuple("Pair", ["left", "right"])
+SHAPES = [(), (3,), (2, 3), (2, 1, 4)]
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+          torch.uint8, torch.bool]
+
+
+def filled(shape, dtype, rank):
+    values = torch.arange(int(torch.tensor(shape).prod()) if shape else 1).reshape(shape) + 10 * rank
+    return (values % 2 == rank) if dtype == torch.bool else values.to(dtype)
+
+
+def check_gather_shapes_and_dtypes():
+    for shape in SHAPES:
+        for dtype in DTYPES:
+            mine = filled(shape, dtype, RANK)
+            got = gather(mine)
+            parts = [filled(shape, dtype, r).reshape(-1 if not shape else shape[0], *shape[1:]) for r in range(WORLD)]
+            expected = torch.cat([p.reshape(1) if not shape else p for p in parts])
+            assert got.dtype == dtype and torch.equal(got, expected), (shape, dtype, got, expected)
+    non_contiguous = filled((3, 4), torch.float32, RANK).t()
+    assert torch.equal(gather(non_contiguous), torch.cat([filled((3, 4), torch.float32, r).t() for r in range(WORLD)]))
+
+
+def check_gather_nested():
+    data = {"a": filled((2,), torch.float32, RANK), "b": [filled((1, 2), torch.int64, RANK), (filled((), torch.float16, RANK),)],
+            "c": Pair(filled((2, 2), torch.bfloat16, RANK), filled((1,), torch.bool, RANK))}
+    got = gather(data)
+    assert set(got) == {"a", "b", "c"} and isinstance(got["b"], list) and isinstance(got["b"][1], tuple)
+    assert isinstance(got["c"], Pair)
+    assert torch.equal(got["a"], torch.cat([filled((2,), torch.float32, r) for r in range(WORLD)]))
+    assert torch.equal(got["b"][0], torch.cat([filled((1, 2), torch.int64, r) for r in range(WORLD)]))
+    assert got["b"][1][0].shape == (2,)
+    assert torch.equal(got["c"].left, torch.cat([filled((2, 2), torch.bfloat16, r) for r in range(WORLD)]))
+    try:
+        gather({"a": torch.ones(1), "b": "text"})
+    except TypeError as error:
+        assert "gather_object" in str(error)
+    else:
+        raise AssertionError("gather accepted a string")
+
+
+def check_broadcast():
+    for source in range(WORLD):
+        for shape in SHAPES:
+            for dtype in DTYPES:
+                mine = filled(shape, dtype, RANK)
+                result = broadcast(mine, from_process=source)
+                assert result is mine and torch.equal(mine, filled(shape, dtype, source)), (source, shape, dtype)
+        nested = [filled((2,), torch.float32, RANK), {"k": Pair(filled((3,), torch.int64, RANK), filled((), torch.float16, RANK))}]
+        out = broadcast(nested, from_process=source)
+        assert torch.equal(out[0], filled((2,), torch.float32, source))
+        assert torch.equal(out[1]["k"].left, filled((3,), torch.int64, source)) and isinstance(out[1]["k"], Pair)
+    view = torch.zeros(4, 4)[:, 1]  # not contiguous: the result must land in the view
+    if RANK == 0:
+        view.copy_(torch.arange(4.0))
+    broadcast(view)
+    assert torch.equal(view, torch.arange(4.0))
+
+
+def check_reduce():
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int16):
+        for shape in SHAPES:
+            mine = filled(shape, dtype, RANK)
+            before = mine.clone()
+            total = reduce(mine, "sum")
+            assert torch.equal(mine, before), "reduce changed its input"
+            assert torch.equal(total, filled(shape, dtype, 0) + filled(shape, dtype, 1)), (dtype, shape, total)
+    mean = reduce({"x": torch.tensor([1.0, 3.0]) * (RANK + 1), "y": [torch.tensor(2.0 * RANK)]}, reduction="mean")
+    assert torch.allclose(mean["x"], torch.tensor([1.5, 4.5])) and torch.allclose(mean["y"][0], torch.tensor(1.0))
+    scaled = reduce(torch.tensor([1.0, 2.0]), reduction="sum", scale=0.5)
+    assert torch.allclose(scaled, torch.tensor([1.0, 2.0]))
+    assert torch.equal(reduce(torch.tensor([RANK + 1]), "max"), torch.tensor([2]))
+
+
+def check_pad_then_gather_uneven():
+    for dtype in (torch.float32, torch.int64, torch.bfloat16):
+        length = 3 if RANK == 0 else 5
+        mine = torch.arange(length).to(dtype) + 1
+        padded = pad_across_processes(mine, pad_index=-1)
+        assert padded.shape == (5,)
+        gathered = gather(padded)
+        expected = torch.tensor([1, 2, 3, -1, -1, 1, 2, 3, 4, 5]).to(dtype)
+        assert torch.equal(gathered, expected), (dtype, gathered)
+        assert torch.equal(gathered[gathered != -1], torch.tensor([1, 2, 3, 1, 2, 3, 4, 5]).to(dtype))
+    first = pad_across_processes(torch.ones(2 + RANK, 2), pad_first=True)
+    assert torch.equal(first, torch.ones(3, 2) if RANK else torch.cat([torch.zeros(1, 2), torch.ones(2, 2)]))
+    wide = pad_across_processes(torch.ones(2, 1 + 2 * RANK), dim=1, pad_index=7)
+    assert wide.shape == (2, 3) and (RANK == 1 or torch.equal(wide[:, 1:], torch.full((2, 2), 7.0)))
+    nested = pad_across_processes({"ids": torch.ones(1 + RANK, dtype=torch.int64), "mask": [torch.ones(3 - RANK, 2)],
+                                   "scalar": torch.tensor(1.0)})
+    assert nested["ids"].shape == (2,) and nested["mask"][0].shape == (3, 2) and nested["scalar"].shape == ()
+    assert gather(nested)["mask"][0].shape == (6, 2)
+    same = torch.ones(4)
+    assert pad_across_processes(same) is same
+
+
+def check_object_collectives():
+    objects = gather_object([{"rank": RANK, "text": "x" * RANK}])
+    assert objects == [{"rank": 0, "text": ""}, {"rank": 1, "text": "x"}], objects
+    assert gather_object([RANK, RANK * 10]) == [0, 0, 1, 10]
+    assert gather_object({"rank": RANK}) == [{"rank": 0}, {"rank": 1}]
+    payload = [{"config": [1, 2, 3]}, "name", None] if RANK == 1 else [None, None, None]
+    result = broadcast_object_list(payload, from_process=1)
+    assert result is payload and payload == [{"config": [1, 2, 3]}, "name", None]
+
+
+def check_rng():
+    set_seed(1234)
+    draws = gather_object([(random.random(), float(numpy.random.rand()), float(torch.rand(1)))])
+    assert draws[0] == draws[1], draws
+    set_seed(1234, device_specific=True)
+    assert gather_object([float(torch.rand(1))])[0] != gather_object([float(torch.rand(1))])[1]
+    torch.manual_seed(100 + RANK)
+    synchronize_rng_state("torch")
+    values = gather_object([float(torch.rand(1))])
+    assert values[0] == values[1], values
+    generator = torch.Generator().manual_seed(RANK)
+    synchronize_rng_states(["torch", "generator"], generator=generator)
+    values = gather_object([float(torch.rand(1, generator=generator))])
+    assert values[0] == values[1], values
+    synchronize_rng_state(state.platform.name)  # the device generator: nothing to do on CPU, must not fail
+
+
+def check_debug_mode_names_each_rank():
+    state.debug = True
+    try:
+        start = time.monotonic()
+        for operation, call in (("gather", lambda: gather(torch.ones(2 + RANK, 3))),
+                                ("reduce", lambda: reduce({"x": torch.ones(2, dtype=torch.float32 if RANK else torch.int64)})),
+                                ("broadcast", lambda: broadcast([torch.ones(2)] * (1 + RANK))),
+                                ("pad_across_processes", lambda: pad_across_processes(torch.ones((2,) * (1 + RANK))))):
+            try:
+                call()
+            except DistributedOperationException as error:
+                message = str(error)
+                assert isinstance(error, DistributedError)
+                assert f"{operation}()" in message and "rank 0:" in message and "rank 1:" in message, message
+            else:
+                raise AssertionError(f"debug mode let a mismatched {operation} through")
+        gathered = gather(torch.ones(2, 3) * RANK)  # matching calls still work in debug mode
+        assert gathered.shape == (4, 3)
+        assert time.monotonic() - start < 10
+    finally:
+        state.debug = False
+
+
+CHECKS = [check_gather_shapes_and_dtypes, check_gather_nested, check_broadcast, check_reduce,
+          check_pad_then_gather_uneven, check_object_collectives, check_rng, check_debug_mode_names_each_rank]
+
+for check in CHECKS:
+    check()
+    wait_for_everyone()
+print(f"CHECK-OPERATIONS-OK rank {RANK}", flush=True)
+state.destroy_process_group()  # a clean exit: gloo may abort a process that leaves with the group open
