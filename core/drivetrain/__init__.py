@@ -30,6 +30,7 @@ _export("local_sgd", "LocalSGD")
 _export("memory", "find_executable_batch_size", "release_memory")
 _export("logging", "get_logger")
 _export("checkpointing.model_files", "load_checkpoint_in_model")
+_export("data_loader", "skip_first_batches", "prepare_data_loader")
 _export("utils.random", "set_seed", "synchronize_rng_states")
 _export("utils.operations", "broadcast", "broadcast_object_list", "gather", "gather_object", "reduce",
         "pad_across_processes", "send_to_device", "wait_for_everyone")

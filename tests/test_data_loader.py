@@ -1,0 +1,426 @@
+"""Data loading in one process: shards of every process computed side by side.
+
+``prepare_data_loader(..., num_processes=N, process_index=i)`` builds the loader process
+``i`` would get, so every shard can be checked here without launching processes. The same
+loaders across two real processes (dispatching, seed agreement, gather_for_metrics) are
+checked by tests/scripts/check_data_loading.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
+
+from drivetrain.data_loader import (
+    BatchSamplerShard,
+    DataLoaderShard,
+    IterableDatasetShard,
+    SeedableRandomSampler,
+    SkipBatchSampler,
+    SkipDataLoader,
+    get_sampler,
+    prepare_data_loader,
+    skip_first_batches,
+)
+from drivetrain.errors import ConfigError
+from drivetrain.state import GradientState
+
+pytestmark = pytest.mark.usefixtures("fresh_state")
+
+
+class Stream(IterableDataset):
+    def __init__(self, length, sized=True):
+        self.length, self.sized = length, sized
+        self.epochs = []
+
+    def __iter__(self):
+        return iter(range(self.length))
+
+    def __len__(self):
+        if not self.sized:
+            raise TypeError("no length")
+        return self.length
+
+    def set_epoch(self, epoch):
+        self.epochs.append(epoch)
+
+
+def batches(sampler):
+    return [list(batch) for batch in sampler]
+
+
+def shards(length, batch_size, n, **options):
+    drop_last = options.pop("drop_last", False)
+    sampler = BatchSampler(SequentialSampler(range(length)), batch_size, drop_last)
+    return [batches(BatchSamplerShard(sampler, n, i, **options)) for i in range(n)]
+
+
+# ------------------------------------------------------------------ BatchSamplerShard
+
+
+def test_round_robin_completes_the_last_round_from_the_start():
+    assert shards(16, 4, 2) == [[[0, 1, 2, 3], [8, 9, 10, 11]], [[4, 5, 6, 7], [12, 13, 14, 15]]]
+    assert shards(10, 4, 2) == [[[0, 1, 2, 3], [8, 9, 0, 1]], [[4, 5, 6, 7], [2, 3, 4, 5]]]
+    assert shards(3, 4, 2) == [[[0, 1, 2, 0]], [[1, 2, 0, 1]]]  # fewer samples than one round
+    assert shards(14, 4, 2) == [[[0, 1, 2, 3], [8, 9, 10, 11]], [[4, 5, 6, 7], [12, 13, 0, 1]]]
+
+
+def test_round_robin_uneven_and_drop_last():
+    assert shards(10, 4, 2, even_batches=False) == [[[0, 1, 2, 3], [8, 9]], [[4, 5, 6, 7]]]
+    assert shards(10, 4, 2, drop_last=True) == [[[0, 1, 2, 3]], [[4, 5, 6, 7]]]
+    assert shards(13, 2, 3, drop_last=True) == [[[0, 1], [6, 7]], [[2, 3], [8, 9]], [[4, 5], [10, 11]]]
+
+
+def test_split_batches():
+    assert shards(8, 4, 2, split_batches=True) == [[[0, 1], [4, 5]], [[2, 3], [6, 7]]]
+    assert shards(10, 4, 2, split_batches=True) == [[[0, 1], [4, 5], [8, 9]], [[2, 3], [6, 7], [0, 1]]]
+    assert shards(10, 4, 2, split_batches=True, even_batches=False) == [[[0, 1], [4, 5], [8]], [[2, 3], [6, 7], [9]]]
+    assert shards(9, 4, 2, split_batches=True, even_batches=False) == [[[0, 1], [4, 5], [8]], [[2, 3], [6, 7]]]
+    assert shards(10, 4, 2, split_batches=True, drop_last=True) == [[[0, 1], [4, 5]], [[2, 3], [6, 7]]]
+    with pytest.raises(ConfigError, match="multiple of the number of processes"):
+        BatchSamplerShard(BatchSampler(range(8), 3, False), 2, 0, split_batches=True)
+
+
+@pytest.mark.parametrize("length,batch_size,n", [(16, 4, 2), (17, 4, 2), (5, 4, 2), (23, 3, 4), (1, 2, 3), (0, 4, 2)])
+@pytest.mark.parametrize("split,even,drop_last", list(itertools.product((False, True), repeat=3)))
+def test_every_sample_once_or_padded(length, batch_size, n, split, even, drop_last):
+    if split and batch_size % n:
+        batch_size *= n
+    got = shards(length, batch_size, n, split_batches=split, even_batches=even, drop_last=drop_last)
+    sampler = BatchSampler(SequentialSampler(range(length)), batch_size, drop_last)
+    for index, mine in enumerate(got):
+        assert len(BatchSamplerShard(sampler, n, index, split, even)) == len(mine)
+    seen = [i for mine in got for batch in mine for i in batch]
+    if drop_last:
+        per_step = batch_size if split else batch_size * n
+        assert sorted(seen) == list(range(length // per_step * per_step))
+    elif even:
+        assert set(seen) == set(range(length))
+        assert len({len(mine) for mine in got}) == 1
+        assert len({len(batch) for mine in got for batch in mine}) <= 1
+    else:
+        assert sorted(seen) == list(range(length))
+
+
+class CustomBatchSampler(BatchSampler):
+    """Not a plain BatchSampler: read batch by batch, the general way."""
+
+
+@pytest.mark.parametrize("length", [0, 1, 5, 8, 13, 16, 23])
+@pytest.mark.parametrize("split,even,drop_last", list(itertools.product((False, True), repeat=3)))
+def test_the_fast_path_for_plain_batch_samplers_matches_the_general_one(length, split, even, drop_last):
+    for n, batch_size in ((2, 4), (3, 3), (1, 4)):
+        if split and batch_size % n:
+            continue
+        for index in range(n):
+            fast = BatchSamplerShard(BatchSampler(SequentialSampler(range(length)), batch_size, drop_last), n, index,
+                                     split, even)
+            general = BatchSamplerShard(CustomBatchSampler(SequentialSampler(range(length)), batch_size, drop_last), n,
+                                        index, split, even)
+            expected = batches(general)
+            assert batches(fast) == expected, (n, index)
+            fast.skip_next(1)
+            general.skip_next(1)
+            assert batches(fast) == batches(general) == expected[1:]
+
+
+def test_no_batch_size_needs_uneven_batches():
+    class Buckets:
+        def __iter__(self):
+            return iter([[0, 1, 2], [3], [4, 5]])
+
+        def __len__(self):
+            return 3
+
+    with pytest.raises(ConfigError, match="even_batches=False"):
+        BatchSamplerShard(Buckets(), 2, 0)
+    assert batches(BatchSamplerShard(Buckets(), 2, 1, even_batches=False)) == [[3]]
+
+
+# --------------------------------------------------------------- IterableDatasetShard
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_iterable_dataset_shard(split):
+    def run(length, **options):
+        return [list(IterableDatasetShard(range(length), 4, num_processes=2, process_index=i, split_batches=split,
+                                          **options)) for i in range(2)]
+
+    if split:
+        assert run(8) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+        assert run(10) == [[0, 1, 4, 5, 8, 9], [2, 3, 6, 7, 0, 1]]
+        assert run(10, even_batches=False) == [[0, 1, 4, 5, 8, 9], [2, 3, 6, 7]]
+    else:
+        assert run(8) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        assert run(10) == [[0, 1, 2, 3, 8, 9, 0, 1], [4, 5, 6, 7, 2, 3, 4, 5]]
+        assert run(3) == [[0, 1, 2, 0], [1, 2, 0, 1]]
+        assert run(10, even_batches=False) == [[0, 1, 2, 3, 8, 9], [4, 5, 6, 7]]
+    assert run(10, drop_last=True) == ([[0, 1, 4, 5], [2, 3, 6, 7]] if split else [[0, 1, 2, 3], [4, 5, 6, 7]])
+    shard = IterableDatasetShard(range(10), 4, num_processes=2, split_batches=split)
+    assert len(shard) == len(list(shard))
+
+
+# ------------------------------------------------------------------- prepared loaders
+
+
+def ids(loader):
+    return [batch.tolist() for batch in loader]
+
+
+def test_prepared_shards_cover_the_dataset_and_signal_the_end():
+    state = GradientState()
+    loaders = [prepare_data_loader(DataLoader(list(range(10)), batch_size=2, shuffle=True), num_processes=2,
+                                   process_index=i) for i in range(2)]
+    assert all(isinstance(loader, DataLoaderShard) for loader in loaders)
+    seen, ends = [], []
+    for loader in loaders:
+        assert len(loader) == 3 and loader.total_batch_size == 4 and loader.total_dataset_length == 10
+        for batch in loader:
+            seen.extend(batch.tolist())
+            ends.append(state.end_of_dataloader)
+            assert state.active_dataloader is loader and loader.remainder == 2
+        assert state.active_dataloader is None
+    assert set(seen) == set(range(10)) and len(seen) == 12
+    assert ends == [False, False, True] * 2
+
+
+def test_shuffling_is_reproducible_and_leaves_the_global_generator_alone():
+    def order(seed, **options):
+        torch.manual_seed(seed)
+        loader = prepare_data_loader(DataLoader(list(range(20)), batch_size=4, shuffle=True), num_processes=1,
+                                     process_index=0, **options)
+        state = torch.get_rng_state()
+        epochs = [ids(loader), ids(loader)]
+        assert torch.equal(state, torch.get_rng_state()), "iterating drew from the global generator"
+        return epochs
+
+    first = order(1)
+    assert first == order(1) and first[0] != first[1] and first != order(2)
+    assert order(1, data_seed=9) == order(2, data_seed=9)
+    assert order(1, use_seedable_sampler=True, data_seed=9) == order(3, data_seed=9)
+    generator = torch.Generator().manual_seed(5)
+    loader = prepare_data_loader(DataLoader(list(range(20)), batch_size=4, shuffle=True, generator=generator),
+                                 num_processes=1, process_index=0)
+    assert loader.state_dict()["seed"] == 5 and generator.initial_seed() == 5
+
+
+def test_shards_of_one_shuffle_are_disjoint():
+    torch.manual_seed(0)
+    loaders = [prepare_data_loader(DataLoader(list(range(24)), batch_size=3, shuffle=True), num_processes=2,
+                                   process_index=i) for i in range(2)]
+    for _epoch in range(2):
+        seen = [i for loader in loaders for batch in loader for i in batch.tolist()]
+        assert sorted(seen) == list(range(24))
+
+
+def test_samplers_with_a_generator_are_copied_not_changed():
+    user_generator = torch.Generator().manual_seed(3)
+    before = user_generator.get_state()
+    sampler = torch.utils.data.WeightedRandomSampler([1.0] * 10, 10, generator=user_generator)
+    loader = DataLoader(list(range(10)), batch_size=5, sampler=sampler)
+
+    def draws():
+        prepared = [prepare_data_loader(loader, num_processes=2, process_index=i, data_seed=1) for i in range(2)]
+        assert get_sampler(prepared[0]) is not sampler
+        return [ids(p) for p in prepared]
+
+    first = draws()
+    assert first == draws() and len(first[0]) == len(first[1]) == 1  # one draw of 10, one batch of 5 each
+    assert sampler.generator is user_generator and torch.equal(user_generator.get_state(), before)
+
+
+def test_set_epoch_forwarding_and_replay():
+    dataset = Stream(8)
+    loader = prepare_data_loader(DataLoader(dataset, batch_size=2), num_processes=1, process_index=0)
+    ids(loader)
+    ids(loader)
+    loader.set_epoch(7)
+    ids(loader)
+    assert dataset.epochs == [0, 1, 7, 7] and loader.iteration == 8  # forwarded at once, and as the pass starts
+
+    torch.manual_seed(0)
+    shuffled = prepare_data_loader(DataLoader(list(range(12)), batch_size=3, shuffle=True), num_processes=1,
+                                   process_index=0)
+    first = ids(shuffled)
+    ids(shuffled)
+    shuffled.set_epoch(0)
+    assert ids(shuffled) == first
+
+
+def test_an_abandoned_pass_moves_on_to_the_next_epoch():
+    torch.manual_seed(0)
+    loader = prepare_data_loader(DataLoader(list(range(12)), batch_size=3, shuffle=True), num_processes=1,
+                                 process_index=0)
+    for _ in loader:
+        break
+    assert loader.state_dict()["epoch"] == 0 and loader.state_dict()["batches_yielded"] == 1
+    assert GradientState().active_dataloader is None
+    loader.set_epoch(1)
+    epoch_one = ids(loader)
+    torch.manual_seed(0)
+    other = prepare_data_loader(DataLoader(list(range(12)), batch_size=3, shuffle=True), num_processes=1,
+                                process_index=0)
+    for _ in other:
+        break
+    assert ids(other) == epoch_one
+
+
+@pytest.mark.parametrize("iterable", [False, True])
+def test_state_dict_resumes_at_the_next_unseen_batch(iterable):
+    def make():
+        torch.manual_seed(4)
+        dataset = Stream(20) if iterable else list(range(20))
+        return [prepare_data_loader(DataLoader(dataset, batch_size=2, shuffle=not iterable), num_processes=2,
+                                    process_index=i) for i in range(2)]
+
+    reference = make()
+    straight = [ids(loader) + ids(loader) for loader in reference]
+    resumed = []
+    for index, loader in enumerate(make()):
+        iterator = iter(loader)
+        for _ in range(3):
+            next(iterator)
+        saved = loader.state_dict()
+        del iterator
+        fresh = make()[index]
+        torch.manual_seed(123)
+        fresh.load_state_dict(saved)
+        resumed.append(ids(fresh) + ids(fresh))
+        assert saved["batches_yielded"] == 3 and saved["num_processes"] == 2
+    assert [r for r in resumed] == [s[3:] for s in straight]
+
+
+def test_load_state_dict_refuses_foreign_or_newer_states():
+    loader = prepare_data_loader(DataLoader(list(range(4)), batch_size=2), num_processes=1, process_index=0)
+    with pytest.raises(ConfigError, match="missing"):
+        loader.load_state_dict({"_num_yielded": 3})
+    with pytest.raises(ConfigError, match="upgrade"):
+        loader.load_state_dict({"format": 99, "epoch": 0, "batches_yielded": 0, "seed": 0})
+
+
+def test_load_state_dict_converts_a_position_saved_with_another_batch_size():
+    loader = prepare_data_loader(DataLoader(list(range(32)), batch_size=4), num_processes=1, process_index=0)
+    loader.load_state_dict({"epoch": 0, "batches_yielded": 2, "seed": 0, "total_batch_size": 8})
+    assert ids(loader)[0] == [16, 17, 18, 19]
+
+
+def test_skip_first_batches_on_prepared_and_plain_loaders():
+    torch.manual_seed(2)
+    loader = prepare_data_loader(DataLoader(list(range(20)), batch_size=2, shuffle=True), num_processes=2,
+                                 process_index=1)
+    full = ids(loader)
+    loader.set_epoch(0)
+    skipped = skip_first_batches(loader, 2)
+    assert isinstance(skipped, DataLoaderShard) and len(skipped) == len(full) - 2
+    assert ids(skipped) == full[2:]
+    assert loader.iteration == 1  # the original goes on with the next epoch
+
+    plain = DataLoader(list(range(10)), batch_size=3)
+    skip_plain = skip_first_batches(plain, 2)
+    assert isinstance(skip_plain.batch_sampler, SkipBatchSampler) and ids(skip_plain) == [[6, 7, 8], [9]]
+    stream = skip_first_batches(DataLoader(Stream(10), batch_size=3), 1)
+    assert isinstance(stream, SkipDataLoader) and ids(stream) == [[3, 4, 5], [6, 7, 8], [9]] and len(stream) == 3
+
+
+def test_iterable_prepared_loader_and_remainder():
+    loaders = [prepare_data_loader(DataLoader(Stream(10), batch_size=2), num_processes=2, process_index=i)
+               for i in range(2)]
+    assert isinstance(loaders[0].dataset, IterableDatasetShard)
+    assert ids(loaders[0]) == [[0, 1], [4, 5], [8, 9]] and ids(loaders[1]) == [[2, 3], [6, 7], [0, 1]]
+    state = GradientState()
+    remainders = [loaders[0].remainder for _ in loaders[0] if state.end_of_dataloader]
+    assert remainders == [2]
+    unsized = prepare_data_loader(DataLoader(Stream(10, sized=False), batch_size=2), num_processes=2, process_index=0)
+    assert [unsized.remainder for _ in unsized if state.end_of_dataloader] == [-1]
+
+
+def test_loaders_without_batching_and_with_a_batch_sampler_as_sampler():
+    one_by_one = [prepare_data_loader(DataLoader(list(range(5)), batch_size=None), num_processes=2, process_index=i)
+                  for i in range(2)]
+    assert [[int(x) for x in loader] for loader in one_by_one] == [[0, 2, 4], [1, 3, 0]]
+
+    class Indexable(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, indices):
+            return torch.tensor(indices)
+
+    sampler = BatchSampler(RandomSampler(range(8)), 2, False)
+    torch.manual_seed(0)
+    loaders = [prepare_data_loader(DataLoader(Indexable(), sampler=sampler, batch_size=None), num_processes=2,
+                                   process_index=i) for i in range(2)]
+    seen = sorted(i for loader in loaders for batch in loader for i in batch.tolist())
+    assert seen == list(range(8))
+
+
+def test_device_placement_collate_and_worker_arguments_are_kept():
+    def collate(samples):
+        return {"x": torch.tensor(samples)}
+
+    loader = DataLoader(list(range(6)), batch_size=3, collate_fn=collate, num_workers=0, pin_memory=False)
+    prepared = prepare_data_loader(loader, device="meta", put_on_device=True, num_processes=1, process_index=0)
+    out = list(prepared)
+    assert out[0]["x"].device.type == "meta" and prepared.collate_fn is collate
+    kept = prepare_data_loader(loader, device="meta", put_on_device=False, num_processes=1, process_index=0)
+    assert next(iter(kept))["x"].device.type == "cpu"
+
+
+def test_dataloader_workers_get_reproducible_seeds():
+    def worker_seed(_):
+        return torch.tensor([torch.initial_seed()])
+
+    def seeds():
+        torch.manual_seed(0)
+        loader = DataLoader(list(range(4)), batch_size=2, num_workers=1, collate_fn=worker_seed)
+        prepared = prepare_data_loader(loader, num_processes=1, process_index=0)
+        return [ids(prepared), ids(prepared)]
+
+    first = seeds()
+    assert first == seeds() and first[0] != first[1]
+
+
+def test_dispatch_needs_device_placement_and_split_needs_a_multiple():
+    with pytest.raises(ConfigError, match="put_on_device"):
+        prepare_data_loader(DataLoader(Stream(4)), num_processes=1, process_index=0, dispatch_batches=True)
+    with pytest.raises(ConfigError, match="multiple"):
+        prepare_data_loader(DataLoader(list(range(9)), batch_size=3), num_processes=2, process_index=0,
+                            split_batches=True)
+
+
+def test_seedable_random_sampler():
+    sampler = SeedableRandomSampler(range(10), data_seed=3)
+    first, second = list(sampler), list(sampler)
+    assert first != second and sorted(first) == list(range(10)) and sampler.epoch == 2
+    sampler.set_epoch(0)
+    assert list(sampler) == first
+    other = SeedableRandomSampler(range(10), data_seed=3)
+    other.load_state_dict({"epoch": 1, "initial_seed": 3})
+    assert list(other) == second and other.state_dict() == {"epoch": 2, "initial_seed": 3}
+
+
+def test_dataloader_configuration_fields_match():
+    from drivetrain.utils import DataLoaderConfiguration
+
+    config = DataLoaderConfiguration()
+    assert (config.split_batches, config.dispatch_batches, config.even_batches, config.use_seedable_sampler,
+            config.non_blocking, config.use_stateful_dataloader) == (False, None, True, False, False, False)
+
+
+def test_counts_per_process_with_uneven_batches_are_documented():
+    counts = collections.Counter()
+    for i in range(2):
+        counts[i] = len(prepare_data_loader(DataLoader(list(range(10)), batch_size=4), num_processes=2,
+                                            process_index=i, even_batches=False))
+    assert counts == {0: 2, 1: 1}
+
+
+def test_public_names():
+    import drivetrain
+
+    assert drivetrain.skip_first_batches is skip_first_batches
+    assert drivetrain.prepare_data_loader is prepare_data_loader
