@@ -1,0 +1,1 @@
+"""The ``cuda`` platform plugin: NVIDIA GPUs through torch.cuda, NCCL between processes."""
