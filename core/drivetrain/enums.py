@@ -46,7 +46,25 @@ class OpenStrEnum(str, metaclass=_OpenEnumMeta):
     def __new__(cls, value: Any) -> "OpenStrEnum":
         if isinstance(value, Enum):
             value = value.value
-        return super().__new__(cls, cls._case(str(value)))
+        text = cls._case(str(value))
+        # One object per value, as with a real Enum: `state.distributed_type is DistributedType.NO`.
+        members = cls.__dict__.get("_members")
+        if members is None:
+            members = {}
+            setattr(cls, "_members", members)
+        member = members.get(text)
+        if member is None:
+            member = members[text] = super().__new__(cls, text)
+        return member
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (str(self),))
+
+    def __copy__(self) -> "OpenStrEnum":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "OpenStrEnum":
+        return self
 
     @classmethod
     def _contributed(cls) -> dict[str, str]:

@@ -13,6 +13,7 @@ strategy and precision ("How a run is chosen" in docs/architecture.md).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -24,6 +25,8 @@ from .plugin_api import PlatformSpec, PrecisionSpec, StrategySpec, resolve
 from .plugin_manager import PluginManager
 
 NO_PRECISION = ("no", "none", "fp32", "")
+#: The platform ``cpu=True`` / ``--cpu`` / ``use_cpu: true`` selects.
+CPU_PLATFORM = "cpu"
 
 
 @dataclass
@@ -56,10 +59,11 @@ def requests_from_env(manager: PluginManager, env: Mapping[str, str] | None = No
             if environment.read_bool(f"USE_{spec.name.upper()}", env=env):
                 strategy = spec.name
                 break
-    cpu = environment.read("USE_CPU", env=env)
+    variables = os.environ if env is None else env
+    cpu_given = any(name in variables for name in environment.names_of("USE_CPU"))
     return Requests(
         platform=environment.read("PLATFORM", env=env),
-        cpu=None if cpu is None else environment.read_bool("USE_CPU", env=env),
+        cpu=environment.read_bool("USE_CPU", env=env) if cpu_given else None,
         strategy=strategy,
         mixed_precision=environment.read("MIXED_PRECISION", env=env),
         precision_backend=environment.read("PRECISION_BACKEND", env=env),
@@ -74,6 +78,33 @@ def strategy_for_distributed_type(manager: PluginManager, distributed_type: str 
         if not spec.automatic and spec.distributed_type and spec.distributed_type.upper() == distributed_type.upper():
             return spec.name
     return None
+
+
+def platform_for_distributed_type(manager: PluginManager, distributed_type: str | None) -> str | None:
+    """The platform a config file's ``distributed_type`` names, if any: the one whose
+    ``multi_process_type`` (or single-process type other than ``NO``) it is. ``MULTI_CPU``
+    names the cpu platform; a strategy's type (``FSDP``) names none."""
+    if not distributed_type or distributed_type.upper() == "NO":
+        return None
+    wanted = distributed_type.upper()
+    for _plugin, spec in manager.registrations("drivetrain_register_platforms"):
+        if wanted in (str(spec.multi_process_type).upper(), str(spec.single_process_type).upper()):
+            return spec.name
+    return None
+
+
+def requests_from_config(manager: PluginManager, config: Any) -> Requests:
+    """What a config file asks for (the weakest explicit choice: arguments and variables win)."""
+    if config is None:
+        return Requests()
+    kind = config.distributed_type
+    return Requests(
+        platform=config.platform or platform_for_distributed_type(manager, kind),
+        cpu=True if config.use_cpu else None,
+        strategy=config.strategy or strategy_for_distributed_type(manager, kind),
+        mixed_precision=config.mixed_precision if config.mixed_precision not in (None, "no") else None,
+        precision_backend=config.precision_backend,
+    )
 
 
 @dataclass
@@ -135,7 +166,7 @@ def _require_usable(manager: PluginManager, plugin: str, kind: str, name: str) -
 
 def choose_platform(manager: PluginManager, requests: Requests) -> tuple[Candidate, str]:
     platforms = probe_all(manager, "drivetrain_register_platforms", "platform")
-    wanted = "cpu" if requests.cpu else requests.platform
+    wanted = CPU_PLATFORM if requests.cpu else requests.platform
     if wanted:
         _named(manager, "drivetrain_register_platforms", "platform", wanted)
         for candidate in platforms:
@@ -152,12 +183,30 @@ def choose_platform(manager: PluginManager, requests: Requests) -> tuple[Candida
     return winner, f"detected (priority {winner.priority}): {winner.reason}"
 
 
-def choose_cluster(manager: PluginManager) -> tuple[ClusterEnvironment, str | None, str]:
-    winner = best(probe_all(manager, "drivetrain_register_cluster_environments", "cluster-environment"))
-    if winner is None:
-        return SINGLE_PROCESS, None, "no launcher variables: one process"
+def choose_cluster(manager: PluginManager, env: Mapping[str, str] | None = None
+                   ) -> tuple[ClusterEnvironment, str | None, str]:
+    """The cluster environment of this process: the one named by ``DRIVETRAIN_CLUSTER_ENVIRONMENT``
+    (``none`` for a single process), else the detected one with the highest priority."""
+    candidates = probe_all(manager, "drivetrain_register_cluster_environments", "cluster-environment")
+    wanted = environment.read("CLUSTER_ENVIRONMENT", env=env)
+    if wanted and wanted.lower() in ("none", "no", "single"):
+        return SINGLE_PROCESS, None, "requested: one process"
+    if wanted:
+        _named(manager, "drivetrain_register_cluster_environments", "cluster environment", wanted)
+        winner = next(c for c in candidates if c.name.lower() == wanted.lower())
+        _require_usable(manager, winner.plugin, "cluster environment", wanted)
+        if not winner.available:
+            raise PluginSelectionError(
+                f"cluster environment {wanted!r} was requested but this process was not started by it: {winner.reason}"
+            )
+        reason = f"requested: {winner.reason}"
+    else:
+        winner = best(candidates)
+        if winner is None:
+            return SINGLE_PROCESS, None, "no launcher variables: one process"
+        reason = f"detected: {winner.reason}"
     environment_ = resolve(winner.spec.factory)()
-    return environment_, winner.plugin, f"detected: {winner.reason}"
+    return environment_, winner.plugin, reason
 
 
 def choose_strategy(

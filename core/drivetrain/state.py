@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 from datetime import timedelta
 from typing import Any, Callable, Iterator
 
@@ -52,27 +51,37 @@ class PartialState:
             if cpu and self.device.type != "cpu":
                 logger.warning("PartialState was already initialised on %s; cpu=True is ignored", self.device)
             return
+        unknown = set(kwargs) - {"backend", "init_method", "timeout"}
+        if unknown:
+            raise ConfigError(f"unknown process-group option(s) {sorted(unknown)}; use backend, init_method or timeout "
+                              "(InitProcessGroupKwargs(...).to_kwargs())")
+        try:
+            self._initialize(cpu, kwargs)
+        except BaseException:
+            self._shared_state.clear()  # a failed start leaves nothing half made
+            raise
+
+    def _initialize(self, cpu: bool, kwargs: dict[str, Any]) -> None:
         manager = get_plugin_manager()
         requests = Requests(cpu=True if cpu else None).merged_over(requests_from_env(manager))
         selection = select(manager, requests)
         platform = resolve(selection.platform.factory)()
         run = Run(manager, selection, platform)
         run.state = self
-        self.run = run
         self.platform = platform
         self.cluster = selection.cluster
         self.debug = environment.read_bool("DEBUG_MODE")
         self.fork_launched = environment.read_bool("FORK_LAUNCHED")
         self.device = platform.device_for(self.cluster.local_rank)
+        self.init_process_group_kwargs = dict(kwargs)
         if self.cluster.world_size > 1:
             platform.set_device(self.device)
-            timeout = _timeout_from(kwargs.pop("timeout", None)) or _timeout_from(environment.read("TIMEOUT")) or DEFAULT_TIMEOUT
-            unknown = set(kwargs) - {"backend", "init_method"}
-            if unknown:
-                raise ConfigError(f"unknown process-group option(s) {sorted(unknown)}; use backend, init_method or timeout")
+            timeout = (_timeout_from(kwargs.get("timeout")) or _timeout_from(environment.read("TIMEOUT"))
+                       or DEFAULT_TIMEOUT)
             run.call("drivetrain_init_distributed", timeout=timeout, backend=kwargs.get("backend"),
                      init_method=kwargs.get("init_method"))
         self._mixed_precision = selection.mixed_precision
+        self.run = run  # last: `initialized` is true only once everything above worked
         manager.mark_active(run.active_plugins)
 
     # ------------------------------------------------------------- attributes
@@ -219,7 +228,13 @@ class PartialState:
         self.platform.set_device(self.device)
 
     def destroy_process_group(self, group: Any = None) -> None:
-        """Leave the process group (call once at the end of a script that wants a clean exit)."""
+        """Leave the process group (call once at the end of a script that wants a clean exit).
+
+        In a worker forked by ``notebook_launcher``/``debug_launcher`` the default group is
+        left to the launcher, as in Accelerate.
+        """
+        if self.fork_launched and group is None:
+            return
         collectives = self.run._collectives
         if collectives is not None and hasattr(collectives, "destroy"):
             collectives.destroy(group)
@@ -240,24 +255,32 @@ def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
     if parts == 1:
         return inputs
     if isinstance(inputs, dict):
+        lengths = {key: len(value) for key, value in inputs.items() if hasattr(value, "__len__")}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"split_between_processes needs every value of the dict to have the same length, "
+                             f"got {lengths}")
         return {key: _split(value, parts, index, apply_padding) for key, value in inputs.items()}
+    if not hasattr(inputs, "__len__") or isinstance(inputs, (str, bytes)):
+        return inputs  # nothing to split: every process gets it whole
     length = len(inputs)
     per_part, extra = divmod(length, parts)
     start = index * per_part + min(index, extra)
-    end = start + per_part + (1 if index < extra else 0)
-    if hasattr(inputs, "select") and not hasattr(inputs, "shape"):  # datasets-like
-        share = inputs.select(range(start, end))
-        return share
-    share = inputs[start:end]
+    end = min(start + per_part + (1 if index < extra else 0), length)
+    target = per_part + (1 if extra else 0)
+    if hasattr(inputs, "select") and not hasattr(inputs, "shape"):  # a datasets.Dataset
+        indices = list(range(start, end)) if start < length else [length - 1]
+        if apply_padding:
+            indices += [indices[-1]] * (target - len(indices))
+        return inputs.select(indices)
+    share = inputs[start:end] if start < length else inputs[-1:]
     if apply_padding:
-        target = math.ceil(length / parts)
-        missing = target - (end - start)
+        missing = target - len(share)
         if missing > 0:
-            filler = inputs[end - 1 : end] if end > start else inputs[-1:]
+            filler = share[-1:]
             if hasattr(share, "shape"):
                 import torch
 
-                share = torch.cat([share] + [filler] * missing)
+                share = torch.cat([share, filler.repeat(missing, *([1] * (share.dim() - 1)))])
             else:
                 share = share + type(share)(list(filler) * missing)
     return share
@@ -274,6 +297,9 @@ class AcceleratorState:
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, dynamo_plugin: Any = None,
                  strategy: str | None = None, _from_accelerator: bool = False, **kwargs: Any) -> None:
         self.__dict__ = self._shared_state
+        # Accelerate's AcceleratorState takes backend objects as `<name>_plugin=` keywords
+        # (their classes come from plugins); they are kept, by keyword, in `plugins`.
+        backend_plugins = {key: kwargs.pop(key) for key in list(kwargs) if key.endswith("_plugin")}
         if self.initialized:
             if mixed_precision is not None and str(mixed_precision).lower() != self.mixed_precision:
                 raise ConfigError(
@@ -292,7 +318,7 @@ class AcceleratorState:
             run.reselect(select(run.manager, requests.merged_over(env_requests)))
         run.accelerator_state = self
         self.dynamo_plugin = dynamo_plugin
-        self.plugins: dict[str, Any] = {}
+        self.plugins: dict[str, Any] = {key: value for key, value in backend_plugins.items() if value is not None}
         self._initialized = True
 
     @property
@@ -309,6 +335,9 @@ class AcceleratorState:
                 return run.extension_attribute(name)  # what a plugin adds (`state.deepspeed_plugin`)
             except AttributeError:
                 pass
+        plugins = self._shared_state.get("plugins") or {}
+        if name.endswith("_plugin"):
+            return plugins.get(name)  # Accelerate's `state.fsdp_plugin` and friends: None when unused
         return getattr(self._shared_state["_partial"], name)
 
     def __repr__(self) -> str:
