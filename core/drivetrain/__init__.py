@@ -21,6 +21,11 @@ def _export(module: str, *names: str) -> None:
 
 _export("plugin_manager", "get_plugin_manager")
 _export("errors", "DrivetrainError", "PluginError", "ConfigError", "CheckpointError", "DistributedError")
+_export("errors", "LaunchError")
+_export("state", "PartialState", "AcceleratorState", "GradientState")
+_export("enums", "DistributedType", "PrecisionType", "LoggerType", "RNGType", "ComputeEnvironment", "DynamoBackend")
+_export("launchers", "notebook_launcher", "debug_launcher")
+_export("config", "write_basic_config", "load_config")
 _export("accelerator", "Accelerator")
 _export("kwargs_handlers", "AutocastKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",
         "GradientAccumulationPlugin", "DataLoaderConfiguration", "ProjectConfiguration", "TorchDynamoPlugin")

@@ -6,6 +6,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 
 CHILD = "drivetrain.cli.child"
@@ -25,6 +26,7 @@ def torchrun_arguments(args: argparse.Namespace) -> list[str]:
         "--max-restarts", str(args.max_restarts),
         "--monitor-interval", str(args.monitor_interval),
         "--tee", str(args.tee),
+        "--role", getattr(args, "role", None) or "default",
     ]
     if args.log_dir:
         argv += ["--log-dir", args.log_dir]
@@ -44,41 +46,42 @@ def torchrun_arguments(args: argparse.Namespace) -> list[str]:
     return argv + _target(args)
 
 
-def summarize(error) -> str:
-    """One line per failed rank: which rank, how it ended, and its error."""
-    lines = [f"drivetrain launch: {len(error.failures)} process(es) failed"]
-    for rank, failure in sorted(error.failures.items()):
-        message = failure.message
-        if isinstance(message, dict):
-            message = message.get("message", "")
-        message = str(message or "").strip()
-        last = [line for line in message.splitlines() if line.strip()]
-        reason = last[-1].strip() if last else ""
-        if failure.exitcode < 0:
-            reason = reason or f"killed by signal {-failure.exitcode}"
-        lines.append(f"  rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) exited with code "
-                     f"{failure.exitcode}: {reason or 'no error recorded (see its output above)'}")
-    return "\n".join(lines)
+def summarize(error, errors_dir: str | None = None) -> str:
+    """One line per failed rank: which rank, how it ended, and its error (first failure first)."""
+    from drivetrain.launchers import failure_summary, recorded_failures
+
+    return failure_summary(error, "drivetrain launch", recorded_failures(errors_dir) if errors_dir else None)
 
 
 def launch_torchrun(args: argparse.Namespace) -> int:
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    from drivetrain.launchers import ERRORS_DIR_VARIABLE
+
     os.environ.setdefault("DRIVETRAIN_RDZV_ID", str(uuid.uuid4()))
     torch_args = torchrun.get_args_parser().parse_args(torchrun_arguments(args))
-    try:
-        torchrun.run(torch_args)
-    except ChildFailedError as error:
-        print(summarize(error), file=sys.stderr)
-        return 1
+    with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors:
+        os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it
+        try:
+            torchrun.run(torch_args)
+        except ChildFailedError as error:
+            print(summarize(error, errors), file=sys.stderr)
+            return 1
+        finally:
+            os.environ.pop(ERRORS_DIR_VARIABLE, None)
     return 0
 
 
 def launch_single(args: argparse.Namespace) -> int:
+    from drivetrain.launchers import ERRORS_DIR_VARIABLE, recorded_failures
+
     command = [sys.executable, *_target(args)] if not args.no_python else _target(args)
-    result = subprocess.run(command)
+    with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors:
+        result = subprocess.run(command, env={**os.environ, ERRORS_DIR_VARIABLE: errors})
+        recorded = recorded_failures(errors)
     if result.returncode != 0:
         reason = f"killed by signal {-result.returncode}" if result.returncode < 0 else f"exited with code {result.returncode}"
-        print(f"drivetrain launch: the process {reason}", file=sys.stderr)
+        error = next(iter(recorded.values()), (0, ""))[1]
+        print(f"drivetrain launch: the process {reason}" + (f": {error}" if error else ""), file=sys.stderr)
     return 1 if result.returncode < 0 else result.returncode

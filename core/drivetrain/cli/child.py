@@ -20,11 +20,17 @@ def main() -> None:
             raise SystemExit("usage: python -m drivetrain.cli.child (--script PATH | --module NAME) [ARGS...]")
         kind, target, arguments = sys.argv[1], sys.argv[2], sys.argv[3:]
         sys.argv = [target, *arguments]
-        if kind == "--module":
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-            runpy.run_path(target, run_name="__main__")
+        try:
+            if kind == "--module":
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+                runpy.run_path(target, run_name="__main__")
+        except BaseException as exc:
+            from drivetrain.launchers import record_failure
+
+            record_failure(exc)
+            raise
 
     run_user_code()
 

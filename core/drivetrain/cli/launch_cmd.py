@@ -19,9 +19,11 @@ _CHILD_VARIABLES = {
     "mixed_precision": "MIXED_PRECISION",
     "gradient_accumulation_steps": "GRADIENT_ACCUMULATION_STEPS",
     "dynamo_backend": "DYNAMO_BACKEND",
+    "dynamo_mode": "DYNAMO_MODE",
+    "dynamo_use_fullgraph": "DYNAMO_USE_FULLGRAPH",
+    "dynamo_use_dynamic": "DYNAMO_USE_DYNAMIC",
+    "dynamo_use_regional_compilation": "DYNAMO_USE_REGIONAL_COMPILATION",
     "timeout": "TIMEOUT",
-    "platform": "PLATFORM",
-    "strategy": "STRATEGY",
 }
 
 
@@ -52,6 +54,10 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     hardware.add_argument("--mixed-precision", help="no, fp16, bf16, or a precision a plugin offers")
     hardware.add_argument("--gradient-accumulation-steps", type=int)
     hardware.add_argument("--dynamo-backend", help="torch.compile backend for prepared models")
+    hardware.add_argument("--dynamo-mode", help="torch.compile mode")
+    hardware.add_argument("--dynamo-use-fullgraph", action="store_true", default=None)
+    hardware.add_argument("--dynamo-use-dynamic", action="store_true", default=None)
+    hardware.add_argument("--dynamo-use-regional-compilation", action="store_true", default=None)
     hardware.add_argument("--debug", action="store_true", default=None, help="check shapes before every collective")
     resources = parser.add_argument_group("Processes and machines")
     resources.add_argument("--config-file", help="config file to read (default: `drivetrain config`'s)")
@@ -68,6 +74,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     resources.add_argument("--same-network", action="store_true", default=None)
     resources.add_argument("--log-dir", help="directory where each rank's output is kept")
     resources.add_argument("--tee", default="0", help="also copy rank outputs to log files (0,1,2,3)")
+    resources.add_argument("--role", help="name of the workers' role in the elastic agent's logs")
+    resources.add_argument("--num-cpu-threads-per-process", type=int,
+                           help="OMP_NUM_THREADS of each process (torchrun's default is 1)")
     script = parser.add_argument_group("What to run")
     script.add_argument("-m", "--module", action="store_true", help="run the target as a module (python -m)")
     script.add_argument("--no-python", action="store_true", help="the target is an executable, not a Python script")
@@ -80,8 +89,21 @@ def build_parser(prog: str = "drivetrain launch") -> LaunchParser:
 
     parser = LaunchParser(prog=prog, description="Launch a script on every process of a job.")
     _configure(parser)
-    get_plugin_manager().hooks.hook.drivetrain_add_launch_arguments(parser=parser)
+    _add_plugin_arguments(parser, get_plugin_manager())
     return parser
+
+
+def _add_plugin_arguments(parser: LaunchParser, manager: Any) -> None:
+    """Each plugin adds its own group; one that breaks the parser is reported and left out."""
+    from ..plugin_manager import PluginStatus
+
+    for impl in reversed(manager.hooks.hook.drivetrain_add_launch_arguments.get_hookimpls()):
+        if manager.records[impl.plugin_name].status is PluginStatus.FAILED:
+            continue
+        try:
+            impl.function(parser=parser)
+        except (argparse.ArgumentError, ValueError, TypeError) as exc:
+            print(f"warning: plugin {impl.plugin_name!r} could not add its launch options: {exc}", file=sys.stderr)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -89,29 +111,74 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     subparsers.add_parser("launch", help="run a script on every process of a job (see `drivetrain launch --help`)")
 
 
-def merge_config(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill the options not given on the command line from the config file."""
+# Options that are part of the run's choice: the command line beats environment variables,
+# which beat the config file (see requests_for()). They are not filled from the file here.
+_CHOICE_OPTIONS = ("cpu", "platform", "strategy", "mixed_precision")
+
+
+def merge_config(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """Fill the options not given on the command line from the config file.
+
+    Core options come from the core keys; an option a plugin added is filled from the key
+    of the same name (top level, or inside the plugin's block). The file itself stays in
+    ``args.config`` for plugins that read more of their block.
+    """
     from ..config import load_config
-    from ..plugin_manager import get_plugin_manager
-    from ..selection import strategy_for_distributed_type
 
     config = load_config(args.config_file)
     args.config = config
     if config is None:
         return args
     fill = {
-        "cpu": config.use_cpu, "mixed_precision": config.mixed_precision, "num_processes": config.num_processes,
-        "num_machines": config.num_machines, "machine_rank": config.machine_rank,
-        "main_process_ip": config.main_process_ip, "main_process_port": config.main_process_port,
-        "rdzv_backend": config.rdzv_backend, "debug": config.debug, "same_network": config.same_network,
-        "gradient_accumulation_steps": config.gradient_accumulation_steps, "platform": config.platform,
-        "strategy": config.strategy or strategy_for_distributed_type(get_plugin_manager(), config.distributed_type),
-        "dynamo_backend": (config.dynamo_config or {}).get("dynamo_backend"),
+        "num_processes": config.num_processes, "num_machines": config.num_machines,
+        "machine_rank": config.machine_rank, "main_process_ip": config.main_process_ip,
+        "main_process_port": config.main_process_port, "rdzv_backend": config.rdzv_backend,
+        "debug": config.debug, "same_network": config.same_network,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
     }
+    dynamo = config.dynamo_config or {}
+    if str(dynamo.get("dynamo_backend") or "no").lower() not in ("no", "none"):
+        for key in ("dynamo_backend", "dynamo_mode", "dynamo_use_fullgraph", "dynamo_use_dynamic",
+                    "dynamo_use_regional_compilation"):
+            fill[key] = dynamo.get(key)
     for key, value in fill.items():
         if getattr(args, key, None) is None and value is not None:
             setattr(args, key, value)
+    if parser is not None:
+        plugin_values: dict[str, Any] = {}
+        for key, value in config.sections.items():
+            if isinstance(value, dict):
+                for inner, inner_value in value.items():
+                    plugin_values.setdefault(inner, inner_value)
+            else:
+                plugin_values[key] = value
+        for action in parser._actions:
+            dest = action.dest
+            if dest in plugin_values and dest not in _CHOICE_OPTIONS and getattr(args, dest, None) is None:
+                setattr(args, dest, plugin_values[dest])
     return args
+
+
+def requests_for(args: argparse.Namespace, manager: Any) -> Any:
+    """The run's choice as asked: command line, then environment variables, then the file."""
+    from ..selection import Requests, requests_from_config, requests_from_env
+
+    command_line = Requests(platform=args.platform, cpu=args.cpu or None, strategy=args.strategy,
+                            mixed_precision=args.mixed_precision)
+    return command_line.merged_over(requests_from_env(manager)).merged_over(
+        requests_from_config(manager, getattr(args, "config", None)))
+
+
+def _default_num_processes(args: argparse.Namespace, manager: Any, requests: Any) -> int:
+    """One process per device of the chosen platform on each machine (one on the CPU)."""
+    from ..plugin_api import resolve
+    from ..selection import CPU_PLATFORM, choose_platform
+
+    machines = args.num_machines or 1
+    candidate, _reason = choose_platform(manager, requests)
+    if candidate.spec.name == CPU_PLATFORM:
+        return machines
+    return machines * max(int(resolve(candidate.spec.factory)().device_count() or 1), 1)
 
 
 def _defaults(args: argparse.Namespace) -> None:
@@ -119,6 +186,8 @@ def _defaults(args: argparse.Namespace) -> None:
     args.num_processes = args.num_processes or args.num_machines
     args.machine_rank = args.machine_rank or 0
     args.rdzv_backend = args.rdzv_backend or "static"
+    if args.num_processes < 1 or args.num_machines < 1:
+        raise ConfigError("--num-processes and --num-machines must be at least 1")
     if args.num_processes % args.num_machines:
         raise ConfigError(
             f"--num-processes {args.num_processes} is not a multiple of --num-machines {args.num_machines}; "
@@ -131,28 +200,83 @@ def _defaults(args: argparse.Namespace) -> None:
     args.nproc_per_node = args.num_processes // args.num_machines
 
 
-def child_environment(args: argparse.Namespace) -> dict[str, str]:
-    """The variables every child gets: the resolved choice (same on every rank) and options."""
+def resolve_choice(args: argparse.Namespace, manager: Any, requests: Any = None) -> Any:
+    """Make the run's choice once, for the whole job, and write it back into ``args``."""
     from ..cluster import ClusterEnvironment
+    from ..selection import select
+
+    requests = requests if requests is not None else requests_for(args, manager)
+    job = ClusterEnvironment(name="launch", world_size=args.num_processes)
+    selection = select(manager, requests, cluster=job)
+    args.platform = selection.platform.name
+    args.strategy = selection.strategy.name if selection.strategy else None
+    args.mixed_precision = selection.mixed_precision
+    args.cpu = bool(requests.cpu)
+    args.selection = selection
+    return selection
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _section_environment(args: argparse.Namespace, manager: Any, selection: Any) -> dict[str, str]:
+    """Variables of the plugin config keys that name one (``ConfigField.env``), for the enabled
+    sections of usable plugins. A variable already set by the user wins over the file."""
+    from ..config.schema import build_schema
+    from ..environment import own_name
+
+    config = getattr(args, "config", None)
+    if config is None:
+        return {}
+    active = {selection.distributed_type.upper(), selection.platform.name.upper()}
+    if selection.strategy is not None:
+        active.add(selection.strategy.name.upper())
+    env: dict[str, str] = {}
+    for key, owner in build_schema(manager).enabled_plugin_keys(active):
+        section = owner.section
+        if section is not None:
+            block = config.sections.get(key) or {}
+            pairs = [(f, block.get(f.name)) for f in section.fields]
+        else:
+            pairs = [(owner.field, config.sections.get(key))]
+        for spec, value in pairs:
+            if not spec.env or value is None:
+                continue
+            given = getattr(args, spec.name, None)
+            if given is None and (spec.env in os.environ or own_name(spec.env) in os.environ):
+                continue
+            text = _text(given if given is not None else value)
+            env[spec.env] = text
+            env[own_name(spec.env)] = text
+    return env
+
+
+def child_environment(args: argparse.Namespace, selection: Any = None) -> dict[str, str]:
+    """The variables every child gets: the resolved choice (same on every rank) and options."""
     from ..plugin_manager import get_plugin_manager
-    from ..selection import Requests, requests_from_env, select
 
     manager = get_plugin_manager()
-    requests = Requests(platform=args.platform, cpu=args.cpu or None, strategy=args.strategy,
-                        mixed_precision=args.mixed_precision)
-    job = ClusterEnvironment(name="launch", world_size=args.num_processes)
-    selection = select(manager, requests.merged_over(requests_from_env(manager)), cluster=job)
+    if selection is None:
+        selection = getattr(args, "selection", None) or resolve_choice(args, manager)
     env = dict(selection.child_environment())
     if args.cpu:
         env["DRIVETRAIN_USE_CPU"] = "1"
     if args.debug:
         env["DRIVETRAIN_DEBUG_MODE"] = "1"
+    if getattr(args, "num_cpu_threads_per_process", None):
+        env["OMP_NUM_THREADS"] = str(args.num_cpu_threads_per_process)
     for option, key in _CHILD_VARIABLES.items():
         value = getattr(args, option, None)
         if value is not None and f"DRIVETRAIN_{key}" not in env:
-            env[f"DRIVETRAIN_{key}"] = str(value)
+            env[f"DRIVETRAIN_{key}"] = _text(value)
     if getattr(args, "config", None) is not None and args.config.path:
         env["DRIVETRAIN_CONFIG_FILE"] = args.config.path
+    env.update(_section_environment(args, manager, selection))
     contributed: dict[str, tuple[str, str]] = {}
     for impl in manager.hooks.hook.drivetrain_launch_environment.get_hookimpls():
         if not manager.records[impl.plugin_name].usable:
@@ -166,7 +290,7 @@ def child_environment(args: argparse.Namespace) -> dict[str, str]:
     # Accelerate's scripts and libraries read these names: keep them in step.
     for key in list(env):
         if key.startswith("DRIVETRAIN_") and key not in ("DRIVETRAIN_CONFIG_FILE",):
-            env.setdefault("ACCELERATE_" + key[len("DRIVETRAIN_"):], env[key])
+            env["ACCELERATE_" + key[len("DRIVETRAIN_"):]] = env[key]
     return env
 
 
@@ -184,11 +308,18 @@ def choose_launcher(args: argparse.Namespace):
 
 
 def run(argv: Sequence[str]) -> int:
+    from ..plugin_manager import get_plugin_manager
+
+    manager = get_plugin_manager()
     parser = build_parser()
     args = parser.parse_args(list(argv))
-    merge_config(args)
+    merge_config(args, parser)
+    requests = requests_for(args, manager)
+    if args.num_processes is None:
+        args.num_processes = _default_num_processes(args, manager, requests)
     _defaults(args)
-    env = child_environment(args)
+    selection = resolve_choice(args, manager, requests)
+    env = child_environment(args, selection)
     name, launch = choose_launcher(args)
     for key, value in env.items():
         os.environ[key] = value

@@ -15,7 +15,7 @@ from ..errors import DrivetrainError
 from ..version import __version__
 
 # command name -> module in drivetrain.cli that defines add_parser(subparsers)
-_BUILT_IN_COMMANDS = ("plugins", "launch")
+_BUILT_IN_COMMANDS = ("plugins", "launch", "config", "env", "test")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .launch_cmd import run
 
         return _guarded(run, argv[1:])
+    if argv[:1] == ["test"]:  # its options are launch's, passed through
+        from .test_cmd import run as run_test
+
+        return _guarded(run_test, argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)

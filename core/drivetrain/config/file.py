@@ -1,34 +1,81 @@
-"""Reading and writing the config file (YAML or JSON, safe loader only)."""
+"""Reading, checking and writing the config file (YAML or JSON, safe loader only).
+
+Where the file lives, first match wins:
+
+1. ``$DRIVETRAIN_CONFIG_FILE``;
+2. ``$HF_HOME/drivetrain/default_config.yaml`` when ``HF_HOME`` is set;
+3. ``$XDG_CONFIG_HOME/drivetrain/default_config.yaml`` (``~/.config`` when unset).
+
+When drivetrain has no file of its own, Accelerate's (``$HF_HOME/accelerate/`` or
+``$XDG_CACHE_HOME/huggingface/accelerate/``, ``default_config.yaml`` then ``.json``) is read,
+so a machine set up with ``accelerate config`` works unchanged.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .. import environment
 from ..errors import ConfigError
+from ..plugin_manager import PluginManager, get_plugin_manager
+from ..selection import CPU_PLATFORM
+from .schema import CORE_FIELDS, Owner, Schema, build_schema, coerce, is_empty, suggest
 
 CONFIG_NAME = "default_config.yaml"
+PATH_VARIABLE = "DRIVETRAIN_CONFIG_FILE"
+
+
+def _home_dir(variable: str, fallback: str) -> Path:
+    return Path(os.environ.get(variable) or os.path.join(os.path.expanduser("~"), fallback)).expanduser()
 
 
 def default_config_path() -> Path:
-    """``$DRIVETRAIN_CONFIG_FILE``, else ``$HF_HOME/drivetrain/default_config.yaml``
-    (``HF_HOME`` defaults to ``$XDG_CACHE_HOME/huggingface``, then ``~/.cache/huggingface``)."""
-    explicit = os.environ.get("DRIVETRAIN_CONFIG_FILE")
+    """Where drivetrain reads and writes its config file when none is named."""
+    explicit = environment.read_pair(PATH_VARIABLE, "ACCELERATE_CONFIG_FILE")
     if explicit:
         return Path(explicit).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    hf_home = os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")
-    return Path(hf_home).expanduser() / "drivetrain" / CONFIG_NAME
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "drivetrain" / CONFIG_NAME
+    return _home_dir("XDG_CONFIG_HOME", ".config") / "drivetrain" / CONFIG_NAME
+
+
+def accelerate_config_paths() -> list[Path]:
+    """Where Accelerate keeps its default config on this machine."""
+    hf_home = os.environ.get("HF_HOME") or os.path.join(_home_dir("XDG_CACHE_HOME", ".cache"), "huggingface")
+    folder = Path(hf_home).expanduser() / "accelerate"
+    return [folder / CONFIG_NAME, folder / "default_config.json"]
+
+
+def find_config_path() -> Path | None:
+    """The file a launch without ``--config-file`` reads, or ``None`` when there is none.
+
+    Raises:
+        ConfigError: ``DRIVETRAIN_CONFIG_FILE`` names a file that does not exist.
+    """
+    named = environment.read_pair(PATH_VARIABLE, "ACCELERATE_CONFIG_FILE")
+    if named:
+        path = Path(named).expanduser()
+        if not path.exists():
+            raise ConfigError(f"{PATH_VARIABLE}={named} names no file; create it with `drivetrain config` "
+                              f"or unset {PATH_VARIABLE}")
+        return path
+    own = default_config_path()
+    if own.exists():
+        return own
+    return next((path for path in accelerate_config_paths() if path.exists()), None)
 
 
 @dataclass
 class Config:
-    """The top-level keys of a config file; plugin blocks are kept in ``sections``."""
+    """A checked config file. Core keys are attributes; plugin keys and blocks are in
+    ``sections`` (``sections["fsdp_config"]``, or a plugin's top-level key)."""
 
     compute_environment: str = "LOCAL_MACHINE"
     distributed_type: str = "NO"
@@ -43,70 +90,295 @@ class Config:
     mixed_precision: str = "no"
     use_cpu: bool = False
     debug: bool = False
-    gpu_ids: str | None = None
-    downcast_bf16: str = "no"
-    enable_cpu_affinity: bool = False
     gradient_accumulation_steps: int | None = None
-    dynamo_config: dict[str, Any] = field(default_factory=dict)
     platform: str | None = None
     strategy: str | None = None
+    precision_backend: str | None = None
+    dynamo_config: dict[str, Any] = field(default_factory=dict)
     sections: dict[str, Any] = field(default_factory=dict)
     path: str | None = None
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """Any key of the file: a core attribute, a plugin's top-level key or block."""
+        if key in self.sections:
+            return self.sections[key]
+        if key in _CORE_ATTRIBUTES:
+            return getattr(self, key)
+        return default
+
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("sections", "path")}
+        """The keys to write, sorted like Accelerate's files; ``None`` values are left out."""
+        data = {name: getattr(self, name) for name in _CORE_ATTRIBUTES}
         data.update(self.sections)
-        return {k: v for k, v in data.items() if v is not None}
+        return {key: data[key] for key in sorted(data) if data[key] is not None}
+
+
+_CORE_ATTRIBUTES = [f.name for f in fields(Config) if f.name not in ("sections", "path")]
 
 
 def _read(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}; check the path or run `drivetrain config`") from None
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}; check the path or run "
+                          "`drivetrain config`") from None
     try:
+        # JSON is read as YAML too (Accelerate sometimes writes JSON into a .yaml file)
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"config file {path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}".replace("\n", " ")) from None
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"config file {path} is not valid {kind}: {detail}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys to values, not a {type(data).__name__}")
+    bad = [key for key in data if not isinstance(key, str)]
+    if bad:
+        raise ConfigError(f"config file {path}: key {bad[0]!r} is not a string; quote it")
     return data
 
 
-def load_config(path: str | os.PathLike | None = None) -> Config | None:
-    """The config at ``path`` (or the default location); ``None`` when there is none."""
-    explicit = path is not None
-    path = Path(path) if explicit else default_config_path()
-    if not path.exists():
-        if explicit:
-            raise ConfigError(f"config file {path} does not exist; create it with `drivetrain config --config-file {path}`")
-        return None
-    data = _read(path)
-    known = {f.name for f in fields(Config)} - {"sections", "path"}
-    config = Config(path=str(path))
+def load_config(path: str | os.PathLike | None = None, manager: PluginManager | None = None) -> Config | None:
+    """The checked config at ``path`` (or the default location); ``None`` when there is none.
+
+    Raises:
+        ConfigError: the file cannot be read, is not YAML/JSON, has an unknown key, a value
+            of the wrong type, or an impossible combination. The message names the key.
+    """
+    if path is None:
+        found = find_config_path()
+        if found is None:
+            return None
+        path = found
+    else:
+        path = Path(path).expanduser()
+        if not path.exists():
+            raise ConfigError(f"config file {path} does not exist; create it with "
+                              f"`drivetrain config --config-file {path}`")
+    return config_from_dict(_read(path), manager, path=str(path))
+
+
+def config_from_dict(data: dict[str, Any], manager: PluginManager | None = None, path: str | None = None) -> Config:
+    """Check ``data`` (a config file's content) and turn it into a :class:`Config`."""
+    manager = manager or get_plugin_manager()
+    schema = build_schema(manager)
+    where = f"config file {path}" if path else "config"
+    config = Config(path=path)
     for key, value in data.items():
-        if key in known:
-            setattr(config, key, value)
+        owner = schema.owners.get(key)
+        if owner is None:
+            _unowned(key, value, schema, where, config)
+        elif owner.section is not None:
+            block = _block(key, value, owner, where)
+            if owner.plugin is None:
+                setattr(config, key, block)
+            else:
+                config.sections[key] = block
+        elif owner.plugin is None:
+            setattr(config, key, coerce(owner.field, value, f"{where}: key {key!r}"))
         else:
-            config.sections[key] = value
+            config.sections[key] = _plugin_value(key, value, owner, where)
+    check_combinations(config, schema, where)
     return config
 
 
-def write_basic_config(mixed_precision: str = "no", save_location: str | os.PathLike | None = None) -> Path | bool:
-    """Write a config for this machine (all its devices, or one CPU process).
+def _unowned(key: str, value: Any, schema: Schema, where: str, config: Config) -> None:
+    if isinstance(value, dict) and is_empty(value):
+        config.sections[key] = value  # a block for a feature this machine does not use
+        return
+    hint = suggest(key, schema.owners)
+    if not hint and schema.not_loaded:
+        hint = f" (plugins not loaded here: {', '.join(schema.not_loaded)}; it may be theirs)"
+    raise ConfigError(f"{where}: unknown key {key!r}{hint}; no installed plugin owns it. "
+                      "Remove it, or install the plugin that does (`drivetrain plugins list`)")
 
-    Returns the path written, or ``False`` when a config already exists there.
-    """
-    path = Path(save_location) if save_location is not None else default_config_path()
-    if path.exists():
-        return False
+
+def _unusable(key: str, owner: Owner, where: str) -> ConfigError:
+    fix = owner.install or "see `drivetrain plugins list`"
+    return ConfigError(f"{where}: key {key!r} belongs to plugin {owner.plugin!r}, which cannot be used here "
+                       f"({owner.reason}); install it with: {fix}, or remove the key")
+
+
+def _plugin_value(key: str, value: Any, owner: Owner, where: str) -> Any:
+    if not owner.usable:
+        if is_empty(value) or value == owner.field.default:
+            try:
+                return coerce(owner.field, value, f"{where}: key {key!r}")
+            except ConfigError:
+                return value
+        raise _unusable(key, owner, where)
+    return coerce(owner.field, value, f"{where}: key {key!r}")
+
+
+def _block(key: str, value: Any, owner: Owner, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {key!r} must be a mapping of keys to values, not {value!r}")
+    if owner.plugin is not None and not owner.usable:
+        if is_empty(value):
+            return dict(value)
+        raise _unusable(key, owner, where)
+    section = owner.section
+    known = {f.name: f for f in section.fields}
+    checked: dict[str, Any] = {}
+    for inner, inner_value in value.items():
+        spec = known.get(inner)
+        if spec is None:
+            if section.allow_unknown:
+                checked[inner] = inner_value
+                continue
+            allowed = ", ".join(sorted(known)) or "none"
+            raise ConfigError(f"{where}: unknown key {key}.{inner}{suggest(inner, known)}; "
+                              f"{key} accepts: {allowed}")
+        checked[inner] = coerce(spec, inner_value, f"{where}: key {key}.{inner}")
+    return checked
+
+
+def check_combinations(config: Config, schema: Schema, where: str = "config") -> None:
+    """Impossible combinations of values, each reported with the keys involved."""
+    for key in ("num_processes", "num_machines"):
+        if getattr(config, key) < 1:
+            raise ConfigError(f"{where}: key {key!r} must be at least 1, not {getattr(config, key)}")
+    if config.num_processes % config.num_machines:
+        raise ConfigError(f"{where}: num_processes ({config.num_processes}) must be a multiple of num_machines "
+                          f"({config.num_machines}); num_processes counts the processes of every machine")
+    if not 0 <= config.machine_rank < config.num_machines:
+        raise ConfigError(f"{where}: machine_rank ({config.machine_rank}) must be between 0 and "
+                          f"num_machines - 1 ({config.num_machines - 1})")
+    if config.num_machines > 1 and not config.main_process_ip:
+        raise ConfigError(f"{where}: num_machines is {config.num_machines} but main_process_ip is not set; "
+                          "give the address of machine 0")
+    if config.main_process_port is not None and not 0 < config.main_process_port < 65536:
+        raise ConfigError(f"{where}: main_process_port ({config.main_process_port}) is not a port number")
+    precision = str(config.mixed_precision).lower()
+    if precision not in [p.lower() for p in schema.precisions]:
+        raise ConfigError(f"{where}: mixed_precision is {config.mixed_precision!r}; installed plugins offer: "
+                          f"{', '.join(schema.precisions)}")
+    config.mixed_precision = precision
+    kind = str(config.distributed_type).upper()
+    if kind not in schema.distributed_types:
+        raise ConfigError(f"{where}: distributed_type is {config.distributed_type!r}{suggest(kind, schema.distributed_types)}; "
+                          f"installed plugins know: {', '.join(sorted(schema.distributed_types))}")
+    config.distributed_type = kind
+    if kind == "NO" and config.num_processes > 1:
+        raise ConfigError(f"{where}: distributed_type is NO (one process) but num_processes is "
+                          f"{config.num_processes}; set distributed_type to a multi-process type or num_processes to 1")
+    for key, known in (("platform", schema.platforms), ("strategy", schema.strategies)):
+        name = getattr(config, key)
+        if name and name.lower() not in ("none", "no") and name.lower() not in {n.lower() for n in known}:
+            raise ConfigError(f"{where}: {key} is {name!r}; installed: {', '.join(sorted(known)) or 'none'}")
+    platform = _platform_of(config, schema)
+    if config.use_cpu and platform is not None and platform.name != CPU_PLATFORM:
+        raise ConfigError(f"{where}: use_cpu is true but distributed_type {kind} / platform {platform.name!r} "
+                          "needs another device; remove one of them")
+    strategy = _strategy_of(config, schema)
+    if strategy is not None:
+        plugin, spec = strategy
+        if platform is not None and spec.platforms is not None and platform.name not in spec.platforms:
+            raise ConfigError(f"{where}: strategy {spec.name!r} (distributed_type {kind}) does not run on platform "
+                              f"{platform.name!r}; it supports {', '.join(spec.platforms)}")
+        if spec.precisions is not None and precision != "no" and precision not in spec.precisions:
+            raise ConfigError(f"{where}: mixed_precision {precision!r} is not supported by strategy {spec.name!r} "
+                              f"(it supports {', '.join(spec.precisions) or 'none'})")
+    if platform is not None and platform.precisions is not None and precision != "no" \
+            and precision not in platform.precisions:
+        raise ConfigError(f"{where}: mixed_precision {precision!r} is not supported by platform {platform.name!r} "
+                          f"(it supports {', '.join(platform.precisions) or 'none'})")
+
+
+def _platform_of(config: Config, schema: Schema) -> Any:
+    if config.platform:
+        return next((s for n, s in schema.platforms.items() if n.lower() == config.platform.lower()), None)
+    kind = config.distributed_type.upper()
+    for spec in schema.platforms.values():
+        if kind != "NO" and kind in (str(spec.multi_process_type).upper(), str(spec.single_process_type).upper()):
+            return spec
+    return None
+
+
+def _strategy_of(config: Config, schema: Schema) -> Any:
+    if config.strategy and config.strategy.lower() not in ("none", "no"):
+        return next((pair for n, pair in schema.strategies.items() if n.lower() == config.strategy.lower()), None)
+    kind = config.distributed_type.upper()
+    return next((pair for pair in schema.strategies.values()
+                 if pair[1].distributed_type and pair[1].distributed_type.upper() == kind), None)
+
+
+def dump(data: dict[str, Any], path: Path) -> None:
+    """Write ``data`` to ``path`` atomically: YAML, or JSON for a ``.json`` name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    config = Config(mixed_precision=str(mixed_precision).lower())
-    with open(path, "w", encoding="utf-8") as handle:
-        if path.suffix == ".json":
-            json.dump(config.to_dict(), handle, indent=2)
-        else:
-            yaml.safe_dump(config.to_dict(), handle, sort_keys=True)
-    return path
+    if path.suffix == ".json":
+        text = json.dumps(data, indent=2) + "\n"
+    else:
+        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def write_config(config: Config, path: str | os.PathLike | None = None) -> Path:
+    """Check ``config`` and write it (to its own path, or ``path``)."""
+    target = Path(path) if path is not None else Path(config.path) if config.path else default_config_path()
+    config_from_dict(config.to_dict(), path=str(target))  # never write a file that cannot be read back
+    dump(config.to_dict(), target)
+    config.path = str(target)
+    return target
+
+
+def basic_config(mixed_precision: str = "no", manager: PluginManager | None = None) -> Config:
+    """A config for this machine: one process per device of the detected platform."""
+    from ..plugin_api import resolve
+    from ..selection import Requests, choose_platform
+
+    manager = manager or get_plugin_manager()
+    candidate, _reason = choose_platform(manager, Requests())
+    platform = resolve(candidate.spec.factory)()
+    count = max(int(platform.device_count() or 1), 1)
+    cpu = candidate.spec.name == CPU_PLATFORM
+    if cpu:
+        count = 1
+    return Config(
+        distributed_type=candidate.spec.multi_process_type if count > 1 else "NO",
+        num_processes=count,
+        mixed_precision=str(getattr(mixed_precision, "value", mixed_precision)).lower(),
+        use_cpu=cpu,
+    )
+
+
+def write_basic_config(mixed_precision: str = "no", save_location: str | os.PathLike | None = None) -> Path | bool:
+    """Write a config for this machine: every device of the detected platform, or one CPU process.
+
+    Args:
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or another installed precision.
+        save_location: where to write (default: :func:`default_config_path`).
+
+    Returns the path written, or ``False`` when a file already exists there (it is kept).
+    """
+    path = Path(save_location).expanduser() if save_location is not None else default_config_path()
+    if path.exists():
+        print(f"Not writing a config: {path} already exists. Remove it, or edit it with `drivetrain config`.")
+        return False
+    return write_config(basic_config(mixed_precision), path)
+
+
+def update_config(path: str | os.PathLike | None = None) -> Path:
+    """Rewrite an existing config with every current key, keeping its values."""
+    config = load_config(path)
+    if config is None:
+        raise ConfigError(f"there is no config file at {default_config_path()}; create one with `drivetrain config`")
+    return write_config(config, config.path)
+
+
+__all__ = [
+    "CONFIG_NAME", "CORE_FIELDS", "Config", "accelerate_config_paths", "basic_config", "config_from_dict",
+    "default_config_path", "dump", "find_config_path", "load_config", "update_config", "write_basic_config",
+    "write_config",
+]

@@ -1,0 +1,213 @@
+"""Real jobs: `drivetrain launch` over torchrun, two "machines" on one host, plain torchrun,
+SLURM- and MPI-style processes, failures and hangs, `drivetrain env` / `drivetrain test`,
+and the Python launchers (notebook_launcher, debug_launcher)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from launching import SCRIPTS, assert_ok, launch
+
+pytestmark = pytest.mark.multiprocess
+
+_LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                       "GROUP_RANK", "TORCHELASTIC_RUN_ID", "KUBERNETES_SERVICE_HOST")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DRIVETRAIN_", "ACCELERATE_", "SLURM_", "OMPI_", "PMI_", "PMIX_"))
+           and k not in _LAUNCHER_VARIABLES}
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def views(*outputs: str) -> list[dict]:
+    found = [json.loads(line.split(" ", 1)[1]) for out in outputs for line in out.splitlines()
+             if line.startswith("CLUSTER ")]
+    return sorted(found, key=lambda view: view["rank"])
+
+
+def test_every_state_attribute_and_helper_across_two_processes(tmp_path):
+    result = launch("check_state.py", str(tmp_path), "--expect-precision", "bf16", "--expect-debug", "1",
+                    "--passthrough", "x y",
+                    launch_args=("--mixed_precision", "bf16", "--debug", "--gradient-accumulation-steps", "3"),
+                    env={"HF_HOME": str(tmp_path / "hf")})
+    assert_ok(result)
+    assert result.stdout.count("CHECK-STATE-OK") == 2
+    assert result.stdout.count("PRINTED-BY-RANK-0") == 1 and "PRINTED-BY-RANK-1" not in result.stdout
+
+
+def test_two_machines_on_one_host_meet_on_localhost(tmp_path):
+    port = str(free_port())
+    command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num_processes", "2", "--num_machines", "2",
+               "--main_process_ip", "127.0.0.1", "--main_process_port", port, str(SCRIPTS / "check_cluster.py")]
+    machines = [subprocess.Popen([*command[:-1], "--machine_rank", str(rank), command[-1]], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=clean_env(HF_HOME=str(tmp_path)))
+                for rank in (0, 1)]
+    outputs = [machine.communicate(timeout=240) for machine in machines]
+    assert [machine.returncode for machine in machines] == [0, 0], outputs
+    seen = views(*(out for out, _err in outputs))
+    assert [(v["rank"], v["world_size"], v["num_machines"], v["sum"]) for v in seen] == [(0, 2, 2, 3.0), (1, 2, 2, 3.0)]
+    assert {v["cluster"] for v in seen} == {"torchelastic"}
+
+
+def test_a_script_started_by_plain_torchrun_is_detected(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                             str(SCRIPTS / "check_cluster.py")], capture_output=True, text=True, timeout=240,
+                            env=clean_env(HF_HOME=str(tmp_path)))
+    assert_ok(result)
+    seen = views(result.stdout)
+    assert [(v["cluster"], v["rank"], v["world_size"], v["distributed_type"], v["sum"]) for v in seen] == [
+        ("torchelastic", 0, 2, "MULTI_CPU", 3.0), ("torchelastic", 1, 2, "MULTI_CPU", 3.0)]
+
+
+@pytest.mark.parametrize("flavour", ["slurm", "mpi"])
+def test_processes_started_by_a_cluster_launcher_are_detected(tmp_path, flavour):
+    port = str(free_port())
+
+    def variables(rank: int) -> dict[str, str]:
+        if flavour == "slurm":  # what srun exports to each task
+            return {"SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_NTASKS": "2", "SLURM_NNODES": "1",
+                    "SLURM_NODEID": "0", "SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "localhost",
+                    "MASTER_PORT": port}
+        return {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "2",  # what Open MPI's mpirun exports
+                "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+
+    processes = [subprocess.Popen([sys.executable, str(SCRIPTS / "check_cluster.py")], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True,
+                                  env=clean_env(HF_HOME=str(tmp_path), **variables(rank))) for rank in (0, 1)]
+    outputs = [process.communicate(timeout=240) for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    seen = views(*(out for out, _err in outputs))
+    assert [(v["cluster"], v["rank"], v["local_rank"], v["world_size"], v["sum"]) for v in seen] == [
+        (flavour, 0, 0, 2, 3.0), (flavour, 1, 1, 2, 3.0)]
+
+
+def test_a_crashing_child_is_named_and_the_launch_fails(tmp_path):
+    env = clean_env(HF_HOME=str(tmp_path), PYTHONPATH=os.pathsep.join([str(SCRIPTS), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num_processes", "2",
+                             "-m", "check_failure", "crash"],  # -m: run it as a module
+                            capture_output=True, text=True, env=env, timeout=240)
+    assert result.returncode != 0
+    assert "process(es) failed; rank 1 failed first" in result.stderr
+    assert "rank 1 (local rank 1" in result.stderr and "ValueError: rank 1 crashed on purpose" in result.stderr
+    assert "UNREACHABLE" not in result.stdout
+
+
+@pytest.mark.parametrize("how", ["InitProcessGroupKwargs", "--timeout"])
+def test_a_hang_in_a_collective_ends_after_the_timeout(tmp_path, how):
+    seconds = "4"
+    script_args, launch_args = (("hang", seconds), ()) if how == "InitProcessGroupKwargs" else (
+        ("hang-launch-timeout",), ("--timeout", seconds))
+    start = time.monotonic()
+    result = launch("check_failure.py", *script_args, launch_args=launch_args, env={"HF_HOME": str(tmp_path)},
+                    timeout=180)
+    elapsed = time.monotonic() - start
+    assert result.returncode != 0 and "UNREACHABLE" not in result.stdout
+    assert "rank 0 failed first" in result.stderr and "Timed out waiting 4000ms" in result.stderr
+    assert "rank 1 (local rank 1" in result.stderr  # the rank that never joined is listed too
+    assert elapsed < 120, f"took {elapsed:.0f}s: the timeout did not apply"
+
+
+def test_config_default_to_file_to_launch_with_env_and_test(tmp_path):
+    hf_home = tmp_path / "hf"
+    env = clean_env(HF_HOME=str(hf_home))
+    cli = [sys.executable, "-m", "drivetrain"]
+    made = subprocess.run([*cli, "config", "default", "--mixed_precision", "bf16"], capture_output=True,
+                          text=True, env=env)
+    assert made.returncode == 0, made.stderr
+    path = hf_home / "drivetrain" / "default_config.yaml"
+    data = yaml.safe_load(path.read_text())
+    assert data["mixed_precision"] == "bf16" and data["use_cpu"] is True
+    data.update(num_processes=2, distributed_type="MULTI_CPU")
+    path.write_text(yaml.safe_dump(data))
+    tested = subprocess.run([*cli, "test"], capture_output=True, text=True, env=env, timeout=240)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "drivetrain self-test: 2 process(es), MULTI_CPU, platform cpu, mixed precision bf16" in tested.stdout
+    assert "Test is a success!" in tested.stdout
+    report = subprocess.run([*cli, "env", "--json"], capture_output=True, text=True, env=env, timeout=120)
+    data = json.loads(report.stdout)
+    assert data["config"]["path"] == str(path) and data["config"]["values"]["num_processes"] == 2
+    assert data["detection"]["platform"] == "cpu" and data["torch_version"]
+    assert {p["name"]: p["status"] for p in data["plugins"]}["cuda"] == "available"
+    from drivetrain.cli.env_cmd import render
+
+    text = render(data)  # what `drivetrain env` prints
+    assert "- `drivetrain` version:" in text and "- PyTorch version:" in text and "\t- mixed_precision: bf16" in text
+    assert "cuda: CUDA (torch build):" in text and f"- `drivetrain` config ({path}):" in text
+
+
+def test_drivetrain_test_reports_a_failure(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\n")
+    result = subprocess.run([sys.executable, "-m", "drivetrain", "test", "--config-file", str(bad)],
+                            capture_output=True, text=True, env=clean_env(), timeout=120)
+    if "Test is a success" in result.stdout:
+        pytest.skip("a GPU is present: the MULTI_GPU config runs here")
+    assert result.returncode == 1 and "drivetrain test: FAILED" in result.stderr
+    assert "platform 'cuda' was requested but is not usable here" in result.stderr
+
+
+# ----------------------------------------------------------------- from Python
+
+
+def _report(tag, directory):
+    import torch
+
+    from drivetrain import PartialState
+
+    state = PartialState()
+    total = state.collectives.all_reduce(torch.tensor([1.0]), "sum").item()
+    with open(os.path.join(directory, f"{tag}.{state.process_index}"), "w") as handle:
+        json.dump([state.num_processes, str(state.distributed_type), total, state.mixed_precision,
+                   state.fork_launched, os.environ.get("ACCELERATE_MIXED_PRECISION")], handle)
+
+
+def _fail():
+    from drivetrain import PartialState
+
+    state = PartialState()
+    if state.process_index == 1:
+        raise RuntimeError("worker one fails on purpose")
+    state.wait_for_everyone()
+
+
+def test_debug_and_notebook_launchers_fork_real_workers(tmp_path, monkeypatch):
+    from drivetrain import LaunchError, PartialState, debug_launcher, notebook_launcher
+    from drivetrain.state import AcceleratorState
+
+    for key in _LAUNCHER_VARIABLES:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    AcceleratorState._reset_state(reset_partial_state=True)
+    PartialState()  # a single-process state in the parent does not leak into the workers
+    try:
+        debug_launcher(_report, ("debug", str(tmp_path)))
+        notebook_launcher(_report, ("notebook", str(tmp_path)), num_processes=2, mixed_precision="bf16",
+                          use_port=str(free_port()))
+        with pytest.raises(LaunchError, match=r"debug_launcher: [12] process\(es\) failed; rank 1 failed first") as error:
+            debug_launcher(_fail)
+        assert "rank 1 raised: RuntimeError: worker one fails on purpose" in str(error.value)
+        notebook_launcher(_report, ("single", str(tmp_path)))  # one process: runs right here
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    read = lambda name: json.loads((tmp_path / name).read_text())  # noqa: E731
+    assert read("debug.0") == read("debug.1") == [2, "MULTI_CPU", 2.0, "no", True, "no"]
+    assert read("notebook.0") == read("notebook.1") == [2, "MULTI_CPU", 2.0, "bf16", True, "bf16"]
+    assert read("single.0") == [1, "NO", 1.0, "no", False, "no"]
+    assert "ACCELERATE_MIXED_PRECISION" not in os.environ  # the single-process run restored the environment
