@@ -195,9 +195,11 @@ def _unowned(key: str, value: Any, schema: Schema, where: str, config: Config) -
 
 
 def _unusable(key: str, owner: Owner, where: str) -> ConfigError:
-    fix = owner.install or "see `drivetrain plugins list`"
-    return ConfigError(f"{where}: key {key!r} belongs to plugin {owner.plugin!r}, which cannot be used here "
-                       f"({owner.reason}); install it with: {fix}, or remove the key")
+    reason = owner.reason or "see `drivetrain plugins list`"
+    if owner.install and owner.install not in reason:
+        reason += f"; install it with: {owner.install}"
+    return ConfigError(f"{where}: key {key!r} belongs to plugin {owner.plugin!r}, which cannot be used here: "
+                       f"{reason}; or remove the key")
 
 
 def _plugin_value(key: str, value: Any, owner: Owner, where: str) -> Any:
