@@ -377,7 +377,8 @@ class Accelerator:
         """Place, convert, wrap and finalise a model through the active plugins."""
         if device_placement is None:
             device_placement = self.device_placement
-        if device_placement:
+        strategy = self.run.selection.strategy
+        if device_placement and not (strategy is not None and strategy.places_models):
             model = model.to(self.device)
         model = self.run.chain("drivetrain_convert_model", "model", model)
         wrapped = self.run.call("drivetrain_wrap_model", model=model, evaluation_mode=evaluation_mode)

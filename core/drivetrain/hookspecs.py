@@ -31,7 +31,9 @@ the value unchanged).
 The order in which the model is transformed is fixed: device placement (platform) ->
 ``drivetrain_convert_model`` (precision conversions such as FP8 layers) ->
 ``drivetrain_wrap_model`` (the parallel wrapper of the strategy) ->
-``drivetrain_finalize_model`` (autocast of forward, compilation).
+``drivetrain_finalize_model`` (autocast of forward, compilation). A strategy whose
+``StrategySpec.places_models`` is true places the model itself, in ``drivetrain_wrap_model``
+(a sharding strategy shards first), and the core skips its own placement.
 """
 
 from __future__ import annotations
@@ -280,9 +282,10 @@ def drivetrain_prepare_objects(
 
     *firstresult*. Most strategies leave this alone (return ``None``) and the core prepares
     each object through the hooks below. A strategy that must see models, optimizers and
-    schedulers at once answers here: an engine built from all three (DeepSpeed), or
-    parameters that change identity when sharded, so optimizers created before ``prepare``
-    must be pointed at the new ones (FSDP).
+    schedulers at once answers here: an engine built from all three (DeepSpeed). Parameters
+    that change identity when sharded (FSDP) need not: the core wraps every model of the call
+    before it prepares any optimizer, so ``drivetrain_wrap_optimizer`` can point an optimizer
+    created before ``prepare`` at the new parameters.
 
     Args:
         objects: what the user passed, in order (already flattened from lists/tuples). Data
@@ -323,7 +326,9 @@ def drivetrain_wrap_model(model: Any, run: Run, evaluation_mode: bool) -> Any:
     *firstresult*: the active strategy answers.
 
     Args:
-        model: the converted module.
+        model: the converted module: on the run's device, unless the strategy's
+            ``StrategySpec.places_models`` says it places models itself (then where the user
+            built it, possibly on the meta device).
         run: this process's run.
         evaluation_mode: the user asked for inference only (``prepare_model(...,
             evaluation_mode=True)``): no gradient synchronisation is needed.
@@ -380,6 +385,11 @@ def drivetrain_wrap_optimizer(optimizer: Any, run: Run) -> Any:
     *firstresult*. The default, used when no plugin answers, is
     :class:`drivetrain.optimizer.AcceleratedOptimizer`. A strategy whose engine owns the
     optimizer (DeepSpeed) returns its own wrapper.
+
+    Called after every model of the same ``prepare`` call was wrapped. A strategy whose
+    wrapper replaces parameters (FSDP) marks its implementation ``tryfirst``, points the
+    optimizer's parameter groups at the replacements, and returns ``None`` to keep the
+    default wrapper.
     """
 
 

@@ -156,6 +156,10 @@ class StrategySpec:
         accelerator_arguments: keyword arguments of ``Accelerator(...)`` that carry this
             strategy's options (``"fsdp_plugin"``); giving one selects the strategy and
             files the value in ``run.options`` under the same name.
+        places_models: ``True`` when the strategy puts models on the run's device itself, in
+            ``drivetrain_wrap_model``, so the core does not move them first. A sharding
+            strategy shards a model before moving it (a model larger than one device then
+            fits, and weights on the meta device are filled instead of copied).
     """
 
     name: str
@@ -166,6 +170,7 @@ class StrategySpec:
     automatic: bool = False
     config_section: str | None = None
     accelerator_arguments: Sequence[str] = ()
+    places_models: bool = False
     description: str = ""
 
 
@@ -234,7 +239,9 @@ class ConfigField:
 
     Attributes:
         name: the key as written in the file (``fsdp_sharding_strategy``).
-        type: ``str``, ``int``, ``float``, ``bool``, ``list`` or ``dict``.
+        type: ``str``, ``int``, ``float``, ``bool``, ``list`` or ``dict``; ``object`` accepts
+            any value the file holds (a key that is a boolean in some files and a name in
+            others), which the owning plugin checks when it reads it.
         default: value when absent.
         choices: allowed values (compared case-insensitively for strings), or ``None``.
         help: one line, also the question text of ``drivetrain config``.
