@@ -1,0 +1,248 @@
+"""The ``fsdp`` strategy: Fully Sharded Data Parallel with torch's FSDP1
+(``FullyShardedDataParallel``) or FSDP2 (``fully_shard``), on any platform torch.distributed
+connects, the CPU (gloo) included.
+
+Selected by ``distributed_type: FSDP`` in the config file, ``drivetrain launch --use-fsdp``,
+``DRIVETRAIN_USE_FSDP=true`` / ``ACCELERATE_USE_FSDP=true``, or
+``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(...))``.
+
+Importing this module is cheap (no torch): the hooks import what they need when called.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, StrategySpec, hookimpl
+
+from .options import (
+    AUTO_WRAP_POLICIES,
+    BACKWARD_PREFETCH,
+    ENV,
+    SHARDING_STRATEGIES,
+    STATE_DICT_TYPES,
+    environment_of,
+)
+
+PLUGIN_INFO = PluginInfo(api_version="1.1", description="Fully Sharded Data Parallel (torch FSDP1 and FSDP2)")
+
+NAME = "fsdp"
+OPTIONS_ARGUMENT = "fsdp_plugin"
+
+# config key (Accelerate's) -> (option of FullyShardedDataParallelPlugin, type, choices, default, ask, help)
+CONFIG_KEYS: dict[str, tuple[str, type, Any, Any, bool, str]] = {
+    "fsdp_version": ("fsdp_version", int, (1, 2), 2, True,
+                     "FSDP version: 2 (fully_shard, per-parameter sharding) or 1 (FullyShardedDataParallel)"),
+    "fsdp_sharding_strategy": ("sharding_strategy", str, SHARDING_STRATEGIES, "FULL_SHARD", True,
+                               "what is sharded: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2"),
+    "fsdp_reshard_after_forward": ("reshard_after_forward", object, None, None, False,
+                                   "free gathered parameters after forward (true = FULL_SHARD, false = SHARD_GRAD_OP); "
+                                   "FSDP1 configs may name a sharding strategy"),
+    "fsdp_auto_wrap_policy": ("auto_wrap_policy", str, AUTO_WRAP_POLICIES, "NO_WRAP", True,
+                              "which sub-modules become FSDP units: TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP"),
+    "fsdp_transformer_layer_cls_to_wrap": ("transformer_cls_names_to_wrap", str, None, None, True,
+                                           "comma-separated layer classes to wrap (default: the model's "
+                                           "_no_split_modules)"),
+    "fsdp_min_num_params": ("min_num_params", int, None, 100_000_000, False,
+                            "smallest number of parameters of a unit with SIZE_BASED_WRAP"),
+    "fsdp_backward_prefetch": ("backward_prefetch", str, BACKWARD_PREFETCH, "BACKWARD_PRE", False,
+                               "when the next unit is gathered in backward: BACKWARD_PRE, BACKWARD_POST, NO_PREFETCH"),
+    "fsdp_backward_prefetch_policy": ("backward_prefetch", str, BACKWARD_PREFETCH, None, False,
+                                      "older name of fsdp_backward_prefetch"),
+    "fsdp_forward_prefetch": ("forward_prefetch", bool, None, False, False,
+                              "gather the next unit during forward (static graphs only)"),
+    "fsdp_offload_params": ("cpu_offload", bool, None, False, True,
+                            "keep parameters and gradients in CPU memory between uses (needs an accelerator)"),
+    "fsdp_state_dict_type": ("state_dict_type", str, STATE_DICT_TYPES, "SHARDED_STATE_DICT", True,
+                             "checkpoints: SHARDED_STATE_DICT (one file set per process) or FULL_STATE_DICT"),
+    "fsdp_use_orig_params": ("use_orig_params", bool, None, True, False,
+                             "FSDP1 keeps the model's own parameters (several parameter groups, frozen weights)"),
+    "fsdp_cpu_ram_efficient_loading": ("cpu_ram_efficient_loading", bool, None, False, True,
+                                       "only the main process loads the weights; they are broadcast when sharding"),
+    "fsdp_sync_module_states": ("sync_module_states", bool, None, False, False,
+                                "start every process from the main process's weights"),
+    "fsdp_activation_checkpointing": ("activation_checkpointing", bool, None, False, True,
+                                      "recompute activations of each unit in backward instead of keeping them"),
+    "fsdp_ignored_modules": ("ignored_modules", str, None, None, False,
+                             "regular expression of module names FSDP leaves alone"),
+}
+
+
+def _bool_argument(text: str) -> bool:
+    from drivetrain.environment import parse_bool
+
+    try:
+        return parse_bool(text, "value")
+    except Exception:
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false") from None
+
+
+# --------------------------------------------------------------------------- registration
+
+
+@hookimpl
+def drivetrain_register_strategies():
+    return [StrategySpec(
+        name=NAME, distributed_type="FSDP", config_section="fsdp_config", accelerator_arguments=(OPTIONS_ARGUMENT,),
+        places_models=True, description="shard parameters, gradients and optimizer state across processes",
+    )]
+
+
+@hookimpl
+def drivetrain_register_config_sections():
+    fields = tuple(
+        ConfigField(key, type=kind, default=default, choices=choices, help=text, env=ENV[option], ask=ask)
+        for key, (option, kind, choices, default, ask, text) in CONFIG_KEYS.items()
+    )
+    return [ConfigSection("fsdp_config", fields=fields, enabled_when="FSDP",
+                          description="Fully Sharded Data Parallel options")]
+
+
+@hookimpl
+def drivetrain_add_launch_arguments(parser):
+    group = parser.add_argument_group("FSDP", "options of the fsdp strategy (also read from fsdp_config: in the "
+                                               "config file)")
+    group.add_argument("--use-fsdp", dest="strategy", action="store_const", const=NAME,
+                       help="use Fully Sharded Data Parallel (same as --strategy fsdp)")
+    for key, (_option, kind, choices, _default, _ask, text) in CONFIG_KEYS.items():
+        if key == "fsdp_backward_prefetch_policy":
+            continue
+        argument_type = {bool: _bool_argument, int: int}.get(kind, str)
+        group.add_argument("--" + key.replace("_", "-"), dest=key, type=argument_type, default=None,
+                           metavar="BOOL" if kind is bool else None, help=text)
+
+
+@hookimpl
+def drivetrain_launch_environment(args):
+    """FSDP_* variables for the options given on the command line (the config file's values
+    reach the children through the core, from each field's ``env``), checked before launch."""
+    if getattr(args, "strategy", None) != NAME:
+        return None
+    values: dict[str, Any] = {}
+    for key, (option, *_rest) in CONFIG_KEYS.items():
+        value = getattr(args, key, None)
+        if value is None:
+            config = getattr(args, "config", None)
+            block = config.sections.get("fsdp_config") if config is not None else None
+            value = block.get(key) if isinstance(block, dict) else None
+        if value is not None and values.get(option) is None:
+            values[option] = value
+    env = environment_of(values)
+    import os
+
+    from .options import FullyShardedDataParallelPlugin
+
+    FullyShardedDataParallelPlugin.from_environment({**os.environ, **env})  # refuse before any process starts
+    return env
+
+
+@hookimpl
+def drivetrain_add_cli_commands(subparsers):
+    from .merge import add_merge_command
+
+    add_merge_command(subparsers)
+
+
+@hookimpl
+def drivetrain_public_names():
+    return {"FullyShardedDataParallelPlugin": "drivetrain_fsdp.options:FullyShardedDataParallelPlugin",
+            "merge_fsdp_weights": "drivetrain_fsdp.merge:merge_fsdp_weights"}
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@hookimpl
+def drivetrain_configure_run(run):
+    from .runtime import configure_extension
+
+    return configure_extension(run)  # exposes `state.fsdp_plugin` and `accelerator.is_fsdp2`
+
+
+@hookimpl
+def drivetrain_wrap_model(model, run, evaluation_mode):
+    from .wrap import wrap_model
+
+    return wrap_model(model, run)
+
+
+@hookimpl
+def drivetrain_unwrap_model(model, run, keep_fp32_wrapper):
+    from .wrap import unwrap
+
+    return unwrap(model)
+
+
+@hookimpl(tryfirst=True)
+def drivetrain_wrap_optimizer(optimizer, run):
+    from .wrap import point_optimizer_at_sharded_parameters
+
+    point_optimizer_at_sharded_parameters(optimizer, run)
+    return None  # the default wrapper suits FSDP
+
+
+@hookimpl(tryfirst=True)
+def drivetrain_make_grad_scaler(run, kwargs):
+    if run.selection.mixed_precision != "fp16":
+        return None
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    # Finds inf/nan in every process's shard and agrees across processes on skipping a step.
+    return ShardedGradScaler(run.platform.device_type, **kwargs)
+
+
+@hookimpl
+def drivetrain_no_sync(model, run):
+    from .wrap import no_sync
+
+    return no_sync(model)
+
+
+@hookimpl
+def drivetrain_sync_in_backward(model, run):
+    from .wrap import sync_in_backward
+
+    return sync_in_backward(model)
+
+
+@hookimpl
+def drivetrain_clip_grad_norm(parameters, max_norm, norm_type, run):
+    from .wrap import clip_grad_norm
+
+    return clip_grad_norm(parameters, max_norm, norm_type, run)
+
+
+@hookimpl
+def drivetrain_get_state_dict(model, run, unwrap):
+    from .checkpoint import full_model_state_dict
+
+    return full_model_state_dict(model, run)
+
+
+@hookimpl
+def drivetrain_save_model_state(model, index, directory, run, safe_serialization):
+    from .checkpoint import save_model
+
+    return save_model(model, index, directory, run, safe_serialization)
+
+
+@hookimpl
+def drivetrain_load_model_state(model, index, directory, run, manifest):
+    from .checkpoint import load_model
+
+    return load_model(model, index, directory, run)
+
+
+@hookimpl
+def drivetrain_save_optimizer_state(optimizer, index, directory, run):
+    from .checkpoint import save_optimizer
+
+    return save_optimizer(optimizer, index, directory, run)
+
+
+@hookimpl
+def drivetrain_load_optimizer_state(optimizer, index, directory, run, manifest):
+    from .checkpoint import load_optimizer
+
+    return load_optimizer(optimizer, index, directory, run)

@@ -1,0 +1,106 @@
+"""What the fsdp plugin keeps for one run: its resolved options and the models it wrapped."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from drivetrain.errors import ConfigError
+
+from .options import FullyShardedDataParallelPlugin
+
+NAME = "fsdp"
+OPTIONS_ARGUMENT = "fsdp_plugin"
+
+
+class Runtime:
+    """The fsdp state of one run.
+
+    Attributes:
+        options: the resolved :class:`FullyShardedDataParallelPlugin`.
+        models: the models this run wrapped, in order (weak references).
+        replaced: original parameter -> what replaced it when its model was sharded, for
+            optimizers created before ``prepare`` (weak: dropped with the old parameters).
+    """
+
+    def __init__(self, run: Any, options: FullyShardedDataParallelPlugin) -> None:
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        self._run = weakref.ref(run)
+        self.options = options
+        self._models: list[weakref.ref] = []
+        self.replaced: Any = WeakIdKeyDictionary()
+        self.meshes: dict[tuple[int, ...], Any] = {}
+        self.extension = Extension(self)
+
+    @property
+    def models(self) -> list[Any]:
+        return [model for model in (ref() for ref in self._models) if model is not None]
+
+    def add_model(self, model: Any) -> None:
+        self._models.append(weakref.ref(model))
+
+    def active(self) -> bool:
+        """Whether the run still uses FSDP (a later ``Accelerator`` may have chosen another strategy)."""
+        run = self._run()
+        strategy = run.selection.strategy if run is not None else None
+        return strategy is not None and strategy.name == NAME
+
+
+class Extension:
+    """What the run exposes on ``AcceleratorState`` and the ``Accelerator`` (Accelerate's names)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = weakref.ref(runtime)
+
+    @property
+    def fsdp_plugin(self) -> FullyShardedDataParallelPlugin:
+        runtime = self._runtime()
+        if runtime is None or not runtime.active():
+            raise AttributeError("fsdp_plugin")
+        return runtime.options
+
+    @property
+    def is_fsdp2(self) -> bool:
+        runtime = self._runtime()
+        return runtime is not None and runtime.active() and runtime.options.fsdp_version == 2
+
+
+_RUNTIMES: "weakref.WeakKeyDictionary[Any, Runtime]" = weakref.WeakKeyDictionary()
+
+
+def configure(run: Any) -> Runtime:
+    """Resolve this run's options, check them against the run, and file them (once per
+    ``Accelerator``; a later one may bring other options)."""
+    options = run.options.get(OPTIONS_ARGUMENT)
+    if options is None:
+        options = FullyShardedDataParallelPlugin()
+    elif not isinstance(options, FullyShardedDataParallelPlugin):
+        raise ConfigError(f"fsdp_plugin must be a FullyShardedDataParallelPlugin, not {type(options).__name__}")
+    precision = run.selection.mixed_precision
+    if precision in ("fp16", "bf16"):
+        options.set_mixed_precision(precision)
+    elif precision != "no":
+        raise ConfigError(f"mixed precision {precision!r} is not supported with FSDP; use bf16 or fp16, or "
+                          "give FullyShardedDataParallelPlugin(mixed_precision_policy=...)")
+    if options.offloads_parameters and run.platform.device_type == "cpu":
+        raise ConfigError(
+            "FSDP CPU offload (cpu_offload / fsdp_offload_params) moves parameters from an accelerator to CPU memory, "
+            f"but this run's platform is {run.platform.name!r}, where they are in CPU memory already (torch's "
+            "offloading also needs an accelerator to exist); remove the option, or run on an accelerator")
+    run.options[OPTIONS_ARGUMENT] = options
+    runtime = _RUNTIMES.get(run)
+    if runtime is None:
+        runtime = _RUNTIMES[run] = Runtime(run, options)
+    runtime.options = options
+    return runtime
+
+
+def configure_extension(run: Any) -> Extension:
+    return configure(run).extension
+
+
+def runtime_of(run: Any) -> Runtime:
+    """The run's fsdp state (configured on first use when no ``Accelerator`` did it)."""
+    runtime = _RUNTIMES.get(run)
+    return runtime if runtime is not None else configure(run)

@@ -1,0 +1,316 @@
+"""The fsdp strategy plugin: options, config, launch, refusals (in this process), and real
+2-process training, checkpoints and merge-weights with FSDP1 and FSDP2 (launched)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from drivetrain.errors import CheckpointError, ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tests" / "scripts" / "check_fsdp.py"
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith(("FSDP_", "DRIVETRAIN_FSDP_", "DRIVETRAIN_", "ACCELERATE_")):
+            monkeypatch.delenv(key)
+    return monkeypatch
+
+
+# ------------------------------------------------------------------ options
+
+
+def test_defaults_follow_accelerate(clean_env):
+    from drivetrain import FullyShardedDataParallelPlugin
+
+    plugin = FullyShardedDataParallelPlugin()
+    assert (plugin.fsdp_version, plugin.sharding_strategy, plugin.reshard_after_forward) == (1, "FULL_SHARD", True)
+    assert (plugin.auto_wrap_policy, plugin.state_dict_type, plugin.backward_prefetch) == (
+        "NO_WRAP", "FULL_STATE_DICT", "BACKWARD_PRE")
+    assert plugin.use_orig_params and not plugin.sync_module_states and plugin.cpu_offload is False
+    v2 = FullyShardedDataParallelPlugin(fsdp_version=2)
+    assert v2.state_dict_type == "SHARDED_STATE_DICT"
+
+
+def test_environment_variables_of_both_names(clean_env):
+    from drivetrain import FullyShardedDataParallelPlugin
+
+    clean_env.setenv("FSDP_VERSION", "2")
+    clean_env.setenv("FSDP_SHARDING_STRATEGY", "2")  # Accelerate's numbers
+    clean_env.setenv("DRIVETRAIN_FSDP_AUTO_WRAP_POLICY", "transformer_based_wrap")
+    clean_env.setenv("FSDP_TRANSFORMER_CLS_TO_WRAP", "Block, Layer")
+    clean_env.setenv("FSDP_OFFLOAD_PARAMS", "false")
+    clean_env.setenv("FSDP_CPU_RAM_EFFICIENT_LOADING", "true")
+    clean_env.setenv("FSDP_MIN_NUM_PARAMS", "2000")
+    plugin = FullyShardedDataParallelPlugin()
+    assert (plugin.fsdp_version, plugin.sharding_strategy, plugin.reshard_after_forward) == (2, "SHARD_GRAD_OP", False)
+    assert plugin.auto_wrap_policy == "TRANSFORMER_BASED_WRAP" and plugin.transformer_cls_names_to_wrap == ["Block", "Layer"]
+    assert plugin.cpu_ram_efficient_loading and plugin.sync_module_states and plugin.min_num_params == 2000
+    # arguments win over the environment
+    assert FullyShardedDataParallelPlugin(sharding_strategy="NO_SHARD").sharding_strategy == "NO_SHARD"
+    clean_env.setenv("DRIVETRAIN_FSDP_VERSION", "1")
+    with pytest.raises(ConfigError, match="DRIVETRAIN_FSDP_VERSION='1' and FSDP_VERSION='2' disagree"):
+        FullyShardedDataParallelPlugin()
+
+
+def test_reshard_after_forward_and_sharding_strategy_are_one_choice(clean_env):
+    from drivetrain import FullyShardedDataParallelPlugin
+
+    assert FullyShardedDataParallelPlugin(fsdp_version=2, reshard_after_forward=False).sharding_strategy == "SHARD_GRAD_OP"
+    assert FullyShardedDataParallelPlugin(reshard_after_forward="HYBRID_SHARD_ZERO2").reshard_after_forward is False
+    with pytest.raises(ConfigError, match="reshard_after_forward.*is True but sharding_strategy SHARD_GRAD_OP keeps"):
+        FullyShardedDataParallelPlugin(sharding_strategy="SHARD_GRAD_OP", reshard_after_forward=True)
+    from torch.distributed.fsdp import ShardingStrategy
+
+    assert FullyShardedDataParallelPlugin(sharding_strategy=ShardingStrategy.NO_SHARD).sharding_strategy == "NO_SHARD"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(fsdp_version=3), "use 1 .* or 2"),
+    (dict(sharding_strategy="ZERO3"), "allowed: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD"),
+    (dict(state_dict_type="LOCAL_STATE_DICT"), "use SHARDED_STATE_DICT"),
+    (dict(fsdp_version=2, backward_prefetch="BACKWARD_POST"), "FSDP1 only"),
+    (dict(cpu_ram_efficient_loading=True, sync_module_states=False), "needs sync_module_states"),
+    (dict(auto_wrap_policy="LAYER_WRAP"), "allowed: TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP"),
+    (dict(min_num_params="many"), "whole number"),
+    (dict(ignored_modules="blocks.("), "not a valid regular expression"),
+    (dict(mixed_precision_policy={"param_dtype": "int8"}), "use bf16, fp16 or fp32"),
+    (dict(use_orig_params="maybe"), "true or false"),
+])
+def test_impossible_options_are_refused_with_the_fix(clean_env, kwargs, message):
+    from drivetrain import FullyShardedDataParallelPlugin
+
+    with pytest.raises(ConfigError, match=message):
+        FullyShardedDataParallelPlugin(**kwargs)
+
+
+def test_mixed_precision_and_state_dict_type_setters(clean_env):
+    from drivetrain import FullyShardedDataParallelPlugin
+
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
+    plugin.set_mixed_precision("bf16")
+    assert plugin.mixed_precision_policy == {"param_dtype": "bfloat16", "reduce_dtype": "bfloat16",
+                                             "buffer_dtype": "bfloat16"}
+    plugin.set_mixed_precision("fp16")  # an existing policy is kept unless overridden
+    assert plugin.mixed_precision_policy["param_dtype"] == "bfloat16"
+    plugin.set_state_dict_type("FULL_STATE_DICT")
+    assert plugin.state_dict_type == "FULL_STATE_DICT"
+
+
+# ------------------------------------------------------------ the kernel's names
+
+
+def test_public_names_enum_and_selection_through_the_kernel(clean_env):
+    import drivetrain
+    from drivetrain import DistributedType
+    from drivetrain.plugin_manager import get_plugin_manager
+    from drivetrain.selection import requests_from_env
+
+    assert drivetrain.FullyShardedDataParallelPlugin.__module__ == "drivetrain_fsdp.options"
+    assert callable(drivetrain.merge_fsdp_weights)
+    assert DistributedType.FSDP == "FSDP" and "FSDP" in DistributedType
+    manager = get_plugin_manager()
+    assert requests_from_env(manager, {"ACCELERATE_USE_FSDP": "true"}).strategy == "fsdp"
+    assert requests_from_env(manager, {"DRIVETRAIN_USE_FSDP": "1"}).strategy == "fsdp"
+    spec = dict((s.name, s) for _p, s in manager.registrations("drivetrain_register_strategies"))["fsdp"]
+    assert spec.accelerator_arguments == ("fsdp_plugin",) and spec.places_models and not spec.automatic
+
+
+@pytest.mark.usefixtures("fresh_state")
+def test_accelerator_argument_selects_fsdp_and_refuses_offload_on_cpu(clean_env):
+    from drivetrain import Accelerator, FullyShardedDataParallelPlugin
+
+    with pytest.raises(ConfigError, match="CPU offload .* needs an accelerator|already"):
+        Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(cpu_offload=True))
+
+
+@pytest.fixture
+def private_group():
+    """FSDP in one process creates a one-process group; leave none behind for other tests."""
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@pytest.mark.usefixtures("fresh_state", "private_group")
+def test_one_process_fsdp_trains_and_exposes_its_options(clean_env):
+    from drivetrain import Accelerator, FullyShardedDataParallelPlugin
+
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
+    accelerator = Accelerator(fsdp_plugin=plugin)
+    assert accelerator.distributed_type == "FSDP" and accelerator.state.fsdp_plugin is plugin
+    assert accelerator.is_fsdp2
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    assert type(next(model.parameters())).__name__ == "DTensor"
+    accelerator.backward(model(torch.randn(3, 4)).sum())
+    norm = accelerator.clip_grad_norm_(model.parameters(), 0.5)
+    assert type(norm) is torch.Tensor and norm > 0
+    optimizer.step()
+    state = accelerator.get_state_dict(model)
+    assert set(state) == {"0.weight", "0.bias", "2.weight", "2.bias"} and type(state["0.weight"]) is torch.Tensor
+
+
+# ------------------------------------------------------------ config and launch
+
+
+def test_config_file_block_with_accelerate_keys(tmp_path):
+    from drivetrain.config import config_from_dict
+
+    data = {"distributed_type": "FSDP", "num_processes": 2, "fsdp_config": {
+        "fsdp_version": 2, "fsdp_reshard_after_forward": True, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_transformer_layer_cls_to_wrap": "BertLayer", "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+        "fsdp_offload_params": False, "fsdp_cpu_ram_efficient_loading": True, "fsdp_sync_module_states": True,
+        "fsdp_use_orig_params": True, "fsdp_activation_checkpointing": False}}
+    config = config_from_dict(data)
+    assert config.sections["fsdp_config"]["fsdp_reshard_after_forward"] is True
+    v1 = config_from_dict({"distributed_type": "FSDP", "num_processes": 2, "fsdp_config": {
+        "fsdp_version": 1, "fsdp_reshard_after_forward": "SHARD_GRAD_OP", "fsdp_backward_prefetch_policy": "BACKWARD_PRE"}})
+    assert v1.sections["fsdp_config"]["fsdp_reshard_after_forward"] == "SHARD_GRAD_OP"
+    with pytest.raises(ConfigError, match=r"fsdp_config.fsdp_sharding_stratgy \(did you mean 'fsdp_sharding_strategy'"):
+        config_from_dict({"distributed_type": "FSDP", "fsdp_config": {"fsdp_sharding_stratgy": "FULL_SHARD"}})
+    with pytest.raises(ConfigError, match="fsdp_state_dict_type is 'LOCAL'"):
+        config_from_dict({"distributed_type": "FSDP", "fsdp_config": {"fsdp_state_dict_type": "LOCAL"}})
+
+
+def _launch_env(argv, config_text=None, tmp_path=None):
+    from drivetrain.cli.launch_cmd import build_parser, child_environment, merge_config, resolve_choice
+    from drivetrain.plugin_manager import get_plugin_manager
+
+    if config_text is not None:
+        path = tmp_path / "config.yaml"
+        path.write_text(config_text)
+        argv = ["--config-file", str(path), *argv]
+    parser = build_parser()
+    args = parser.parse_args([*argv, "script.py"])
+    merge_config(args, parser)
+    args.num_processes = args.num_processes or 2
+    args.num_machines, args.machine_rank, args.nproc_per_node = 1, 0, args.num_processes
+    selection = resolve_choice(args, get_plugin_manager())
+    return child_environment(args, selection)
+
+
+def test_launch_options_reach_the_children(clean_env, tmp_path):
+    clean_env.setenv("DRIVETRAIN_CONFIG_FILE", str(tmp_path / "none.yaml"))
+    (tmp_path / "none.yaml").write_text("{}\n")
+    env = _launch_env(["--cpu", "--use_fsdp", "--fsdp-version", "2", "--fsdp_sharding_strategy", "SHARD_GRAD_OP",
+                       "--fsdp-offload-params", "false", "--fsdp-transformer-layer-cls-to-wrap", "Block"])
+    assert env["DRIVETRAIN_STRATEGY"] == "fsdp" and env["ACCELERATE_STRATEGY"] == "fsdp"
+    assert env["FSDP_VERSION"] == env["DRIVETRAIN_FSDP_VERSION"] == "2"
+    assert env["FSDP_SHARDING_STRATEGY"] == "SHARD_GRAD_OP" and env["FSDP_OFFLOAD_PARAMS"] == "false"
+    assert env["FSDP_TRANSFORMER_CLS_TO_WRAP"] == "Block"
+    with pytest.raises(ConfigError, match="needs sync_module_states"):
+        _launch_env(["--cpu", "--use-fsdp", "--fsdp-cpu-ram-efficient-loading", "true",
+                     "--fsdp-sync-module-states", "false"])
+    assert "FSDP_VERSION" not in _launch_env(["--cpu", "--fsdp-version", "2"])  # FSDP not selected
+
+
+def test_config_file_selects_fsdp_and_fills_its_variables(clean_env, tmp_path):
+    env = _launch_env(["--cpu"], "distributed_type: FSDP\nnum_processes: 2\nuse_cpu: true\nfsdp_config:\n"
+                                 "  fsdp_version: 2\n  fsdp_reshard_after_forward: false\n"
+                                 "  fsdp_state_dict_type: FULL_STATE_DICT\n", tmp_path)
+    assert env["DRIVETRAIN_STRATEGY"] == "fsdp"
+    assert env["FSDP_RESHARD_AFTER_FORWARD"] == "false" and env["FSDP_STATE_DICT_TYPE"] == "FULL_STATE_DICT"
+    assert env["FSDP_VERSION"] == "2"
+    # the command line wins over the file
+    env = _launch_env(["--cpu", "--fsdp-state-dict-type", "SHARDED_STATE_DICT"],
+                      "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_state_dict_type: FULL_STATE_DICT\n",
+                      tmp_path)
+    assert env["FSDP_STATE_DICT_TYPE"] == "SHARDED_STATE_DICT"
+
+
+# ------------------------------------------------------------ checkpoint safety
+
+
+def test_metadata_that_would_run_code_is_refused(tmp_path):
+    from drivetrain_fsdp.merge import merge_fsdp_weights
+
+    class Boom:
+        def __reduce__(self):
+            return (os.system, ("echo pwned > " + str(tmp_path / "pwned"),))
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / ".metadata").write_bytes(pickle.dumps(Boom()))
+    with pytest.raises(CheckpointError, match="refers to .*system.*it may run code"):
+        merge_fsdp_weights(tmp_path / "ckpt", tmp_path / "out")
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_merge_weights_explains_what_it_needs(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "drivetrain", "merge-weights", str(tmp_path), str(tmp_path / "o")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "is not a sharded FSDP checkpoint" in result.stderr, result.stderr
+
+
+def test_discovery_does_not_import_torch():
+    code = ("import sys\nimport drivetrain_fsdp.plugin\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+# ------------------------------------------------------------ real processes
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("check_fsdp", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("version", [1, 2])
+def test_fsdp_on_two_processes_then_one(version, tmp_path):
+    """FULL_SHARD and SHARD_GRAD_OP match DDP; checkpoints resume exactly; the 2-process
+    sharded checkpoint loads in 1 process and merges into a plain model."""
+    from launching import assert_ok, launch
+    from safetensors.torch import load_file
+
+    result = launch(SCRIPT, str(version), str(tmp_path))
+    assert_ok(result)
+    assert result.stdout.count("CHECK-FSDP-OK") == 2
+
+    merged = tmp_path / "merged"
+    cli = subprocess.run([sys.executable, "-m", "drivetrain", "merge-weights", str(tmp_path / "sharded"), str(merged)],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert sorted(os.listdir(merged)) == ["model.safetensors"]
+    expected = load_file(tmp_path / "expected.safetensors")
+    script = _load_script()
+    model = script.TinyTransformer()
+    model.load_state_dict(load_file(merged / "model.safetensors"))
+    with torch.no_grad():
+        torch.testing.assert_close(model(expected["ids"][:, :-1]), expected["logits"], rtol=0, atol=0)
+
+    single = launch(SCRIPT, str(version), str(tmp_path), "--single", num_processes=1)
+    assert_ok(single)
+    assert "CHECK-FSDP-OK" in single.stdout
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CPU offload moves parameters off an accelerator; none here")
+@pytest.mark.parametrize("version", [1, 2])
+def test_cpu_offload_on_an_accelerator(version, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_", "FSDP_"))}
+    result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--num-processes", "1", str(SCRIPT),
+                             str(version), str(tmp_path), "--offload"], capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "CHECK-FSDP-OK" in result.stdout
+
