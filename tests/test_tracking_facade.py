@@ -290,3 +290,23 @@ def test_all_logs_to_every_installed_tracker(tracker_env, monkeypatch):
     missing = [name for name in installed if name in written and not written[name]()]
     assert missing == [], f"log_with='all' wrote nothing for {missing}"
     assert not any(tracker_env["cwd"].iterdir())
+
+
+def test_discovering_and_selecting_trackers_imports_no_tracker_library():
+    """Plugins name their tracker classes lazily: nothing heavy until init_trackers."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from drivetrain.plugin_manager import PluginManager\n"
+        "from drivetrain.tracking import Trackers\n"
+        "manager = PluginManager(env={}).load()\n"
+        "Trackers('all', logging_dir='unused', manager=manager)\n"
+        "libraries = ('torch', 'tensorboard', 'wandb', 'mlflow', 'comet_ml', 'aim', 'clearml', 'dvclive',\n"
+        "             'trackio', 'swanlab')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(libraries)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
