@@ -244,3 +244,25 @@ def test_mid_accumulation_save_keeps_pending_gradients(tmp_path):
     accelerator.load_state(directory)
     assert not accelerator.sync_gradients and accelerator.step == 1
     assert all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))
+
+
+def test_trackers_are_told_about_checkpoints(tmp_path):
+    from drivetrain.tracking import GeneralTracker
+
+    class Recorder(GeneralTracker):
+        name = "recorder"
+        requires_logging_directory = False
+
+        def __init__(self):
+            super().__init__()
+            self.events = []
+
+        def on_checkpoint(self, event, directory):
+            self.events.append((event, Path(directory).name))
+
+    recorder = Recorder()
+    accelerator = Accelerator(log_with=[recorder], project_dir=str(tmp_path))
+    accelerator.init_trackers("run")
+    trained(accelerator, steps=1)
+    accelerator.load_state(accelerator.save_state(tmp_path / "ckpt"))
+    assert recorder.events == [("save", "ckpt"), ("load", "ckpt")]

@@ -330,7 +330,6 @@ class Accelerator:
                 if all(obj is not known for known in self._schedulers):
                     self._schedulers.append(obj)
 
-
     def _prepare_one_by_one(self, objects: list[Any], placement: list[bool]) -> list[Any]:
         result: list[Any] = list(objects)
         # Models first, then optimizers (they refer to model parameters), then schedulers.
@@ -649,7 +648,10 @@ class Accelerator:
             weights = [self.get_state_dict(model, unwrap=True) for model in models]
             for hook in self._save_model_state_pre_hook.values():
                 hook(models, weights, output_dir)
-        return str(save_run_state(self, output_dir, safe_serialization, weights))
+        directory = str(save_run_state(self, output_dir, safe_serialization, weights))
+        if self.trackers:
+            self.trackers.on_checkpoint("save", directory)
+        return directory
 
     def load_state(self, input_dir: str | os.PathLike | None = None, **load_model_func_kwargs: Any) -> str:
         """Restore a checkpoint written by :meth:`save_state` (the newest one when none is named)."""
@@ -659,7 +661,10 @@ class Accelerator:
             directory = str(input_directory(self, input_dir))
             for hook in self._load_model_state_pre_hook.values():
                 hook(list(self._models), directory)
-        return str(load_run_state(self, input_dir, strict=load_model_func_kwargs.get("strict", True)))
+        directory = str(load_run_state(self, input_dir, strict=load_model_func_kwargs.get("strict", True)))
+        if self.trackers:
+            self.trackers.on_checkpoint("load", directory)
+        return directory
 
     def register_save_state_pre_hook(self, hook: Callable[..., None]) -> Any:
         """Call ``hook(models, weights, output_dir)`` before saving; ``handle.remove()`` undoes it."""
