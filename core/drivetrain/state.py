@@ -310,12 +310,17 @@ class AcceleratorState:
         partial = PartialState(cpu, **kwargs)
         self._partial = partial
         run = partial.run
-        if mixed_precision is not None or strategy is not None:
-            requests = Requests(mixed_precision=None if mixed_precision is None else str(mixed_precision),
-                                strategy=strategy)
-            env_requests = requests_from_env(run.manager)
-            env_requests.platform = run.selection.platform.name
-            run.reselect(select(run.manager, requests.merged_over(env_requests)))
+        # Choose strategy and precision afresh for every new AcceleratorState (the arguments
+        # win over the environment): after _reset_state() a run must not keep the previous
+        # Accelerator's choice. Platform and cluster environment stay the process's.
+        requests = Requests(mixed_precision=None if mixed_precision is None else str(mixed_precision),
+                            strategy=strategy)
+        env_requests = requests_from_env(run.manager)
+        env_requests.platform = run.selection.platform.name
+        previous = run.selection
+        selection = select(run.manager, requests.merged_over(env_requests), cluster=previous.cluster)
+        selection.cluster_plugin, selection.reasons["cluster"] = previous.cluster_plugin, previous.reasons.get("cluster", "")
+        run.reselect(selection)
         run.accelerator_state = self
         self.dynamo_plugin = dynamo_plugin
         self.plugins: dict[str, Any] = {key: value for key, value in backend_plugins.items() if value is not None}

@@ -8,6 +8,8 @@ from typing import Any, Iterator
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from drivetrain.errors import ConfigError
+
 from .options import DDPCommunicationHookType, DistributedDataParallelKwargs
 
 
@@ -27,6 +29,12 @@ def _register_comm_hook(model: DistributedDataParallel, options: DistributedData
     hook_type = DDPCommunicationHookType(options.comm_hook)
     if hook_type is DDPCommunicationHookType.NO:
         return
+    wrapper_type = DDPCommunicationHookType(options.comm_wrapper)
+    backend = torch.distributed.get_backend()
+    if DDPCommunicationHookType.BF16 in (hook_type, wrapper_type) and backend == "gloo":
+        # torch's bf16 compression hook runs only on NCCL (or XCCL); gloo fails in the first backward
+        raise ConfigError("DistributedDataParallelKwargs(comm_hook/comm_wrapper='bf16') needs the nccl backend; "
+                          "with gloo (CPU) use 'fp16' or 'power_sgd'")
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     simple = {

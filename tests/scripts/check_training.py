@@ -122,8 +122,9 @@ def check_trigger_sync_in_backward() -> None:
     rank = accelerator.process_index
     x = torch.randn(BATCH, FEATURES, generator=torch.Generator().manual_seed(rank))
     with accelerator.no_sync(model):
+        loss = model(x).sum()  # forward without synchronisation, as in Accelerate's usage
         with accelerator.trigger_sync_in_backward(model):
-            accelerator.backward(model(x).sum())
+            accelerator.backward(loss)
     grads = accelerator.gather(next(model.parameters()).grad.flatten()[None])
     torch.testing.assert_close(grads[0], grads[1])
 
@@ -157,7 +158,14 @@ def check_triggers_local_sgd_and_join() -> None:
 def check_comm_hooks_and_static_graph() -> None:
     from drivetrain import DistributedDataParallelKwargs
 
-    for options in (DistributedDataParallelKwargs(comm_hook="fp16"), DistributedDataParallelKwargs(comm_hook="bf16"),
+    from drivetrain.errors import ConfigError
+
+    try:
+        fresh_accelerator(kwargs_handlers=[DistributedDataParallelKwargs(comm_hook="bf16")]).prepare(*make())
+        raise AssertionError("a bf16 comm hook on gloo was accepted")
+    except ConfigError as error:
+        assert "needs the nccl backend" in str(error)
+    for options in (DistributedDataParallelKwargs(comm_hook="fp16"),
                     DistributedDataParallelKwargs(comm_hook="power_sgd", comm_state_option={"matrix_approximation_rank": 1,
                                                                                             "start_powerSGD_iter": 2}),
                     DistributedDataParallelKwargs(static_graph=True)):
@@ -177,8 +185,11 @@ def check_comm_hooks_and_static_graph() -> None:
 
 
 def check_save_profile_and_logging(directory: str) -> None:
+    import logging
+
     from drivetrain import get_logger
 
+    logging.basicConfig(format="%(message)s", level=logging.INFO)
     accelerator = fresh_accelerator()
     rank = accelerator.process_index
     path = os.path.join(directory, "saved.pt")
