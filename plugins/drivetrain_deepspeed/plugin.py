@@ -1,0 +1,322 @@
+"""The ``deepspeed`` strategy: DeepSpeed's ZeRO engine (stages 0-3, CPU/NVMe offload).
+
+Selected by ``distributed_type: DEEPSPEED`` in the config file, ``drivetrain launch
+--use-deepspeed`` (or ``--strategy deepspeed``), ``DRIVETRAIN_USE_DEEPSPEED=true`` /
+``ACCELERATE_USE_DEEPSPEED=true``, or ``Accelerator(deepspeed_plugin=DeepSpeedPlugin(...))``
+(``deepspeed_plugins={name: ...}`` for several models).
+
+Importing this module is cheap (no torch, no deepspeed): the hooks import what they need
+when the strategy is in use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from typing import Any
+
+from drivetrain.plugin_api import (
+    ClusterEnvironmentSpec,
+    ConfigField,
+    ConfigSection,
+    EnvReportLine,
+    LauncherSpec,
+    PluginInfo,
+    StrategySpec,
+    hookimpl,
+)
+
+from .environment import probe_deepspeed_launcher
+from .launcher import MULTINODE_LAUNCHERS, applies
+from .options import DS_ACCELERATORS, OFFLOAD_DEVICES, OPTIONS
+
+PLUGIN_INFO = PluginInfo(api_version="1.0", description="DeepSpeed ZeRO stages 0-3 with CPU/NVMe offload",
+                         requires=("deepspeed>=0.14",), extra="deepspeed")
+
+NAME = "deepspeed"
+SECTION = "deepspeed_config"
+
+# config key (Accelerate's) -> (DeepSpeedPlugin option or None, type, choices, ask, help)
+CONFIG_KEYS: dict[str, tuple[str | None, type, Any, bool, str]] = {
+    "deepspeed_config_file": ("hf_ds_config", str, None, True,
+                              "DeepSpeed JSON config file; its \"auto\" values are filled by prepare()"),
+    "zero_stage": ("zero_stage", int, (0, 1, 2, 3), True,
+                   "ZeRO stage: 0 off, 1 optimizer states, 2 and gradients, 3 and parameters"),
+    "gradient_accumulation_steps": ("gradient_accumulation_steps", int, None, False,
+                                    "micro-batches per optimizer step"),
+    "gradient_clipping": ("gradient_clipping", float, None, True, "clip the global gradient norm to this value"),
+    "offload_optimizer_device": ("offload_optimizer_device", str, OFFLOAD_DEVICES, True,
+                                 "where optimizer states live: none, cpu or nvme"),
+    "offload_param_device": ("offload_param_device", str, OFFLOAD_DEVICES, True,
+                             "where parameters live (ZeRO-3): none, cpu or nvme"),
+    "offload_optimizer_nvme_path": ("offload_optimizer_nvme_path", str, None, False,
+                                    "directory for nvme optimizer offload"),
+    "offload_param_nvme_path": ("offload_param_nvme_path", str, None, False, "directory for nvme parameter offload"),
+    "zero3_init_flag": ("zero3_init_flag", bool, None, True,
+                        "build models partitioned (deepspeed.zero.Init) under ZeRO-3"),
+    "zero3_save_16bit_model": ("zero3_save_16bit_model", bool, None, True,
+                               "under ZeRO-3, save_model writes the 16-bit training weights"),
+    "deepspeed_moe_layer_cls_names": ("transformer_moe_cls_names", str, None, False,
+                                      "comma-separated mixture-of-experts layer classes ZeRO-3 keeps whole"),
+    "deepspeed_hostfile": (None, str, None, False, "hostfile of DeepSpeed's multi-node launcher"),
+    "deepspeed_inclusion_filter": (None, str, None, False, "hosts/slots DeepSpeed's launcher uses (-i)"),
+    "deepspeed_exclusion_filter": (None, str, None, False, "hosts/slots DeepSpeed's launcher leaves out (-e)"),
+    "deepspeed_multinode_launcher": (None, str, MULTINODE_LAUNCHERS, False,
+                                     "how DeepSpeed starts several machines: pdsh (default), standard (torchrun), "
+                                     "openmpi, mvapich, mpich, impi, slurm, nossh"),
+}
+
+
+def _bool_argument(text: str) -> bool:
+    from drivetrain.environment import parse_bool
+
+    try:
+        return parse_bool(text, "value")
+    except Exception:
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false") from None
+
+
+def _mine(run: Any) -> bool:
+    strategy = run.selection.strategy
+    return strategy is not None and strategy.name == NAME
+
+
+# --------------------------------------------------------------------------- registration
+
+
+@hookimpl
+def drivetrain_register_strategies():
+    return [StrategySpec(
+        name=NAME, distributed_type="DEEPSPEED", platforms=tuple(sorted(DS_ACCELERATORS)), config_section=SECTION,
+        accelerator_arguments=("deepspeed_plugin", "deepspeed_plugins"),
+        description="DeepSpeed ZeRO: shard optimizer states, gradients and parameters; CPU/NVMe offload",
+    )]
+
+
+@hookimpl
+def drivetrain_register_config_sections():
+    fields = []
+    for key, (option, kind, choices, ask, text) in CONFIG_KEYS.items():
+        env = OPTIONS[option][0] if option is not None else None
+        fields.append(ConfigField(key, type=kind, choices=choices, help=text, env=env, ask=ask))
+    return [ConfigSection(SECTION, fields=tuple(fields), enabled_when="DEEPSPEED",
+                          description="DeepSpeed options (Accelerate's deepspeed_config: block)")]
+
+
+@hookimpl
+def drivetrain_register_launchers():
+    return [LauncherSpec(NAME, "drivetrain_deepspeed.launcher:launch_deepspeed", applies=applies, priority=20,
+                         description="DeepSpeed's launcher (pdsh, OpenMPI, MVAPICH, SLURM, ...) for multi-node "
+                                     "DeepSpeed jobs with a hostfile")]
+
+
+@hookimpl
+def drivetrain_register_cluster_environments():
+    return [ClusterEnvironmentSpec("deepspeed-launcher", "drivetrain_deepspeed.environment:from_deepspeed_launcher",
+                                   probe_deepspeed_launcher, priority=30,
+                                   description="processes started by DeepSpeed's launcher")]
+
+
+@hookimpl
+def drivetrain_add_launch_arguments(parser):
+    group = parser.add_argument_group("DeepSpeed", "options of the deepspeed strategy (also read from "
+                                                   "deepspeed_config: in the config file)")
+    group.add_argument("--use-deepspeed", dest="strategy", action="store_const", const=NAME,
+                       help="use DeepSpeed (same as --strategy deepspeed)")
+    for key, (option, kind, choices, _ask, text) in CONFIG_KEYS.items():
+        if key == "gradient_accumulation_steps":
+            continue  # a core option (--gradient-accumulation-steps)
+        argument_type = {bool: _bool_argument, int: int, float: float}.get(kind, str)
+        group.add_argument("--" + key.replace("_", "-"), dest=key, type=argument_type, default=None,
+                           metavar="BOOL" if kind is bool else None, help=text)
+
+
+@hookimpl
+def drivetrain_launch_environment(args):
+    """DeepSpeed's variables for the children, from the command line and the config's block;
+    the options are checked (config file included) before any process starts."""
+    if getattr(args, "strategy", None) != NAME:
+        return None
+    from .options import DeepSpeedPlugin, launch_options_environment
+
+    config = getattr(args, "config", None)
+    block = config.sections.get(SECTION) if config is not None else None
+    block = block if isinstance(block, dict) else {}
+    values: dict[str, Any] = {}
+    for key, (option, *_rest) in CONFIG_KEYS.items():
+        if option is None:
+            continue
+        value = getattr(args, key, None)
+        if value is None:
+            value = block.get(key)
+        if value is not None:
+            values[option] = value
+    if values.get("hf_ds_config"):
+        values["hf_ds_config"] = os.path.abspath(os.path.expanduser(str(values["hf_ds_config"])))
+    env = launch_options_environment(values)
+    DeepSpeedPlugin.from_environment({**os.environ, **env})  # refuse a bad option or config file now
+    env["DRIVETRAIN_USE_DEEPSPEED"] = "true"
+    return env
+
+
+@hookimpl
+def drivetrain_public_names():
+    return {
+        "DeepSpeedPlugin": "drivetrain_deepspeed.options:DeepSpeedPlugin",
+        "DummyOptim": "drivetrain_deepspeed.options:DummyOptim",
+        "DummyScheduler": "drivetrain_deepspeed.options:DummyScheduler",
+        "get_active_deepspeed_plugin": "drivetrain_deepspeed.options:get_active_deepspeed_plugin",
+        "DeepSpeedOptimizerWrapper": "drivetrain_deepspeed.engine:DeepSpeedOptimizerWrapper",
+        "DeepSpeedSchedulerWrapper": "drivetrain_deepspeed.engine:DeepSpeedSchedulerWrapper",
+    }
+
+
+@hookimpl
+def drivetrain_env_report():
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("deepspeed")
+    except importlib.metadata.PackageNotFoundError:
+        version = "not installed (pip install 'drivetrain[deepspeed]')"
+    lines = [EnvReportLine("deepspeed", version)]
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        lines.append(EnvReportLine("TORCH_EXTENSIONS_DIR (DeepSpeed ops)", os.environ["TORCH_EXTENSIONS_DIR"]))
+    return lines
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@hookimpl
+def drivetrain_configure_run(run, accelerator):
+    if not _mine(run):
+        return None
+    from .engine import runtime_of
+
+    return runtime_of(run).configure(accelerator)
+
+
+@hookimpl
+def drivetrain_prepare_objects(objects, run, device_placement, accelerator):
+    if not _mine(run):
+        return None
+    from .engine import prepare_engine, runtime_of
+
+    return prepare_engine(runtime_of(run), objects, accelerator)
+
+
+@hookimpl
+def drivetrain_wrap_model(model, run, evaluation_mode):
+    if not _mine(run):
+        return None
+    from drivetrain.errors import ConfigError
+
+    raise ConfigError("with DeepSpeed, models are prepared by accelerator.prepare(model, optimizer, ...), which "
+                      "builds the engine; prepare_model() alone cannot")
+
+
+@hookimpl(tryfirst=True)
+def drivetrain_wrap_optimizer(optimizer, run):
+    if not _mine(run):
+        return None
+    from drivetrain.errors import ConfigError
+
+    raise ConfigError("with DeepSpeed, pass the optimizer to accelerator.prepare() together with its model")
+
+
+@hookimpl(tryfirst=True)
+def drivetrain_wrap_scheduler(scheduler, optimizers, run):
+    if not _mine(run):
+        return None
+    from drivetrain.errors import ConfigError
+
+    raise ConfigError("with DeepSpeed, pass the scheduler to accelerator.prepare() together with its model and "
+                      "optimizer")
+
+
+@hookimpl
+def drivetrain_unwrap_model(model, run, keep_fp32_wrapper):
+    from .engine import is_engine
+
+    return model.module if is_engine(model) else None
+
+
+@hookimpl(tryfirst=True)
+def drivetrain_make_grad_scaler(run, kwargs):
+    # DeepSpeed scales fp16 losses in its engine: the run must have no scaler of its own.
+    return False if _mine(run) else None
+
+
+@hookimpl(tryfirst=True)
+def drivetrain_autocast(run, kwargs):
+    # The engine runs the model in the config's precision; autocast on top would change it.
+    return contextlib.nullcontext() if _mine(run) else None
+
+
+@hookimpl(tryfirst=True)
+def drivetrain_backward(loss, run, kwargs, models):
+    if not _mine(run):
+        return None
+    from .engine import backward
+
+    return backward(models, loss, kwargs)
+
+
+@hookimpl(tryfirst=True)
+def drivetrain_clip_grad_norm(parameters, max_norm, norm_type, run):
+    if not _mine(run):
+        return None
+    from .engine import clip_grad_norm, runtime_of
+
+    return clip_grad_norm(runtime_of(run), list(parameters), max_norm)
+
+
+@hookimpl
+def drivetrain_get_state_dict(model, run, unwrap):
+    if not _mine(run):
+        return None
+    from .engine import full_state_dict, is_engine, is_zero3, runtime_of
+
+    if not (is_engine(model) and is_zero3(model)):
+        return None
+    state = full_state_dict(model, run, runtime_of(run).plugin_of(model))
+    return state if unwrap else {f"module.{key}": value for key, value in state.items()}
+
+
+@hookimpl
+def drivetrain_save_model_state(model, index, directory, run, safe_serialization):
+    if not _mine(run):
+        return None
+    from .checkpoint import save_engine
+
+    return save_engine(model, index, directory, run)
+
+
+@hookimpl
+def drivetrain_load_model_state(model, index, directory, run, manifest):
+    if not _mine(run):
+        return None
+    from .checkpoint import load_engine
+
+    return load_engine(model, index, directory, run, manifest)
+
+
+@hookimpl
+def drivetrain_save_optimizer_state(optimizer, index, directory, run):
+    if not _mine(run):
+        return None
+    from .engine import DeepSpeedOptimizerWrapper
+
+    # Saved with its engine (deepspeed_model_<i>/): nothing more to write.
+    return [] if isinstance(optimizer, DeepSpeedOptimizerWrapper) else None
+
+
+@hookimpl
+def drivetrain_load_optimizer_state(optimizer, index, directory, run, manifest):
+    if not _mine(run):
+        return None
+    from .engine import DeepSpeedOptimizerWrapper
+
+    return True if isinstance(optimizer, DeepSpeedOptimizerWrapper) else None
