@@ -266,6 +266,14 @@ def check_mixed_precision(version: int, reference) -> None:
     losses, _ = train(accelerator, model, optimizer, STEPS)
     close(losses, ref_losses, 5e-2, f"v{version} bf16 losses")
     assert all(p.dtype == torch.float32 for p in model.parameters())  # sharded fp32 master weights
+    fp16 = fresh(mixed_precision="fp16", fsdp_plugin=options(version))
+    assert type(fp16.scaler).__name__ == "ShardedGradScaler"
+    model = make()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = fp16.prepare(model, optimizer)
+    losses, _ = train(fp16, model, optimizer, 2)  # the first steps may be skipped while the scale settles
+    close(losses[:1], ref_losses[:1], 5e-2, f"v{version} fp16 loss")
+    assert all(math.isfinite(x) for x in losses), losses
     policy_only = fresh(fsdp_plugin=options(version, mixed_precision_policy={"param_dtype": "bf16",
                                                                               "reduce_dtype": torch.float32}))
     model = policy_only.prepare(make())
