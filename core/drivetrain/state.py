@@ -321,6 +321,10 @@ class AcceleratorState:
         selection = select(run.manager, requests.merged_over(env_requests), cluster=previous.cluster)
         selection.cluster_plugin, selection.reasons["cluster"] = previous.cluster_plugin, previous.reasons.get("cluster", "")
         run.reselect(selection)
+        # What the previous Accelerator gave its plugins (strategy options, attributes such as
+        # `state.deepspeed_plugin`) belongs to that state, not to this one.
+        run.options.clear()
+        run.extensions.clear()
         run.accelerator_state = self
         self.dynamo_plugin = dynamo_plugin
         self.plugins: dict[str, Any] = {key: value for key, value in backend_plugins.items() if value is not None}
