@@ -129,12 +129,17 @@ class DeepSpeedRuntime:
         self.engines: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.view = DeepSpeedStateView(self)
         self._given: tuple[Any, Any] = (None, None)  # the deepspeed_plugin(s) arguments last seen
+        self._state: Any = None  # (a weak reference to) the AcceleratorState configured for
         self._warned_clip = False
 
     # -------------------------------------------------------------- options
 
     def configure(self, accelerator: Any) -> DeepSpeedStateView:
         run = self.run
+        if self._state is None or self._state() is not run.accelerator_state:
+            # a new AcceleratorState (first Accelerator, or after _reset_state): start afresh
+            self._state = weakref.ref(run.accelerator_state)
+            self.plugins, self.active, self._given = {}, None, (None, None)
         # run.options keeps every Accelerator's arguments: only those that changed are new.
         single, several = run.options.get("deepspeed_plugin"), run.options.get("deepspeed_plugins")
         seen_single, seen_several = self._given
