@@ -96,10 +96,17 @@ def set_rng_state(state: dict[str, Any], platform: Any) -> None:
 # ------------------------------------------------------------------ save
 
 
-def _gradients(accelerator: Accelerator) -> dict[str, torch.Tensor]:
-    """Gradients accumulated in an unfinished window, by model index and name."""
+def _gradients(accelerator: Accelerator, skip: set[int]) -> dict[str, torch.Tensor]:
+    """Gradients accumulated in an unfinished window, by model index and name.
+
+    Models in ``skip`` were written by their strategy, which lays their parameters out its
+    own way (shards): their ``.grad`` cannot be restored by name, so they are left out and
+    loading warns that the window's gradients are lost.
+    """
     grads = {}
     for index, model in enumerate(accelerator._models):
+        if index in skip:
+            continue
         for name, parameter in accelerator.unwrap_model(model).named_parameters():
             if parameter.grad is not None:
                 grads[f"{index}.{name}"] = parameter.grad
@@ -113,6 +120,7 @@ def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_se
     rank = accelerator.process_index
     written: list[str] = []
     models = accelerator._models
+    strategy_written: set[int] = set()
     for index, model in enumerate(models):
         if weights is not None and index >= len(weights):
             continue  # a pre-hook took this model's weights out: it saves them itself
@@ -124,6 +132,7 @@ def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_se
                 written += _write_model(state, directory, index, safe_serialization, fsync)
         else:
             written += list(files)
+            strategy_written.add(index)
     for index, optimizer in enumerate(accelerator._optimizers):
         files = run.call("drivetrain_save_optimizer_state", optimizer=optimizer, index=index, directory=str(directory))
         if files is None:
@@ -144,7 +153,7 @@ def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_se
                              directory / "accelerator", fsync)
     written += save_tree(rng_state(run.platform), directory / f"random_states_{rank}", fsync)
     if not accelerator.sync_gradients:
-        grads = _gradients(accelerator)
+        grads = _gradients(accelerator, skip=strategy_written)
         if grads:
             write_safetensors(directory / f"gradients_{rank}.safetensors", grads, fsync=fsync)
             written.append(f"gradients_{rank}.safetensors")
