@@ -170,7 +170,7 @@ def check_training_matches_ddp(version: int, reference) -> None:
         assert isinstance(unwrapped, TinyTransformer)
 
 
-def check_other_strategies_and_accumulation(version: int, reference_accumulated) -> None:
+def check_other_strategies_and_accumulation(version: int, reference_accumulated, directory: str) -> None:
     ref_losses, _norms, _state = reference_accumulated
     accelerator = fresh(fsdp_plugin=options(version), gradient_accumulation_steps=2)
     model = accelerator.prepare(make())
@@ -187,6 +187,10 @@ def check_other_strategies_and_accumulation(version: int, reference_accumulated)
             optimizer.zero_grad()
         losses.append(loss.item())
     close(losses, ref_losses, 1e-4, f"v{version} accumulation losses")
+    with accelerator.accumulate(model):  # a save inside a window loads back (its gradients are lost, with a warning)
+        accelerator.backward(loss_of(model, batch(6, rank, world)))
+    assert not accelerator.sync_gradients
+    accelerator.load_state(accelerator.save_state(os.path.join(directory, "inside-window")))
     for strategy in ("NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
         accelerator = fresh(fsdp_plugin=options(version, sharding_strategy=strategy))
         model = accelerator.prepare(make())
@@ -393,7 +397,7 @@ def main() -> None:
     reference_accumulated = ddp_reference(steps=3, accumulation=2)
     check_refusals(version)
     check_training_matches_ddp(version, reference)
-    check_other_strategies_and_accumulation(version, reference_accumulated)
+    check_other_strategies_and_accumulation(version, reference_accumulated, directory)
     check_checkpoints_resume_exactly(version, directory)
     check_leaves_checkpoint_for_one_process(version, directory)
     check_mixed_precision(version, reference)
