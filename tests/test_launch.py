@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -166,48 +167,26 @@ def test_drivetrain_test_reports_a_failure(tmp_path):
 # ----------------------------------------------------------------- from Python
 
 
-def _report(tag, directory):
-    import torch
-
-    from drivetrain import PartialState
-
-    state = PartialState()
-    total = state.collectives.all_reduce(torch.tensor([1.0]), "sum").item()
-    with open(os.path.join(directory, f"{tag}.{state.process_index}"), "w") as handle:
-        json.dump([state.num_processes, str(state.distributed_type), total, state.mixed_precision,
-                   state.fork_launched, os.environ.get("ACCELERATE_MIXED_PRECISION")], handle)
-
-
-def _fail():
-    from drivetrain import PartialState
-
-    state = PartialState()
-    if state.process_index == 1:
-        raise RuntimeError("worker one fails on purpose")
-    state.wait_for_everyone()
-
-
-def test_debug_and_notebook_launchers_fork_real_workers(tmp_path, monkeypatch):
-    from drivetrain import LaunchError, PartialState, debug_launcher, notebook_launcher
-    from drivetrain.state import AcceleratorState
-
-    for key in _LAUNCHER_VARIABLES:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path))
-    AcceleratorState._reset_state(reset_partial_state=True)
-    PartialState()  # a single-process state in the parent does not leak into the workers
-    try:
-        debug_launcher(_report, ("debug", str(tmp_path)))
-        notebook_launcher(_report, ("notebook", str(tmp_path)), num_processes=2, mixed_precision="bf16",
-                          use_port=str(free_port()))
-        with pytest.raises(LaunchError, match=r"debug_launcher: [12] process\(es\) failed; rank 1 failed first") as error:
-            debug_launcher(_fail)
-        assert "rank 1 raised: RuntimeError: worker one fails on purpose" in str(error.value)
-        notebook_launcher(_report, ("single", str(tmp_path)))  # one process: runs right here
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
+def test_debug_and_notebook_launchers_fork_real_workers(tmp_path):
+    # In a fresh interpreter, as in a notebook: this test process may hold state of its own.
+    result = subprocess.run([sys.executable, str(SCRIPTS / "check_launchers.py"), str(tmp_path), str(free_port())],
+                            capture_output=True, text=True, env=clean_env(HF_HOME=str(tmp_path / "hf")), timeout=240)
+    assert_ok(result)
+    assert "CHECK-LAUNCHERS-OK" in result.stdout
     read = lambda name: json.loads((tmp_path / name).read_text())  # noqa: E731
     assert read("debug.0") == read("debug.1") == [2, "MULTI_CPU", 2.0, "no", True, "no"]
     assert read("notebook.0") == read("notebook.1") == [2, "MULTI_CPU", 2.0, "bf16", True, "bf16"]
     assert read("single.0") == [1, "NO", 1.0, "no", False, "no"]
-    assert "ACCELERATE_MIXED_PRECISION" not in os.environ  # the single-process run restored the environment
+    assert read("parent-env.json") == {"ACCELERATE_MIXED_PRECISION": None}  # the one-process run cleaned up
+    failure = (tmp_path / "failure.txt").read_text()
+    assert re.match(r"debug_launcher: [12] process\(es\) failed; rank 1 failed first", failure), failure
+    assert "rank 1 raised: RuntimeError: worker one fails on purpose" in failure
+
+
+def test_launchers_refuse_a_process_that_already_has_a_group():
+    code = ("import torch.distributed as dist\n"
+            "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
+            "from drivetrain import debug_launcher, ConfigError\n"
+            "try:\n    debug_launcher(print)\nexcept ConfigError as error:\n    print('REFUSED', error)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert "REFUSED a torch.distributed process group already exists in this process" in result.stdout, result.stderr
