@@ -303,6 +303,34 @@ def test_fsdp_on_two_processes_then_one(version, tmp_path):
     assert "CHECK-FSDP-OK" in single.stdout
 
 
+@pytest.mark.multiprocess
+def test_launch_carries_config_file_and_flags_to_the_processes(tmp_path):
+    from launching import assert_ok, launch
+
+    config = tmp_path / "fsdp.yaml"
+    config.write_text("distributed_type: FSDP\nnum_processes: 2\nuse_cpu: true\nfsdp_config:\n  fsdp_version: 1\n"
+                      "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_state_dict_type: FULL_STATE_DICT\n"
+                      "  fsdp_reshard_after_forward: FULL_SHARD\n")
+    result = launch(SCRIPT, "2", str(tmp_path), "--from-launch", launch_args=(
+        "--config-file", str(config), "--fsdp_version", "2", "--fsdp-sharding-strategy", "SHARD_GRAD_OP",
+        "--fsdp-reshard-after-forward", "false"))
+    assert_ok(result)
+    assert result.stdout.count("CHECK-FSDP-OK") == 2
+
+
+def test_new_configs_use_fsdp2():
+    import io
+
+    from drivetrain.config import config_from_dict
+    from drivetrain.config.questionnaire import Asker, run_questionnaire
+
+    answers = "cpu\n1\n2\nfsdp\nbf16\nno\n" + "\n" * 20  # platform, machines, processes, strategy, ...
+    data = run_questionnaire(Asker(io.StringIO(answers), io.StringIO()))
+    assert data["distributed_type"] == "FSDP" and data["fsdp_config"]["fsdp_version"] == 2
+    assert data["fsdp_config"]["fsdp_sharding_strategy"] == "FULL_SHARD"
+    config_from_dict(data)  # and the file it writes reads back
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CPU offload moves parameters off an accelerator; none here")
 @pytest.mark.parametrize("version", [1, 2])

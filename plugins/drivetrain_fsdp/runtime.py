@@ -88,6 +88,14 @@ def configure(run: Any) -> Runtime:
             "FSDP CPU offload (cpu_offload / fsdp_offload_params) moves parameters from an accelerator to CPU memory, "
             f"but this run's platform is {run.platform.name!r}, where they are in CPU memory already (torch's "
             "offloading also needs an accelerator to exist); remove the option, or run on an accelerator")
+    if options.fsdp_version == 2:
+        import torch.distributed.fsdp as fsdp
+
+        if not hasattr(fsdp, "fully_shard"):
+            import torch
+
+            raise ConfigError(f"fsdp_version 2 needs torch.distributed.fsdp.fully_shard (torch 2.6 or newer; this is "
+                              f"torch {torch.__version__}); upgrade torch or set fsdp_version to 1")
     run.options[OPTIONS_ARGUMENT] = options
     runtime = _RUNTIMES.get(run)
     if runtime is None:

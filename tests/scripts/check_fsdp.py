@@ -3,6 +3,7 @@
     check_fsdp.py VERSION DIRECTORY            2 processes: training, checkpoints, options
     check_fsdp.py VERSION DIRECTORY --single   1 process: load what the 2 processes saved
     check_fsdp.py VERSION DIRECTORY --offload  1 process on an accelerator: CPU offload
+    check_fsdp.py VERSION DIRECTORY --from-launch  options from the launcher (config file, flags)
 
 References are computed in the same processes with plain PyTorch DDP on the same model and
 data. The 2-process run leaves in DIRECTORY a sharded checkpoint and the full weights and
@@ -382,8 +383,27 @@ def offload(version: int) -> None:
     close(losses, expected, 1e-4, f"v{version} offloaded losses")
 
 
+def from_launch(version: int) -> None:
+    """Options that `drivetrain launch` carried from its config file and command line."""
+    accelerator = Accelerator()
+    assert accelerator.distributed_type == "FSDP", accelerator.distributed_type
+    plugin = accelerator.state.fsdp_plugin
+    assert (plugin.fsdp_version, plugin.sharding_strategy, plugin.auto_wrap_policy, plugin.state_dict_type) == (
+        version, "SHARD_GRAD_OP", "TRANSFORMER_BASED_WRAP", "FULL_STATE_DICT"), plugin
+    model = make()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    assert sum(1 for m in model.modules() if type(m).__name__.startswith(("FSDP", "FullyShardedDataParallel"))) == 1 + LAYERS
+    losses, _ = train(accelerator, model, optimizer, 2)
+    assert all(math.isfinite(x) for x in losses), losses
+
+
 def main() -> None:
     version, directory = int(sys.argv[1]), sys.argv[2]
+    if "--from-launch" in sys.argv:
+        from_launch(version)
+        print(f"CHECK-FSDP-OK rank {dist.get_rank()}", flush=True)
+        return
     if "--offload" in sys.argv:
         offload(version)
         print("CHECK-FSDP-OK rank 0", flush=True)
