@@ -422,19 +422,20 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction={reduction!r} is not one of {', '.join(REDUCTIONS)}")
     collectives = _collectives()
-    distributed = collectives.world_size > 1
-    if distributed and _debug_mode():
+    if collectives.world_size == 1:
+        collectives = None
+    elif _debug_mode():
         _check_same_everywhere("reduce", tensor, collectives)
+    if isinstance(tensor, torch.Tensor):
+        return _reduce_one(tensor, collectives, reduction, scale)
+    return recursively_apply(_reduce_one, tensor, collectives, reduction, scale, error_on_other_type=True)
 
-    def reduce_one(one: torch.Tensor) -> torch.Tensor:
-        result = one.clone()
-        if distributed:
-            result = collectives.all_reduce(result, reduction)
-        if scale != 1.0:
-            result = result * scale
-        return result
 
-    return recursively_apply(reduce_one, tensor, error_on_other_type=True)
+def _reduce_one(tensor: torch.Tensor, collectives: Any, reduction: str, scale: float) -> torch.Tensor:
+    result = tensor.clone()
+    if collectives is not None:
+        result = collectives.all_reduce(result, reduction)
+    return result if scale == 1.0 else result * scale
 
 
 def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
