@@ -1,0 +1,160 @@
+"""drivetrain's collectives against the raw torch.distributed calls they stand for.
+
+Both run in the same processes, on the same process group, with the same tensors,
+interleaved (A B B A ...) so warm-up and machine noise hit both alike. Launch it the way the
+library is used:
+
+    drivetrain launch --cpu --num-processes 2 benchmarks/bench_collectives.py
+
+For payloads of 1 KB, 1 MB and 64 MB (float32) it prints the median time per call of each
+and the ratio drivetrain / raw (target: <= 1.05x). The raw counterpart is what a user would
+write to get the same result:
+
+- ``gather(t)``: allocate the output, ``all_gather_into_tensor`` (``all_gather_single``);
+- ``broadcast(t)``: ``dist.broadcast(t)`` (both in place);
+- ``reduce(t, "sum")``: leaves its input untouched, so ``t.clone()`` then ``all_reduce``;
+- ``gather`` of a dict of 8 tensors: 8 raw gathers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from typing import Callable, Iterator
+
+import torch
+import torch.distributed as dist
+
+from drivetrain.state import PartialState
+from drivetrain.utils import broadcast, gather, reduce
+
+SIZES = {"1 KB": 1 << 10, "1 MB": 1 << 20, "64 MB": 64 << 20}
+_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def raw_gather(tensor: torch.Tensor) -> torch.Tensor:
+    out = torch.empty((dist.get_world_size() * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype)
+    _gather_single(out, tensor)
+    return out
+
+
+def raw_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out
+
+
+def raw_broadcast(tensor: torch.Tensor) -> torch.Tensor:
+    dist.broadcast(tensor, src=0)
+    return tensor
+
+
+def raw_gather_dict(data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {key: raw_gather(value) for key, value in data.items()}
+
+
+def timed_block(function: Callable[[], object], calls: int) -> float:
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(calls):
+        function()
+    return (time.perf_counter() - start) / calls
+
+
+def compare(ours: Callable[[], object], raw: Callable[[], object], calls: int,
+            rounds: int) -> tuple[float, float, float]:
+    """(median time of ours, median time of raw, median of the per-round ratios ours / raw).
+
+    The two blocks of a round run back to back, so the per-round ratio cancels the slow
+    drifts of a shared machine; its median is the figure to read.
+    """
+    for _ in range(2):  # warm-up
+        ours()
+        raw()
+    ours_times, raw_times = [], []
+    for round_index in range(rounds):
+        pair = [(ours, ours_times), (raw, raw_times)]
+        for function, times in (pair if round_index % 2 == 0 else pair[::-1]):
+            times.append(timed_block(function, calls))
+    ratios = [a / b for a, b in zip(ours_times, raw_times)]
+    return statistics.median(ours_times), statistics.median(raw_times), statistics.median(ratios)
+
+
+@contextlib.contextmanager
+def communication_removed() -> Iterator[None]:
+    """Both sides do everything but talk: what is left is each side's own cost per call,
+    which a shared machine's noise does not drown."""
+    from drivetrain_torch_distributed import process_group
+
+    def nothing(*args: object, **kwargs: object) -> None:
+        return None
+
+    saved = dist.broadcast, dist.all_reduce, process_group._all_gather_single, globals()["_gather_single"]
+    dist.broadcast = dist.all_reduce = process_group._all_gather_single = nothing
+    globals()["_gather_single"] = nothing
+    try:
+        yield
+    finally:
+        dist.broadcast, dist.all_reduce, process_group._all_gather_single, globals()["_gather_single"] = saved
+
+
+def own_cost(function: Callable[[], object], calls: int = 20_000, rounds: int = 7) -> float:
+    """Best time per call over ``rounds`` blocks, in seconds (no barrier: nothing is shared)."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            function()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=21)
+    arguments = parser.parse_args()
+    state = PartialState()
+    torch.set_num_threads(1)
+    rows = []
+    for label, size in SIZES.items():
+        elements = size // 4
+        tensor = torch.randn(elements // 16, 16) if elements >= 16 else torch.randn(elements)
+        calls = max(2, min(400, (8 << 20) // size * 4))
+        rounds = arguments.rounds if size < (64 << 20) else max(5, arguments.rounds // 3)
+        for name, ours, raw in (
+            ("gather", lambda: gather(tensor), lambda: raw_gather(tensor)),
+            ("broadcast", lambda: broadcast(tensor), lambda: raw_broadcast(tensor)),
+            ("reduce(sum)", lambda: reduce(tensor, "sum"), lambda: raw_reduce(tensor)),
+        ):
+            rows.append((name, label, *compare(ours, raw, calls, rounds)))
+    parts = {f"t{i}": torch.randn(16, 16) for i in range(8)}
+    rows.append(("gather dict x8", "8 KB", *compare(lambda: gather(parts), lambda: raw_gather_dict(parts), 200,
+                                                     arguments.rounds)))
+    small = torch.randn(16, 16)
+    small_parts = {f"t{i}": torch.randn(4, 16) for i in range(8)}
+    with communication_removed():
+        costs = [(name, own_cost(ours), own_cost(raw)) for name, ours, raw in (
+            ("gather", lambda: gather(small), lambda: raw_gather(small)),
+            ("broadcast", lambda: broadcast(small), lambda: raw_broadcast(small)),
+            ("reduce(sum)", lambda: reduce(small, "sum"), lambda: raw_reduce(small)),
+            ("gather dict x8", lambda: gather(small_parts), lambda: raw_gather_dict(small_parts)),
+        )]
+    state.wait_for_everyone()
+    if state.is_main_process:
+        print(f"collectives on {state.num_processes} processes ({state.backend}): median time per call over "
+              f"{arguments.rounds} interleaved rounds, and median of the per-round ratios")
+        print(f"{'operation':<16}{'payload':>9}{'drivetrain':>14}{'raw':>14}{'ratio':>9}")
+        for name, label, ours_time, raw_time, ratio in rows:
+            print(f"{name:<16}{label:>9}{ours_time * 1e6:>12.1f}us{raw_time * 1e6:>12.1f}us{ratio:>8.3f}x")
+        print(f"worst ratio {max(row[4] for row in rows):.3f}x (target <= 1.05x)")
+        print("\nown cost per call with the communication taken out (1 KB; best of 7 blocks)")
+        print(f"{'operation':<16}{'drivetrain':>14}{'raw':>14}{'added':>12}")
+        for name, ours_cost, raw_cost in costs:
+            print(f"{name:<16}{ours_cost * 1e6:>12.2f}us{raw_cost * 1e6:>12.2f}us{(ours_cost - raw_cost) * 1e6:>10.2f}us")
+    state.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
