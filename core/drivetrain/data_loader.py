@@ -46,6 +46,7 @@ from .utils.operations import (
     send_to_device,
     slice_tensors,
 )
+from .utils.operations import _as_device, _send
 from .utils.random import synchronize_rng_states
 
 logger = logging.getLogger(__name__)
@@ -725,6 +726,7 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
 
     def _play(self, iterator: Iterator[Any], discard: int) -> Iterator[Any]:
         progress = self._progress
+        device, non_blocking = _as_device(self.device), self._non_blocking
         try:
             for _ in range(discard):
                 next(iterator)
@@ -734,8 +736,8 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
             progress.finish_pass()
             return
         while True:
-            if self.device is not None:
-                current = send_to_device(current, self.device, non_blocking=self._non_blocking)
+            if device is not None:
+                current = _send(current, device, non_blocking, [])
             try:
                 upcoming = next(iterator)
             except StopIteration:

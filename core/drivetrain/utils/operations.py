@@ -121,13 +121,18 @@ def send_to_device(tensor: Any, device: Any, non_blocking: bool = False, skip_ke
 
     Tensors already on ``device`` are returned as they are (what ``Tensor.to`` does, for less).
     """
+    skipped = [skip_keys] if isinstance(skip_keys, str) else list(skip_keys or ())
+    return _send(tensor, _as_device(device), non_blocking, skipped)
+
+
+def _as_device(device: Any) -> Any:
+    """``device`` as a ``torch.device`` where torch knows the name (compared cheaply)."""
     if isinstance(device, (str, int)):
         try:
-            device = torch.device(device)
+            return torch.device(device)
         except (RuntimeError, TypeError):  # a name torch does not know: let ``to`` decide
-            pass
-    skipped = [skip_keys] if isinstance(skip_keys, str) else list(skip_keys or ())
-    return _send(tensor, device, non_blocking, skipped)
+            return device
+    return device
 
 
 def _move_tensor(tensor: torch.Tensor, device: Any, non_blocking: bool) -> torch.Tensor:
