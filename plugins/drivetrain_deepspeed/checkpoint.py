@@ -36,7 +36,7 @@ def save_engine(engine: Any, index: int, directory: str, run: Any) -> list[str] 
         return None
     name = engine_directory(index)
     target = Path(directory) / name
-    engine.save_checkpoint(str(target), tag=TAG, client_state={}, save_latest=False)
+    engine.save_checkpoint(str(target), tag=TAG, client_state={}, save_latest=True)  # tools read "latest"
     run.state.wait_for_everyone()  # every process's partition is on disk before the main one lists them
     if not run.state.is_main_process:
         return []
