@@ -1,0 +1,453 @@
+"""The deepspeed plugin: option classes, "auto" values, launch options, the launcher, and real
+2-process training with ZeRO stages 1, 2 and 3 (with and without CPU optimizer offload).
+
+The option tests run everywhere. The engine tests need deepspeed (the ``test`` extra installs
+it) and are skipped with the reason when it is not installed. DeepSpeed compiles ops on first
+use (a shared-memory collective, CPU Adam); the ``deepspeed_ops`` fixture builds them once into
+``TORCH_EXTENSIONS_DIR`` (``.cache/torch_extensions`` of the repository unless set), where later
+runs find them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from launching import assert_ok, launch
+
+from drivetrain.errors import ConfigError, PluginSelectionError
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
+needs_deepspeed = pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed is not installed "
+                                     "(pip install -c constraints.txt -e '.[deepspeed]')")
+EXTENSIONS = os.environ.get("TORCH_EXTENSIONS_DIR") or str(ROOT / ".cache" / "torch_extensions")
+
+
+# ------------------------------------------------------------------ import cost
+
+
+def test_importing_drivetrain_and_listing_plugins_never_imports_deepspeed():
+    code = (
+        "import contextlib, io, sys\n"
+        "import drivetrain\n"
+        "from drivetrain import DeepSpeedPlugin, DummyOptim, DummyScheduler, DistributedType\n"
+        "assert DistributedType.DEEPSPEED == 'DEEPSPEED'\n"
+        "plugin = DeepSpeedPlugin(zero_stage=3, offload_optimizer_device='cpu')\n"
+        "DummyScheduler(DummyOptim([], lr=0.1))\n"
+        "from drivetrain.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    assert main(['plugins', 'list']) == 0\n"
+        "    assert main(['plugins', 'info', 'deepspeed']) == 0\n"
+        "assert 'deepspeed' in out.getvalue()\n"
+        "print(sorted(m for m in sys.modules if m == 'deepspeed' or m.startswith('deepspeed.')))\n"
+        "print(sorted(m for m in sys.modules if m == 'torch'))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[]", "[]"], result.stdout
+
+
+# Hides the deepspeed distribution and module from a fresh interpreter, as on a machine
+# where it is not installed.
+WITHOUT_DEEPSPEED = """
+import sys, importlib.abc
+import drivetrain.plugin_manager as pm
+_real = pm.importlib_metadata.version
+def _version(name):
+    if name.lower() == "deepspeed":
+        raise pm.importlib_metadata.PackageNotFoundError(name)
+    return _real(name)
+pm.importlib_metadata.version = _version
+class _Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "deepspeed":
+            raise ModuleNotFoundError("No module named 'deepspeed'")
+sys.meta_path.insert(0, _Hide())
+"""
+
+
+def test_without_deepspeed_the_names_import_and_selecting_it_names_the_extra(tmp_path):
+    code = WITHOUT_DEEPSPEED + (
+        "from drivetrain import DeepSpeedPlugin, DistributedType, Accelerator\n"
+        "plugin = DeepSpeedPlugin(zero_stage=2)\n"
+        "assert DistributedType.DEEPSPEED == 'DEEPSPEED'\n"
+        "try:\n"
+        "    Accelerator(deepspeed_plugin=plugin)\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+        "from drivetrain.cli.main import main\n"
+        "sys.exit(main(['launch', '--cpu', '--num-processes', '2', '--use-deepspeed', 'train.py']))\n"
+    )
+    env = dict(os.environ, HF_HOME=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("PluginSelectionError") and "pip install 'drivetrain[deepspeed]'" in first, first
+    assert result.stderr.strip().splitlines()[-1].startswith("drivetrain: error:")
+    assert "pip install 'drivetrain[deepspeed]'" in result.stderr.strip().splitlines()[-1]
+
+
+def test_use_deepspeed_variable_and_distributed_type_select_the_strategy():
+    from drivetrain.plugin_manager import get_plugin_manager
+    from drivetrain.selection import requests_from_env, strategy_for_distributed_type
+
+    manager = get_plugin_manager()
+    assert requests_from_env(manager, env={"ACCELERATE_USE_DEEPSPEED": "true"}).strategy == "deepspeed"
+    assert requests_from_env(manager, env={"DRIVETRAIN_USE_DEEPSPEED": "1"}).strategy == "deepspeed"
+    assert strategy_for_distributed_type(manager, "DEEPSPEED") == "deepspeed"
+
+
+# ------------------------------------------------------------------ options
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith(("DRIVETRAIN_", "ACCELERATE_")):
+            monkeypatch.delenv(key)
+    return monkeypatch
+
+
+def test_options_build_a_config_and_read_the_environment(clean_env):
+    from drivetrain import DeepSpeedPlugin
+
+    plugin = DeepSpeedPlugin()
+    assert plugin.zero_stage == 2 and plugin.offload_optimizer_device == "none" and not plugin.zero3_init_flag
+    assert plugin.deepspeed_config["zero_optimization"] == {"stage": 2}
+    assert plugin.is_auto("train_micro_batch_size_per_gpu") and plugin.is_auto("gradient_accumulation_steps")
+    clean_env.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    clean_env.setenv("DRIVETRAIN_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "cpu")
+    clean_env.setenv("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "true")
+    clean_env.setenv("ACCELERATE_GRADIENT_CLIPPING", "0.5")
+    plugin = DeepSpeedPlugin(offload_optimizer_device="cpu")
+    assert plugin.zero_stage == 3 and plugin.zero3_init_flag  # on by default with ZeRO-3
+    assert plugin.get_value("zero_optimization") == {
+        "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"},
+        "stage3_gather_16bit_weights_on_model_save": True}
+    assert plugin.deepspeed_config["gradient_clipping"] == 0.5
+    assert DeepSpeedPlugin(zero_stage=1).zero_stage == 1  # an argument beats the environment
+    clean_env.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "three")
+    with pytest.raises(ConfigError, match=r"DRIVETRAIN_DEEPSPEED_ZERO_STAGE \(environment\): zero_stage must be"):
+        DeepSpeedPlugin()
+
+
+def test_nvme_offload_needs_a_path(clean_env):
+    from drivetrain import DeepSpeedPlugin
+
+    with pytest.raises(ConfigError, match="offload_param_device=nvme needs offload_param_nvme_path"):
+        DeepSpeedPlugin(zero_stage=3, offload_param_device="nvme")
+    plugin = DeepSpeedPlugin(zero_stage=3, offload_param_device="nvme", offload_param_nvme_path="/local_nvme")
+    assert plugin.get_value("zero_optimization.offload_param") == {"device": "nvme", "nvme_path": "/local_nvme"}
+
+
+def _write(path: Path, data) -> Path:
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+# Accelerate's ZeRO-3 offload example, with "auto" left for the launch options and prepare().
+ZERO3_OFFLOAD = {
+    "fp16": {"enabled": "auto", "loss_scale": 0, "initial_scale_power": 16},
+    "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                      "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+    "zero_optimization": {"stage": "auto", "offload_optimizer": {"device": "auto", "pin_memory": True},
+                          "offload_param": {"device": "cpu"}, "overlap_comm": True, "reduce_bucket_size": "auto",
+                          "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+                          "stage3_max_live_parameters": "auto", "stage3_max_reuse_distance": "auto",
+                          "stage3_gather_16bit_weights_on_model_save": "auto"},
+    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "steps_per_print": 2000,
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "wall_clock_breakdown": False,
+}
+
+
+def test_auto_values_of_a_config_file_are_filled(clean_env, tmp_path):
+    from drivetrain import DeepSpeedPlugin
+    from drivetrain_deepspeed.autofill import Facts, fill_auto_values
+
+    path = _write(tmp_path / "zero3.json", ZERO3_OFFLOAD)
+    plugin = DeepSpeedPlugin(hf_ds_config=str(path), zero_stage=3, offload_optimizer_device="cpu",
+                             zero3_save_16bit_model=True)
+    assert plugin.zero_stage == 3 and plugin.offload_param_device == "cpu" and plugin.zero3_init_flag
+    assert plugin.get_value("zero_optimization.offload_optimizer") == {"device": "cpu", "pin_memory": True}
+    plugin.set_mixed_precision("bf16")
+    facts = Facts(world_size=4, gradient_accumulation_steps=2, micro_batch_sizes=[16, 8], mixed_precision="bf16",
+                  gradient_clipping=None, save_16bit_model=True, hidden_size=64,
+                  optimizer_params={"lr": 3e-4, "weight_decay": 0.01},
+                  scheduler_params={"warmup_min_lr": 0, "warmup_max_lr": 3e-4, "warmup_num_steps": 10,
+                                    "total_num_steps": 250})
+    filled = fill_auto_values(plugin.deepspeed_config, facts, plugin.config_origin)
+    assert filled["train_micro_batch_size_per_gpu"] == 8  # is_train_batch_min
+    assert filled["train_batch_size"] == 8 * 2 * 4
+    assert filled["gradient_accumulation_steps"] == 2 and filled["gradient_clipping"] == 1.0
+    assert filled["fp16"]["enabled"] is False and filled["bf16"] == {"enabled": True}
+    assert filled["optimizer"]["params"] == {"lr": 3e-4, "weight_decay": 0.01}
+    assert filled["scheduler"]["params"] == {"warmup_min_lr": 0, "warmup_max_lr": 3e-4, "warmup_num_steps": 10,
+                                             "total_num_steps": 250}
+    zero = filled["zero_optimization"]
+    assert zero["stage"] == 3 and zero["stage3_gather_16bit_weights_on_model_save"] is True
+    assert zero["reduce_bucket_size"] == 64 * 64 and zero["stage3_prefetch_bucket_size"] == int(0.9 * 64 * 64)
+    assert zero["stage3_param_persistence_threshold"] == 640
+    assert zero["stage3_max_live_parameters"] == zero["stage3_max_reuse_distance"] == 1_000_000_000
+    assert zero["overlap_comm"] is True and filled["steps_per_print"] == 2000  # the rest is untouched
+    assert plugin.deepspeed_config["train_batch_size"] == "auto"  # filling works on a copy
+    # the batch comes from train_batch_size when no loader is known
+    only_total = fill_auto_values({"train_batch_size": 64, "train_micro_batch_size_per_gpu": "auto"},
+                                  Facts(world_size=4, gradient_accumulation_steps=2))
+    assert only_total["train_micro_batch_size_per_gpu"] == 8
+
+
+def test_values_that_cannot_be_filled_are_named_in_one_error(tmp_path):
+    from drivetrain_deepspeed.autofill import Facts, fill_auto_values
+
+    config = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+              "optimizer": {"type": "Adam", "params": {"lr": "auto", "betas": "auto"}},
+              "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}, "wall_clock_breakdown": "auto"}
+    with pytest.raises(ConfigError) as caught:
+        fill_auto_values(config, Facts(optimizer_params={"lr": 0.1}), "DeepSpeed config file ds.json")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("DeepSpeed config file ds.json: cannot fill \"auto\"")
+    for key, hint in (("train_batch_size", "pass a DataLoader"), ("train_micro_batch_size_per_gpu", "DataLoader"),
+                      ("optimizer.params.betas", "give betas= to DummyOptim"),
+                      ("zero_optimization.reduce_bucket_size", "config.hidden_size"),
+                      ("wall_clock_breakdown", "set a value")):
+        assert key in message and hint in message, (key, message)
+    assert "optimizer.params.lr" not in message
+
+
+@pytest.mark.parametrize("content, error", [
+    ('{"zero_optimization": {"stage": 3,}}', r"is not valid JSON: .* at line 1, column 35"),
+    ('[1, 2]', "must hold a JSON object of keys to values, not list"),
+    ({"zero_optimization": {"stage": "three"}}, r"zero_optimization.stage must be 0, 1, 2 or 3 \(or \"auto\"\)"),
+    ({"zero_optimization": {"offload_optimizer": {"device": "gpu"}}},
+     "zero_optimization.offload_optimizer.device must be none, cpu or nvme"),
+    ({"fp16": {"enabled": "yes"}}, r"fp16.enabled must be true or false"),
+    ({"train_micro_batch_size_per_gpu": 0}, "train_micro_batch_size_per_gpu must be a whole number above 0"),
+    ({"optimizer": {"params": {"lr": 0.1}}}, r"optimizer needs a \"type\""),
+    ({"zero_optimization": "on"}, "zero_optimization must be a mapping"),
+])
+def test_a_malformed_config_file_gives_a_clear_error(clean_env, tmp_path, content, error):
+    from drivetrain import DeepSpeedPlugin
+
+    path = _write(tmp_path / "ds.json", content)
+    with pytest.raises(ConfigError, match=error) as caught:
+        DeepSpeedPlugin(hf_ds_config=str(path))
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_missing_config_file_and_contradicting_options(clean_env, tmp_path):
+    from drivetrain import DeepSpeedPlugin
+
+    with pytest.raises(ConfigError, match="DeepSpeed config file .*nope.json does not exist"):
+        DeepSpeedPlugin(hf_ds_config=str(tmp_path / "nope.json"))
+    path = _write(tmp_path / "ds.json", {"zero_optimization": {"stage": 3}, "gradient_accumulation_steps": 4})
+    clean_env.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    with pytest.raises(ConfigError, match=r"DRIVETRAIN_DEEPSPEED_ZERO_STAGE \(environment\) sets zero_stage=2 "
+                                          r"but DeepSpeed config file .* has zero_optimization.stage=3"):
+        DeepSpeedPlugin(hf_ds_config=str(path))
+    clean_env.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    plugin = DeepSpeedPlugin(hf_ds_config=str(path))  # agreeing is fine
+    assert plugin.zero_stage == 3 and plugin.gradient_accumulation_steps == 4
+    yaml_path = tmp_path / "ds.yaml"
+    yaml_path.write_text("zero_optimization:\n  stage: 1\ntrain_micro_batch_size_per_gpu: 2\n")
+    clean_env.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE")
+    assert DeepSpeedPlugin(hf_ds_config=yaml_path).zero_stage == 1
+
+
+def test_accelerator_arguments_select_deepspeed_and_expose_its_attributes(fresh_state):
+    from drivetrain import Accelerator, DeepSpeedPlugin, DistributedType, get_active_deepspeed_plugin
+
+    plugins = {"student": DeepSpeedPlugin(zero_stage=2, gradient_accumulation_steps=4),
+               "teacher": DeepSpeedPlugin(zero_stage=3)}
+    accelerator = Accelerator(deepspeed_plugins=plugins, mixed_precision="bf16")
+    assert accelerator.distributed_type == DistributedType.DEEPSPEED
+    assert accelerator.scaler is None and accelerator.gradient_accumulation_steps == 4
+    state = accelerator.state
+    assert get_active_deepspeed_plugin(state) is plugins["student"] is accelerator.deepspeed_plugin
+    assert state.deepspeed_plugins == plugins and plugins["student"].selected
+    assert plugins["teacher"].deepspeed_config["bf16"] == {"enabled": True}
+    state.select_deepspeed_plugin("teacher")
+    assert state.deepspeed_plugin is plugins["teacher"] and not plugins["student"].selected
+    second = Accelerator()  # knows both plugins, as in Accelerate
+    assert second.state.deepspeed_plugin is plugins["teacher"] and second.distributed_type == "DEEPSPEED"
+    with pytest.raises(ValueError, match="no DeepSpeedPlugin named 'nope'; the run has 'student', 'teacher'"):
+        state.select_deepspeed_plugin("nope")
+    with accelerator.autocast():  # the engine owns the precision: no autocast on top
+        import torch
+
+        assert torch.ones(2, 2).matmul(torch.ones(2, 2)).dtype == torch.float32
+    with pytest.raises(ConfigError, match="with DeepSpeed, pass the optimizer to accelerator.prepare"):
+        accelerator.prepare_optimizer(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1))
+    # a new state forgets the DeepSpeed attributes
+    from drivetrain.state import AcceleratorState
+
+    AcceleratorState._reset_state()
+    plain = Accelerator()
+    assert plain.state.deepspeed_plugin is None and not hasattr(plain, "deepspeed_plugin")
+
+
+def test_wrong_accelerator_arguments(fresh_state):
+    from drivetrain import Accelerator, DeepSpeedPlugin
+
+    with pytest.raises(ConfigError, match="deepspeed_plugin must be a DeepSpeedPlugin .*, not str"):
+        Accelerator(deepspeed_plugin="zero3.json")
+    from drivetrain.state import AcceleratorState
+
+    AcceleratorState._reset_state()
+    with pytest.raises(ConfigError, match="deepspeed_plugins must map names to DeepSpeedPlugin objects"):
+        Accelerator(deepspeed_plugins={"zero_stage": 3})
+    AcceleratorState._reset_state()
+    with pytest.raises(ConfigError, match="pass deepspeed_plugin or deepspeed_plugins to the Accelerator, not both"):
+        Accelerator(deepspeed_plugin=DeepSpeedPlugin(), deepspeed_plugins={"a": DeepSpeedPlugin()})
+
+
+# ------------------------------------------------------------------ launch options and launcher
+
+
+@pytest.fixture
+def launch_env(clean_env, tmp_path):
+    clean_env.setenv("HOME", str(tmp_path / "home"))
+    clean_env.setenv("HF_HOME", str(tmp_path / "hf"))
+    clean_env.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    clean_env.chdir(tmp_path)
+    return clean_env
+
+
+def _resolved(*argv: str):
+    from drivetrain.cli import launch_cmd
+    from drivetrain.plugin_manager import get_plugin_manager
+
+    parser = launch_cmd.build_parser()
+    args = parser.parse_args(list(argv))
+    launch_cmd.merge_config(args, parser)
+    args.num_processes = args.num_processes or 1
+    launch_cmd._defaults(args)
+    selection = launch_cmd.resolve_choice(args, get_plugin_manager())
+    return args, launch_cmd.child_environment(args, selection)
+
+
+def test_launch_options_reach_the_children_and_are_checked_first(launch_env, tmp_path):
+    args, env = _resolved("--cpu", "--num-processes", "2", "--use_deepspeed", "--zero-stage", "3",
+                          "--offload-optimizer-device", "cpu", "--zero3-save-16bit-model", "true", "train.py")
+    assert args.strategy == "deepspeed"
+    assert env["DRIVETRAIN_STRATEGY"] == "deepspeed" and env["ACCELERATE_USE_DEEPSPEED"] == "true"
+    assert env["DRIVETRAIN_DEEPSPEED_ZERO_STAGE"] == env["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "3"
+    assert env["ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE"] == "cpu"
+    assert env["ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL"] == "true"
+    from drivetrain.cli.launch_cmd import choose_launcher
+
+    assert choose_launcher(args)[0] == "torchrun"
+    # the config file's block, and a broken DeepSpeed file refused before anything starts
+    ds = _write(tmp_path / "ds.json", {"zero_optimization": {"stage": "auto"}, "gradient_clipping": "auto"})
+    config = tmp_path / "cfg.yaml"
+    config.write_text(f"distributed_type: DEEPSPEED\nnum_processes: 2\nuse_cpu: true\ndeepspeed_config:\n"
+                      f"  deepspeed_config_file: {ds.name}\n  gradient_clipping: 0.5\n  zero3_init_flag: false\n"
+                      f"  deepspeed_multinode_launcher: standard\n")
+    args, env = _resolved("--config-file", str(config), "--zero-stage", "1", "train.py")
+    assert args.strategy == "deepspeed" and env["ACCELERATE_DEEPSPEED_CONFIG_FILE"] == str(ds)
+    assert env["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "1" and env["ACCELERATE_GRADIENT_CLIPPING"] == "0.5"
+    ds.write_text("{not json")
+    with pytest.raises(ConfigError, match="is not valid JSON"):
+        _resolved("--config-file", str(config), "train.py")
+
+
+def test_deepspeed_launcher_is_used_when_the_config_asks_for_it(launch_env, tmp_path):
+    from drivetrain.cli.launch_cmd import choose_launcher
+    from drivetrain_deepspeed.launcher import environment_file, runner_arguments
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("worker-0 slots=4\nworker-1 slots=4\n")
+    args, _env = _resolved("--cpu", "--use-deepspeed", "--num-machines", "2", "--num-processes", "8",
+                           "--main-process-ip", "10.0.0.1", "--main-process-port", "29600",
+                           "--deepspeed-hostfile", str(hostfile), "train.py", "--lr", "1")
+    assert choose_launcher(args)[0] == "deepspeed"
+    assert runner_arguments(args) == [
+        "--hostfile", str(hostfile), "--num_nodes", "2", "--num_gpus", "4", "--launcher", "pdsh",
+        "--master_addr", "10.0.0.1", "--master_port", "29600", "--module", "--no_local_rank",
+        "drivetrain.cli.child", "--script", "train.py", "--lr", "1"]
+    for launcher in ("openmpi", "mvapich", "slurm"):
+        args.deepspeed_multinode_launcher = launcher
+        assert ["--launcher", launcher] == runner_arguments(args)[6:8]
+    args.deepspeed_multinode_launcher = "nossh"
+    args.machine_rank = 1
+    assert runner_arguments(args)[6:9] == ["--no_ssh", "--node_rank", "1"]
+    args.deepspeed_multinode_launcher, args.deepspeed_inclusion_filter = "pdsh", "worker-1:0,1"
+    assert runner_arguments(args)[2:4] == ["--include", "worker-1:0,1"]
+    args.deepspeed_exclusion_filter = "worker-0"
+    with pytest.raises(ConfigError, match="not both"):
+        runner_arguments(args)
+    args.deepspeed_multinode_launcher = "standard"
+    assert choose_launcher(args)[0] == "torchrun"  # standard: torchrun on each machine
+    args.deepspeed_multinode_launcher, args.deepspeed_hostfile = "pdsh", None
+    with pytest.raises(ConfigError, match="needs --deepspeed-hostfile"):
+        runner_arguments(args)
+    # variables for the remote hosts: the user's own file first, drivetrain's after
+    (tmp_path / ".deepspeed_env").write_text("NCCL_IB_DISABLE=1\n")
+    path = environment_file({"DRIVETRAIN_STRATEGY": "deepspeed", "HOME": "/x", "ACCELERATE_USE_DEEPSPEED": "true"},
+                            str(tmp_path))
+    assert Path(path).read_text().splitlines() == ["NCCL_IB_DISABLE=1", "ACCELERATE_USE_DEEPSPEED=true",
+                                                   "DRIVETRAIN_STRATEGY=deepspeed"]
+
+
+# ------------------------------------------------------------------ real engines, 2 processes
+
+
+@pytest.fixture(scope="module")
+def deepspeed_ops():
+    """Build DeepSpeed's CPU ops once (cached in TORCH_EXTENSIONS_DIR) and report how long it took."""
+    if not HAS_DEEPSPEED:
+        pytest.skip("deepspeed is not installed (pip install -c constraints.txt -e '.[deepspeed]')")
+    os.makedirs(EXTENSIONS, exist_ok=True)
+    code = ("from deepspeed.accelerator import get_accelerator\n"
+            "for name in ('ShareMemCommBuilder', 'CPUAdamBuilder'):\n"
+            "    get_accelerator().create_op_builder(name).load(verbose=False)\n")
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=EXTENSIONS, DS_ACCELERATOR="cpu")
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1500)
+    assert result.returncode == 0, result.stderr[-3000:]
+    print(f"DeepSpeed ops ready in {time.monotonic() - started:.0f}s ({EXTENSIONS})")
+    return {"TORCH_EXTENSIONS_DIR": EXTENSIONS}
+
+
+@needs_deepspeed
+@pytest.mark.multiprocess
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_stage_trains_like_ddp_and_resumes_exactly(stage, deepspeed_ops, tmp_path):
+    result = launch("check_deepspeed.py", str(stage), str(tmp_path), timeout=900,
+                    env={**deepspeed_ops, "HF_HOME": str(tmp_path / "hf")})
+    assert_ok(result)
+    assert result.stdout.count(f"CHECK-DEEPSPEED-OK stage {stage}") == 2, result.stdout
+
+
+@needs_deepspeed
+@pytest.mark.multiprocess
+@pytest.mark.timeout(1800)
+def test_config_file_with_auto_values_through_deepspeeds_launcher(deepspeed_ops, tmp_path):
+    ds = dict(ZERO3_OFFLOAD)
+    ds["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto", "betas": "auto"}}
+    ds["zero_optimization"] = {"stage": "auto", "offload_optimizer": {"device": "auto"},
+                               "stage3_gather_16bit_weights_on_model_save": "auto"}
+    ds_file = _write(tmp_path / "ds.json", ds)
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=2\n")
+    config = tmp_path / "cfg.yaml"
+    config.write_text(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nnum_processes: 2\nnum_machines: 1\n"
+        "use_cpu: true\nmixed_precision: 'no'\nfsdp_config: {}\ndeepspeed_config:\n"
+        f"  deepspeed_config_file: {ds_file}\n  zero3_init_flag: false\n  deepspeed_hostfile: {hostfile}\n"
+        "  deepspeed_multinode_launcher: pdsh\n")
+    result = launch("check_deepspeed_config.py", timeout=900,
+                    launch_args=("--config-file", str(config), "--zero-stage", "2", "--offload-optimizer-device",
+                                 "cpu", "--gradient-clipping", "0.5", "--gradient-accumulation-steps", "2"),
+                    env={**deepspeed_ops, "HF_HOME": str(tmp_path / "hf")})
+    assert_ok(result)
+    assert result.stdout.count("CHECK-DEEPSPEED-CONFIG-OK") == 2, result.stdout
