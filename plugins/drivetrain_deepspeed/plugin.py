@@ -40,23 +40,23 @@ SECTION = "deepspeed_config"
 # config key (Accelerate's) -> (DeepSpeedPlugin option or None, type, choices, ask, help)
 CONFIG_KEYS: dict[str, tuple[str | None, type, Any, bool, str]] = {
     "deepspeed_config_file": ("hf_ds_config", str, None, True,
-                              "DeepSpeed JSON config file; its \"auto\" values are filled by prepare()"),
+                              "DeepSpeed JSON config file, its \"auto\" values filled by prepare() (default: none)"),
     "zero_stage": ("zero_stage", int, (0, 1, 2, 3), True,
-                   "ZeRO stage: 0 off, 1 optimizer states, 2 and gradients, 3 and parameters"),
+                   "ZeRO stage: 0 off, 1 optimizer states, 2 and gradients, 3 and parameters (default: 2, or the file's)"),
     "gradient_accumulation_steps": ("gradient_accumulation_steps", int, None, False,
                                     "micro-batches per optimizer step"),
-    "gradient_clipping": ("gradient_clipping", float, None, True, "clip the global gradient norm to this value"),
+    "gradient_clipping": ("gradient_clipping", float, None, True, "clip the global gradient norm to this value (default: no clipping, or the file's)"),
     "offload_optimizer_device": ("offload_optimizer_device", str, OFFLOAD_DEVICES, True,
-                                 "where optimizer states live: none, cpu or nvme"),
+                                 "where optimizer states live: none, cpu or nvme (default: none, or the file's)"),
     "offload_param_device": ("offload_param_device", str, OFFLOAD_DEVICES, True,
-                             "where parameters live (ZeRO-3): none, cpu or nvme"),
+                             "where parameters live (ZeRO-3): none, cpu or nvme (default: none, or the file's)"),
     "offload_optimizer_nvme_path": ("offload_optimizer_nvme_path", str, None, False,
                                     "directory for nvme optimizer offload"),
     "offload_param_nvme_path": ("offload_param_nvme_path", str, None, False, "directory for nvme parameter offload"),
     "zero3_init_flag": ("zero3_init_flag", bool, None, True,
-                        "build models partitioned (deepspeed.zero.Init) under ZeRO-3"),
+                        "build models partitioned (deepspeed.zero.Init) under ZeRO-3 (default: yes with ZeRO-3)"),
     "zero3_save_16bit_model": ("zero3_save_16bit_model", bool, None, True,
-                               "under ZeRO-3, save_model writes the 16-bit training weights"),
+                               "under ZeRO-3, save_model writes the 16-bit training weights (default: no, fp32)"),
     "deepspeed_moe_layer_cls_names": ("transformer_moe_cls_names", str, None, False,
                                       "comma-separated mixture-of-experts layer classes ZeRO-3 keeps whole"),
     "deepspeed_hostfile": (None, str, None, False, "hostfile of DeepSpeed's multi-node launcher"),
@@ -96,6 +96,8 @@ def drivetrain_register_strategies():
 
 @hookimpl
 def drivetrain_register_config_sections():
+    # No ConfigField defaults: an unanswered question leaves the key out, so a DeepSpeed config file (or
+    # DeepSpeedPlugin's own defaults) decides instead of a value the user never chose.
     fields = []
     for key, (option, kind, choices, ask, text) in CONFIG_KEYS.items():
         env = OPTIONS[option][0] if option is not None else None
