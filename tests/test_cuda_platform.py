@@ -58,10 +58,9 @@ def test_selection_refuses_cuda_where_it_cannot_run():
         select(get_plugin_manager(), Requests(platform="cuda"), cluster=ClusterEnvironment("t"))
     assert select(get_plugin_manager(), Requests(), cluster=ClusterEnvironment("t")).platform.name != "cuda"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
-    for option in (["--platform", "cuda"], ["--multi_gpu"]):
-        result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", *option, "script.py"],
-                                capture_output=True, text=True, env=env)
-        assert result.returncode == 2 and "platform 'cuda' was requested but is not usable here" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--multi_gpu", "script.py"],
+                            capture_output=True, text=True, env=env)  # the plugin's option for --platform cuda
+    assert result.returncode == 2 and "platform 'cuda' was requested but is not usable here" in result.stderr
     with pytest.raises(RuntimeError, match="no CUDA device is visible"):
         resolve(spec().factory)().device_for(0)
 
