@@ -125,8 +125,8 @@ def drivetrain_register_launchers() -> Sequence[LauncherSpec]:
 def drivetrain_register_config_sections() -> Sequence[ConfigSection]:
     """Describe the config-file blocks this plugin owns (``fsdp_config:``, ...).
 
-    Return a list of :class:`~drivetrain.plugin_api.ConfigSection`. The config loader
-    validates each block against its fields, and ``drivetrain config`` asks their questions.
+    Return a list of :class:`~drivetrain.plugin_api.ConfigSection` (``key=""`` for top-level
+    keys the plugin owns). The config loader validates each block against its fields, and ``drivetrain config`` asks their questions.
     A key owned by no installed plugin is an error naming the plugin that would own it if
     one is known, or the allowed keys.
     """

@@ -142,8 +142,7 @@ def _refuse_if_started(platform: Any) -> None:
     if group_exists:
         raise ConfigError("a torch.distributed process group already exists in this process; restart the kernel "
                           "and create the Accelerator only inside the function given to notebook_launcher")
-    already = getattr(platform, "is_initialized", None)
-    if callable(already) and already():
+    if platform.is_initialized():
         raise ConfigError(f"the {platform.name} device was already initialised in this process, so forked workers "
                           "cannot use it; restart the kernel and touch the device only inside the launched function "
                           "(set DRIVETRAIN_DEBUG_MODE=1 to find the cell that does)")

@@ -23,6 +23,10 @@ class Platform:
     device_type = "cpu"
     default_backend = "gloo"
 
+    def is_initialized(self) -> bool:
+        """Whether this process already started the device runtime (a forked child could not use it)."""
+        return False
+
     def device_count(self) -> int:
         """How many devices of this kind this machine has."""
         return 1

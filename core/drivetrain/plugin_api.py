@@ -263,7 +263,8 @@ class ConfigSection:
     """A block of the config file owned by a plugin (``fsdp_config:``, ``deepspeed_config:``).
 
     Attributes:
-        key: the top-level key of the block.
+        key: the top-level key of the block, or ``""`` for top-level keys the plugin owns
+            directly (a platform's ``gpu_ids``).
         fields: its keys; any other key in the block is an error naming the allowed ones.
         enabled_when: the ``distributed_type`` (upper case) or other top-level value that
             makes the questionnaire ask this block's questions, or ``None`` to always ask.
