@@ -89,13 +89,13 @@ class TorchCollectives:
         tensor = tensor.contiguous()
         if tensor.dim() == 0:
             tensor = tensor.reshape(1)
-        shape = (self.world_size * tensor.shape[0], *tensor.shape[1:])
+        shape = list(tensor.shape)
+        shape[0] *= self.world_size
         if tensor.dtype in self._missing:
-            moved = torch.empty(self.world_size * tensor.numel() * tensor.element_size(), dtype=torch.uint8,
-                                device=tensor.device)
+            moved = tensor.new_empty(self.world_size * tensor.numel() * tensor.element_size(), dtype=torch.uint8)
             _all_gather_single(moved, _as_bytes(tensor))
             return moved.view(tensor.dtype).reshape(shape)
-        out = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+        out = tensor.new_empty(shape)
         _all_gather_single(out, tensor)
         return out
 

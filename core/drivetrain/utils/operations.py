@@ -103,6 +103,23 @@ def recursively_apply(func: Callable, data: Any, *args: Any, test_type: Callable
     return data
 
 
+def _map_tensors(function: Callable[[torch.Tensor], Any], data: Any, operation: str) -> Any:
+    """``function`` applied to every tensor of ``data``; any other leaf is a ``TypeError``.
+
+    The collectives' walk: the same as ``recursively_apply(..., error_on_other_type=True)``
+    with less work per leaf.
+    """
+    if isinstance(data, torch.Tensor):
+        return function(data)
+    if isinstance(data, (tuple, list)):
+        mapped = [_map_tensors(function, item, operation) for item in data]
+        return mapped if type(data) is list else honor_type(data, mapped)
+    if isinstance(data, Mapping):
+        return _same_mapping_type(data, {key: _map_tensors(function, value, operation) for key, value in data.items()})
+    raise TypeError(f"{operation} works on nested lists, tuples and dicts of tensors; it got a {type(data).__name__}. "
+                    f"Convert it to a tensor first, or use gather_object for arbitrary objects")
+
+
 def _leaves(data: Any, test_type: Callable[[Any], bool] = is_torch_tensor) -> list[Any]:
     found: list[Any] = []
     recursively_apply(found.append, data, test_type=test_type)
@@ -352,10 +369,6 @@ def chained_operation(function: Callable) -> Callable:
     return wrapper
 
 
-def _gather_one(tensor: torch.Tensor, collectives: Any) -> torch.Tensor:
-    return collectives.all_gather_into(tensor)
-
-
 def gather(tensor: Any) -> Any:
     """Every process's tensors concatenated along the first dimension, on every process.
 
@@ -368,9 +381,7 @@ def gather(tensor: Any) -> Any:
         return tensor
     if _debug_mode():
         _check_same_everywhere("gather", tensor, collectives)
-    if isinstance(tensor, torch.Tensor):
-        return collectives.all_gather_into(tensor)
-    return recursively_apply(_gather_one, tensor, collectives, error_on_other_type=True)
+    return _map_tensors(collectives.all_gather_into, tensor, "gather")
 
 
 def gather_object(object: Any) -> list[Any]:
@@ -402,7 +413,7 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
         _check_same_everywhere("broadcast", tensor, collectives)
     if isinstance(tensor, torch.Tensor):
         return collectives.broadcast(tensor, src=from_process)
-    return recursively_apply(lambda t: collectives.broadcast(t, src=from_process), tensor, error_on_other_type=True)
+    return _map_tensors(lambda one: collectives.broadcast(one, src=from_process), tensor, "broadcast")
 
 
 def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
@@ -433,7 +444,7 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
         _check_same_everywhere("reduce", tensor, collectives)
     if isinstance(tensor, torch.Tensor):
         return _reduce_one(tensor, collectives, reduction, scale)
-    return recursively_apply(_reduce_one, tensor, collectives, reduction, scale, error_on_other_type=True)
+    return _map_tensors(lambda one: _reduce_one(one, collectives, reduction, scale), tensor, "reduce")
 
 
 def _reduce_one(tensor: torch.Tensor, collectives: Any, reduction: str, scale: float) -> torch.Tensor:
