@@ -231,6 +231,25 @@ def check_checkpoints_resume_exactly(version: int, directory: str) -> None:
             same_weights(state, expected_state, 0.0, f"v{version} {kind} resumed weights")
 
 
+def check_other_version_resumes(version: int, directory: str) -> None:
+    """A sharded checkpoint of the other FSDP version resumes exactly (names are the same)."""
+    other = 3 - version
+    accelerator = fresh(fsdp_plugin=options(other, state_dict_type="SHARDED_STATE_DICT"))
+    model = make()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    train(accelerator, model, optimizer, 2)
+    path = accelerator.save_state(os.path.join(directory, f"from-fsdp{other}"))
+    expected, _ = train(accelerator, model, optimizer, 2, start=2)
+    accelerator = fresh(fsdp_plugin=options(version))
+    model = make(9)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.load_state(path)
+    resumed, _ = train(accelerator, model, optimizer, 2, start=2)
+    assert resumed == expected, f"FSDP{other} checkpoint in FSDP{version}: {resumed} vs {expected}"
+
+
 def check_leaves_checkpoint_for_one_process(version: int, directory: str) -> None:
     """A sharded checkpoint, plus what a 1-process load and merge-weights must reproduce."""
     from safetensors.torch import save_file
@@ -419,6 +438,7 @@ def main() -> None:
     check_training_matches_ddp(version, reference)
     check_other_strategies_and_accumulation(version, reference_accumulated, directory)
     check_checkpoints_resume_exactly(version, directory)
+    check_other_version_resumes(version, directory)
     check_leaves_checkpoint_for_one_process(version, directory)
     check_mixed_precision(version, reference)
     check_sync_module_states(version)
