@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import re
 import warnings
 import weakref
@@ -515,9 +516,35 @@ def clip_grad_norm(parameters: list[Any], max_norm: float, norm_type: float, run
             with quiet():
                 return model.clip_grad_norm_(max_norm, norm_type)
     if any(isinstance(p, DTensor) for p in parameters):
-        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
-        return norm.full_tensor() if isinstance(norm, DTensor) else norm
+        if all(isinstance(p, DTensor) for p in parameters):
+            norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+            return norm.full_tensor() if isinstance(norm, DTensor) else norm
+        return _clip_mixed(parameters, max_norm, norm_type)
     if any(version_of(model) == 1 for model in runtime_of(run).models):
         raise DrivetrainError("with FSDP1, clip_grad_norm_ needs all parameters of one prepared model "
                               "(accelerator.clip_grad_norm_(model.parameters(), ...)); clip a subset with fsdp_version 2")
     return None
+
+
+def _clip_mixed(parameters: list[Any], max_norm: float, norm_type: float) -> torch.Tensor:
+    """Clip sharded (DTensor) parameters together with plain ones (FSDP2's ignored parameters,
+    which every process keeps to itself): one total norm over both kinds."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.experimental import implicit_replication
+
+    norm_type = float(norm_type)
+    sharded = [p.grad for p in parameters if p.grad is not None and isinstance(p.grad, DTensor)]
+    plain = [p.grad for p in parameters if p.grad is not None and not isinstance(p.grad, DTensor)]
+    parts = []
+    if sharded:
+        part = torch.nn.utils.get_total_norm(sharded, norm_type)
+        parts.append(part.full_tensor() if isinstance(part, DTensor) else part)
+    if plain:
+        parts.append(torch.nn.utils.get_total_norm(plain, norm_type).to(parts[0].device if parts else plain[0].device))
+    if not parts:
+        return torch.tensor(0.0)
+    stacked = torch.stack(parts)
+    total = stacked.max() if math.isinf(norm_type) else torch.linalg.vector_norm(stacked, norm_type)
+    with implicit_replication():
+        torch.nn.utils.clip_grads_with_norm_([p for p in parameters if p.grad is not None], max_norm, total)
+    return total

@@ -365,6 +365,14 @@ def check_activation_checkpointing_and_prefetch(version: int, reference) -> None
     model, optimizer = accelerator.prepare(model, optimizer)
     losses, _ = train(accelerator, model, optimizer, 3)
     close(losses, reference[0][:3], 1e-4, f"v{version} size-based wrapping losses")
+    accelerator = fresh(fsdp_plugin=options(version, ignored_modules="head"))
+    model = make()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    head = accelerator.unwrap_model(model).head.weight
+    assert type(head) is torch.nn.Parameter and head.shape == (VOCAB, WIDTH), type(head)  # left whole
+    losses, norms = train(accelerator, model, optimizer, 2)  # clipping sees sharded and whole parameters
+    assert all(math.isfinite(x) for x in losses + norms), (losses, norms)
 
 
 def single_process(version: int, directory: str) -> None:
