@@ -514,21 +514,21 @@ def full_state_dict(engine: Any, run: Any, plugin: DeepSpeedPlugin) -> dict[str,
 def load_full_state_dict(engine: Any, state_dict: Mapping[str, torch.Tensor], strict: bool = True) -> None:
     """Load whole weights into a ZeRO-3 engine's partitioned module, one module at a time."""
     deepspeed = sys.modules["deepspeed"]
+    state_dict = dict(state_dict)
     missing: list[str] = []
-    unexpected: list[str] = []
     errors: list[str] = []
 
     def visit(current: torch.nn.Module, prefix: str) -> None:
         parameters = list(current.parameters(recurse=False))
+        # every process loads the gathered values (buffers are not partitioned: each needs them)
         with deepspeed.zero.GatheredParameters(parameters, modifier_rank=0):
-            current._load_from_state_dict(dict(state_dict), prefix, {}, True, missing, unexpected, errors)
+            current._load_from_state_dict(state_dict, prefix, {}, True, missing, [], errors)
         for name, child in current.named_children():
             if child is not None:
                 visit(child, f"{prefix}{name}.")
 
     visit(engine.module, "")
-    expected = set(engine.module.state_dict().keys())
-    unexpected = sorted(set(state_dict) - expected)
+    unexpected = sorted(set(state_dict) - set(engine.module.state_dict().keys()))
     if errors or (strict and (missing or unexpected)):
         problems = errors + [f"missing {missing}"] * bool(missing) + [f"unexpected {unexpected}"] * bool(unexpected)
         raise DrivetrainError("the weights do not fit the model: " + "; ".join(problems))
