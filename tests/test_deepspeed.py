@@ -262,6 +262,7 @@ def test_missing_config_file_and_contradicting_options(clean_env, tmp_path):
     assert DeepSpeedPlugin(hf_ds_config=yaml_path).zero_stage == 1
 
 
+@needs_deepspeed  # selecting the strategy needs it installed
 def test_accelerator_arguments_select_deepspeed_and_expose_its_attributes(fresh_state):
     from drivetrain import Accelerator, DeepSpeedPlugin, DistributedType, get_active_deepspeed_plugin
 
@@ -294,6 +295,7 @@ def test_accelerator_arguments_select_deepspeed_and_expose_its_attributes(fresh_
     assert plain.state.deepspeed_plugin is None and not hasattr(plain, "deepspeed_plugin")
 
 
+@needs_deepspeed  # selecting the strategy needs it installed
 def test_wrong_accelerator_arguments(fresh_state):
     from drivetrain import Accelerator, DeepSpeedPlugin
 
@@ -334,6 +336,7 @@ def _resolved(*argv: str):
     return args, launch_cmd.child_environment(args, selection)
 
 
+@needs_deepspeed  # selecting the strategy needs it installed
 def test_launch_options_reach_the_children_and_are_checked_first(launch_env, tmp_path):
     args, env = _resolved("--cpu", "--num-processes", "2", "--use_deepspeed", "--zero-stage", "3",
                           "--offload-optimizer-device", "cpu", "--zero3-save-16bit-model", "true", "train.py")
@@ -359,6 +362,7 @@ def test_launch_options_reach_the_children_and_are_checked_first(launch_env, tmp
         _resolved("--config-file", str(config), "train.py")
 
 
+@needs_deepspeed  # selecting the strategy needs it installed
 def test_deepspeed_launcher_is_used_when_the_config_asks_for_it(launch_env, tmp_path):
     from drivetrain.cli.launch_cmd import choose_launcher
     from drivetrain_deepspeed.launcher import environment_file, runner_arguments
