@@ -182,7 +182,10 @@ class Accelerator:
         try:
             return run.extension_attribute(name)
         except AttributeError:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
+            pass
+        if name.endswith("_plugin"):
+            return getattr(self.state, name)  # a backend's option object: None when that backend is unused
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _build_trackers(self, log_with: Any) -> Any:
         if not log_with:
