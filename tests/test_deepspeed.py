@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from launching import assert_ok, launch
 
-from drivetrain.errors import ConfigError, PluginSelectionError
+from drivetrain.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
