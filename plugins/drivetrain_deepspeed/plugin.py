@@ -31,7 +31,8 @@ from .environment import probe_deepspeed_launcher
 from .launcher import MULTINODE_LAUNCHERS, applies
 from .options import DS_ACCELERATORS, OFFLOAD_DEVICES, OPTIONS
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="DeepSpeed ZeRO stages 0-3 with CPU/NVMe offload",
+# API 1.1: drivetrain_configure_run, and the accelerator/models given to prepare_objects/backward.
+PLUGIN_INFO = PluginInfo(api_version="1.1", description="DeepSpeed ZeRO stages 0-3 with CPU/NVMe offload",
                          requires=("deepspeed>=0.14",), extra="deepspeed")
 
 NAME = "deepspeed"
