@@ -4,8 +4,8 @@
 The option tests run everywhere. The engine tests need deepspeed (the ``test`` extra installs
 it) and are skipped with the reason when it is not installed. DeepSpeed compiles ops on first
 use (a shared-memory collective, CPU Adam); the ``deepspeed_ops`` fixture builds them once into
-``TORCH_EXTENSIONS_DIR`` (``.cache/torch_extensions`` of the repository unless set), where later
-runs find them.
+``TORCH_EXTENSIONS_DIR`` (unless set: ``drivetrain/torch_extensions`` under the user's cache
+directory, outside the checkout, so that fresh clones on one machine reuse the build).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed is not installed "
                                      "(pip install -c constraints.txt -e '.[deepspeed]')")
-EXTENSIONS = os.environ.get("TORCH_EXTENSIONS_DIR") or str(ROOT / ".cache" / "torch_extensions")
+EXTENSIONS = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "drivetrain", "torch_extensions")
 
 
 # ------------------------------------------------------------------ import cost
