@@ -424,3 +424,12 @@ def test_public_names():
 
     assert drivetrain.skip_first_batches is skip_first_batches
     assert drivetrain.prepare_data_loader is prepare_data_loader
+
+
+def test_reading_a_random_sampler_at_once_gives_its_own_order():
+    from drivetrain.data_loader import _all_indices
+
+    for length in (1, 7, 1000):
+        ours = RandomSampler(range(length), generator=torch.Generator().manual_seed(5))
+        theirs = RandomSampler(range(length), generator=torch.Generator().manual_seed(5))
+        assert _all_indices(ours) == list(theirs)
