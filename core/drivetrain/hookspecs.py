@@ -233,7 +233,7 @@ def drivetrain_collectives(run: Run) -> Any:
 
     *firstresult*. Called once per run. Return an object implementing
     :class:`drivetrain.collectives.Collectives` (``all_gather``, ``all_reduce``,
-    ``broadcast``, ``barrier``, ``gather_object``, ``broadcast_object_list``, ...). Every
+    ``all_gather_into``, ``broadcast``, ``barrier``, ``all_gather_object``, ``broadcast_object_list``). Every
     operation in ``drivetrain.utils`` goes through it, so a platform with its own
     communication runtime replaces all of them at once by marking its implementation
     ``tryfirst``.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from datetime import timedelta
@@ -69,6 +70,18 @@ def init_process_group(run: Any, timeout: timedelta | None, backend: str | None,
             "process got the same --main-process-ip/--main-process-port and that the port is free"
         ) from exc
     logger.debug("rank %d/%d joined the %s process group", cluster.rank, cluster.world_size, backend)
+    if backend == "gloo":
+        # A gloo group still alive at interpreter exit sometimes aborts the process
+        # ("terminate called without an active exception") and fails a finished job.
+        atexit.register(_destroy_at_exit)
+
+
+def _destroy_at_exit() -> None:
+    try:
+        if group_is_ready():
+            dist.destroy_process_group()
+    except Exception:  # the job is over: a peer may be gone already
+        pass
 
 
 class TorchCollectives:

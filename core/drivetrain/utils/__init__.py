@@ -71,3 +71,17 @@ __all__ = [
     # random
     "set_seed", "synchronize_rng_state", "synchronize_rng_states",
 ]
+
+
+def __getattr__(name: str):
+    """Everything else users import from ``accelerate.utils``: the core's public names
+    (``find_executable_batch_size``, ``ProjectConfiguration`` ...) and those plugins contribute
+    (``DeepSpeedPlugin``, ``FullyShardedDataParallelPlugin``, ``DistributedDataParallelKwargs``)."""
+    import drivetrain
+
+    if name.startswith("__"):
+        raise AttributeError(name)
+    try:
+        return getattr(drivetrain, name)
+    except AttributeError:
+        raise AttributeError(f"module 'drivetrain.utils' has no attribute {name!r}") from None
