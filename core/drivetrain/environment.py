@@ -116,3 +116,13 @@ def read_int(key: str, default: int | None = None, env: Mapping[str, str] | None
 def read_list(key: str, env: Mapping[str, str] | None = None) -> list[str]:
     value = read(key, env=env) or ""
     return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def as_env_value(value: object) -> str:
+    """How an option's value travels in an environment variable: booleans as ``true``/
+    ``false``, sequences comma-separated, anything else as ``str``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)

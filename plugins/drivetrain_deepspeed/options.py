@@ -531,12 +531,7 @@ def launch_options_environment(values: Mapping[str, Any]) -> dict[str, str]:
     for name, value in values.items():
         if value is None or name not in OPTIONS:
             continue
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, (list, tuple)):
-            text = ",".join(map(str, value))
-        else:
-            text = str(value)
+        text = environment.as_env_value(value)
         variable = OPTIONS[name][0]
         env[variable] = text
         env[environment.own_name(variable)] = text

@@ -404,12 +404,7 @@ def environment_of(values: Mapping[str, Any]) -> dict[str, str]:
     for name, value in values.items():
         if value is None or name not in ENV:
             continue
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, (list, tuple)):
-            text = ",".join(map(str, value))
-        else:
-            text = str(value)
+        text = environment.as_env_value(value)
         env[ENV[name]] = text
         env[environment.own_name(ENV[name])] = text
     return env
