@@ -117,7 +117,9 @@ def main() -> None:
     print(f"state: {params / 1e6:.1f}M parameters + AdamW = {megabytes:.0f} MB; disk write speed (fsync): {disk:.0f} MB/s")
     print(f"{'':22} {'seconds':>8} {'MB/s':>8} {'ratio':>7}")
     print(f"{'torch.save':22} {sp:>8.2f} {megabytes / sp:>8.0f} {1:>7.2f}")
-    print(f"{'save_state (fsync)':22} {so:>8.2f} {megabytes / so:>8.0f} {so / sp:>7.2f}")
+    fsync = os.environ.get("DRIVETRAIN_CHECKPOINT_FSYNC", "1").lower() not in ("0", "false", "no", "off")
+    label = f"save_state (fsync {'on' if fsync else 'off'})"
+    print(f"{label:22} {so:>8.2f} {megabytes / so:>8.0f} {so / sp:>7.2f}")
     print(f"{'torch.load':22} {lp:>8.2f} {megabytes / lp:>8.0f} {1:>7.2f}")
     print(f"{'load_state':22} {lo:>8.2f} {megabytes / lo:>8.0f} {lo / lp:>7.2f}")
     if args.directory is None:
