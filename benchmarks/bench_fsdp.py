@@ -19,13 +19,10 @@ median drivetrain step at most 1.03x the plain one.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import math
 import statistics
-import threading
 import time
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -33,6 +30,7 @@ import torch.nn.functional as F
 
 from drivetrain import Accelerator, FullyShardedDataParallelPlugin
 from drivetrain.state import AcceleratorState, GradientState
+from heap import PeakHeap
 
 SIZES = {"memory": (512, 8, 64), "timing": (256, 4, 32)}  # width, blocks, sequence length
 
@@ -83,46 +81,6 @@ def data(size: str, steps: int, batch: int, rank: int) -> list[tuple[torch.Tenso
 
 
 # ------------------------------------------------------------------------- memory
-
-
-def _heap_in_use() -> Callable[[], int]:
-    libc = ctypes.CDLL("libc.so.6")
-
-    class MallInfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                          "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-    libc.mallinfo2.restype = MallInfo2
-
-    def in_use() -> int:
-        info = libc.mallinfo2()
-        return info.uordblks + info.hblkhd
-
-    return in_use
-
-
-class PeakHeap:
-    def __init__(self) -> None:
-        self.measure = _heap_in_use()
-
-    def __enter__(self) -> "PeakHeap":
-        gc.collect()
-        self.start = self.peak = self.measure()
-        self.running = True
-        self.thread = threading.Thread(target=self._sample, daemon=True)
-        self.thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while self.running:
-            self.peak = max(self.peak, self.measure())
-            time.sleep(0.0002)
-
-    def __exit__(self, *exc) -> None:
-        self.running = False
-        self.thread.join()
-        self.peak = max(self.peak, self.measure())
-        self.growth = self.peak - self.start
 
 
 def _local_bytes(tensor: torch.Tensor | None) -> int:

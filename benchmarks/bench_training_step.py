@@ -14,19 +14,15 @@ in use during each loop (target: no more than 2% above plain).
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import statistics
-import threading
 import time
-from typing import Callable
 
-import psutil
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from drivetrain import Accelerator
+from heap import PeakHeap
 
 MODELS = {"small": (64, 256, 3), "medium": (512, 2048, 4)}  # (in/out features, hidden, layers)
 
@@ -39,58 +35,6 @@ def build(size: str, seed: int = 0) -> torch.nn.Module:
         blocks += [torch.nn.Linear(hidden, hidden), torch.nn.GELU()]
     blocks.append(torch.nn.Linear(hidden, features))
     return torch.nn.Sequential(*blocks)
-
-
-def _heap_in_use() -> Callable[[], int]:
-    """Bytes the C heap has handed out and not had back (glibc's mallinfo2), or RSS.
-
-    Resident memory keeps what a previous loop freed, so it cannot compare two loops run one
-    after the other; the heap's in-use count can.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-
-        class MallInfo2(ctypes.Structure):
-            _fields_ = [(name, ctypes.c_size_t) for name in (
-                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                "keepcost")]
-
-        libc.mallinfo2.restype = MallInfo2
-
-        def in_use() -> int:
-            info = libc.mallinfo2()
-            return info.uordblks + info.hblkhd
-
-        in_use()
-        return in_use
-    except (OSError, AttributeError):
-        process = psutil.Process()
-        return lambda: process.memory_info().rss
-
-
-class PeakMemory:
-    """Samples heap memory in use in a thread; reports the peak above the start."""
-
-    def __init__(self, interval: float = 0.0005) -> None:
-        self.interval, self.measure = interval, _heap_in_use()
-
-    def __enter__(self) -> "PeakMemory":
-        gc.collect()
-        self.start = self.peak = self.measure()
-        self.running = True
-        self.thread = threading.Thread(target=self._sample, daemon=True)
-        self.thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while self.running:
-            self.peak = max(self.peak, self.measure())
-            time.sleep(self.interval)
-
-    def __exit__(self, *exc) -> None:
-        self.running = False
-        self.thread.join()
-        self.growth = self.peak - self.start
 
 
 def batches(size: str, steps: int, batch: int, rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -151,7 +95,7 @@ def main() -> None:
             order = ("plain", "drivetrain") if trial % 2 == 0 else ("drivetrain", "plain")
             for name in order:
                 accelerator.wait_for_everyone()
-                with PeakMemory() as peak:
+                with PeakHeap() as peak:
                     times = plain_loop(size, data, rank) if name == "plain" else drivetrain_loop(size, data, accelerator)
                 if trial >= 0:
                     results[name].extend(times[5:])  # drop each loop's first steps

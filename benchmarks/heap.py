@@ -1,0 +1,64 @@
+"""Peak heap memory of a block of code, for the benchmarks (they import it from here)."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import threading
+import time
+from typing import Callable
+
+import psutil
+
+
+def heap_in_use() -> Callable[[], int]:
+    """Bytes the C heap has handed out and not had back (glibc's mallinfo2), or RSS.
+
+    Resident memory keeps what a previous loop freed, so it cannot compare two loops run one
+    after the other; the heap's in-use count can.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                "keepcost")]
+
+        libc.mallinfo2.restype = MallInfo2
+
+        def in_use() -> int:
+            info = libc.mallinfo2()
+            return info.uordblks + info.hblkhd
+
+        in_use()
+        return in_use
+    except (OSError, AttributeError):
+        process = psutil.Process()
+        return lambda: process.memory_info().rss
+
+
+class PeakHeap:
+    """Samples heap memory in use in a thread; reports the peak above the start."""
+
+    def __init__(self, interval: float = 0.0005) -> None:
+        self.interval, self.measure = interval, heap_in_use()
+
+    def __enter__(self) -> "PeakHeap":
+        gc.collect()
+        self.start = self.peak = self.measure()
+        self.running = True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, self.measure())
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc) -> None:
+        self.running = False
+        self.thread.join()
+        self.peak = max(self.peak, self.measure())
+        self.growth = self.peak - self.start
