@@ -97,6 +97,31 @@ class GeneralTracker:
         return f"<{type(self).__name__} {self.name!r}>"
 
 
+class LibraryRunTracker(GeneralTracker):
+    """Base of trackers that open one run object of their library in :meth:`start`.
+
+    Keeps the constructor's arguments (``run_name``, ``logging_dir``, the user's init kwargs)
+    and exposes the library's run as ``tracker``; subclasses set ``self.run`` in ``start``.
+    """
+
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        self.run_name = run_name
+        self.logging_dir = os.fspath(logging_dir) if logging_dir is not None else None
+        self.init_kwargs = kwargs
+        self.run: Any = None
+
+    @property
+    def tracker(self) -> Any:
+        return self.run
+
+
+def images_by_key(values: dict[str, Any], make: Any) -> dict[str, Any]:
+    """``{key: make(image)}``, or a list of them where a value is a list of images."""
+    return {key: [make(v) for v in value] if isinstance(value, (list, tuple)) else make(value)
+            for key, value in values.items()}
+
+
 def plain_value(value: Any) -> Any:
     """A one-element tensor or array (or a numpy scalar) as a Python number; anything else as is.
 

@@ -6,10 +6,10 @@ import inspect
 import os
 from typing import Any
 
-from drivetrain.tracking import GeneralTracker, plain_value
+from drivetrain.tracking import LibraryRunTracker, images_by_key, plain_value
 
 
-class SwanLabTracker(GeneralTracker):
+class SwanLabTracker(LibraryRunTracker):
     """Logs to a SwanLab run.
 
     ``SWANLAB_MODE`` (``offline``, ``local``, ``disabled``) is honoured by the library. Run
@@ -26,17 +26,6 @@ class SwanLabTracker(GeneralTracker):
     name = "swanlab"
     requires_logging_directory = False
     main_process_only = True
-
-    def __init__(self, run_name: str, logging_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.logging_dir = os.fspath(logging_dir) if logging_dir is not None else None
-        self.init_kwargs = kwargs
-        self.run: Any = None
-
-    @property
-    def tracker(self) -> Any:
-        return self.run
 
     def start(self) -> None:
         import swanlab
@@ -63,11 +52,7 @@ class SwanLabTracker(GeneralTracker):
         """Each value is an image (array, tensor, PIL image or path) or a list of them."""
         import swanlab
 
-        def image(value: Any) -> Any:
-            return swanlab.Image(value, **kwargs)
-
-        self.run.log({key: [image(v) for v in value] if isinstance(value, (list, tuple)) else image(value)
-                      for key, value in values.items()}, step=step)
+        self.run.log(images_by_key(values, lambda value: swanlab.Image(value, **kwargs)), step=step)
 
     def finish(self) -> None:
         if self.run is not None:

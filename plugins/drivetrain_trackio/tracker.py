@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drivetrain.tracking import GeneralTracker, plain_value
+from drivetrain.tracking import GeneralTracker, images_by_key, plain_value
 
 
 class TrackioTracker(GeneralTracker):
@@ -53,11 +53,7 @@ class TrackioTracker(GeneralTracker):
         """Each value is an image (``HWC`` uint8 array, PIL image or path) or a list of them."""
         import trackio
 
-        def image(value: Any) -> Any:
-            return trackio.Image(value, **kwargs)
-
-        self.run.log({key: [image(v) for v in value] if isinstance(value, (list, tuple)) else image(value)
-                      for key, value in values.items()}, step=step)
+        self.run.log(images_by_key(values, lambda value: trackio.Image(value, **kwargs)), step=step)
 
     def log_table(self, table_name: str, columns: list[str] | None = None, data: list[list[Any]] | None = None,
                   dataframe: Any = None, step: int | None = None, **kwargs: Any) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from drivetrain.tracking import GeneralTracker, plain_value
+from drivetrain.tracking import LibraryRunTracker, plain_value
 
 
-class WandBTracker(GeneralTracker):
+class WandBTracker(LibraryRunTracker):
     """Logs to a Weights & Biases run.
 
     ``WANDB_MODE`` (``offline``, ``disabled``) and every other ``WANDB_*`` variable are
@@ -25,17 +25,6 @@ class WandBTracker(GeneralTracker):
     name = "wandb"
     requires_logging_directory = False
     main_process_only = True
-
-    def __init__(self, run_name: str, logging_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.logging_dir = os.fspath(logging_dir) if logging_dir is not None else None
-        self.init_kwargs = kwargs
-        self.run: Any = None
-
-    @property
-    def tracker(self) -> Any:
-        return self.run
 
     def start(self) -> None:
         import wandb
