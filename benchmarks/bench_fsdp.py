@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from drivetrain import Accelerator, FullyShardedDataParallelPlugin
 from drivetrain.state import AcceleratorState, GradientState
-from heap import PeakHeap
+from common import PeakHeap, timed_drivetrain_steps
 
 SIZES = {"memory": (512, 8, 64), "timing": (256, 4, 32)}  # width, blocks, sequence length
 
@@ -158,19 +158,7 @@ def plain_loop(version: int, inputs, mesh) -> list[float]:
 
 def drivetrain_loop(accelerator: Accelerator, inputs) -> list[float]:
     model = build("timing")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    times = []
-    for x, y in inputs:
-        start = time.perf_counter()
-        with accelerator.accumulate(model):
-            loss = F.mse_loss(model(x), y)
-            accelerator.backward(loss)
-            optimizer.step()
-            optimizer.zero_grad()
-        times.append(time.perf_counter() - start)
-    accelerator.free_memory()
-    return times
+    return timed_drivetrain_steps(accelerator, model, torch.optim.AdamW(model.parameters(), lr=1e-4), inputs)
 
 
 def main() -> None:

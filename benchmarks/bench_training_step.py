@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from drivetrain import Accelerator
-from heap import PeakHeap
+from common import PeakHeap, timed_drivetrain_steps
 
 MODELS = {"small": (64, 256, 3), "medium": (512, 2048, 4)}  # (in/out features, hidden, layers)
 
@@ -60,19 +60,7 @@ def plain_loop(size: str, data, rank: int) -> list[float]:
 
 def drivetrain_loop(size: str, data, accelerator: Accelerator) -> list[float]:
     model = build(size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    times = []
-    for x, y in data:
-        start = time.perf_counter()
-        with accelerator.accumulate(model):
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            accelerator.backward(loss)
-            optimizer.step()
-            optimizer.zero_grad()
-        times.append(time.perf_counter() - start)
-    accelerator.free_memory()
-    return times
+    return timed_drivetrain_steps(accelerator, model, torch.optim.AdamW(model.parameters(), lr=1e-3), data)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Peak heap memory of a block of code, for the benchmarks (they import it from here)."""
+"""What the benchmarks share: peak heap memory of a block, and the timed drivetrain step loop."""
 
 from __future__ import annotations
 
@@ -62,3 +62,21 @@ class PeakHeap:
         self.thread.join()
         self.peak = max(self.peak, self.measure())
         self.growth = self.peak - self.start
+
+
+def timed_drivetrain_steps(accelerator, model, optimizer, data) -> list[float]:
+    """Prepare ``model``/``optimizer`` and time one MSE training step per ``(x, y)`` of ``data``."""
+    import torch
+
+    model, optimizer = accelerator.prepare(model, optimizer)
+    times = []
+    for x, y in data:
+        start = time.perf_counter()
+        with accelerator.accumulate(model):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    accelerator.free_memory()
+    return times
