@@ -1,8 +1,8 @@
 """Where checkpoints live on disk, and how one appears there atomically.
 
 A checkpoint is written into a hidden temporary directory beside its final place. When every
-process has written its files, the writing process adds ``manifest.json`` (the last file),
-syncs, and renames the directory into place. A directory without a manifest, or a hidden
+process has written and synced its files (``commit.py``), the publishing process adds
+``manifest.json`` (the last file), syncs, and renames the directory into place. A directory without a manifest, or a hidden
 temporary one, is never taken for a checkpoint; rotation deletes old checkpoints only after
 the new one is in place.
 """
@@ -22,7 +22,8 @@ from typing import Any
 from ..errors import CheckpointError
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+# 2: state trees may list several tensor files (tree format 2); format 1 is still read.
+FORMAT_VERSION = 2
 TEMP_PREFIX = ".tmp-"
 TRASH_PREFIX = ".old-"
 AUTOMATIC_NAME = re.compile(r"^checkpoint_(\d+)$")

@@ -7,11 +7,12 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from ..errors import CheckpointError
+from .io_pool import FileJobs
 from .safetensors_io import read_metadata, read_safetensors, write_safetensors
 
 SAFE_WEIGHTS = "model.safetensors"
@@ -68,11 +69,12 @@ def _shards(state_dict: dict[str, torch.Tensor], limit: int) -> list[dict[str, t
 
 def write_model_files(state_dict: dict[str, torch.Tensor], directory: str | os.PathLike,
                       max_shard_size: int | str = "10GB", safe_serialization: bool = True,
-                      fsync: bool = True) -> list[str]:
+                      fsync: bool = True, jobs: FileJobs | None = None) -> list[str]:
     """Write weights (sharded when larger than ``max_shard_size``) into ``directory``.
 
     Each file is written under a temporary name and renamed, so a reader never sees half a
-    file. Returns the names written.
+    file. With ``jobs`` the shards are written on its threads and are in place only after
+    ``jobs.wait()``. Returns the names written.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -84,16 +86,14 @@ def write_model_files(state_dict: dict[str, torch.Tensor], directory: str | os.P
     single, index_name = (SAFE_WEIGHTS, SAFE_INDEX) if safe_serialization else (TORCH_WEIGHTS, TORCH_INDEX)
     stem, suffix = single.rsplit(".", 1)
     names = [single] if len(shards) == 1 else [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.{suffix}" for i in range(len(shards))]
+    runner = jobs or FileJobs(threads=1)
     for name, shard in zip(names, shards):
-        temporary = directory / f".{name}.partial"
-        if safe_serialization:
-            metadata = {"format": "pt"}
-            if aliases and len(shards) == 1:
-                metadata[ALIASES_KEY] = json.dumps(aliases)
-            write_safetensors(temporary, shard, metadata=metadata, fsync=fsync)
-        else:
-            torch.save({k: v.contiguous() for k, v in shard.items()}, temporary)
-        os.replace(temporary, directory / name)
+        metadata = {"format": "pt"}
+        if aliases and len(shards) == 1:
+            metadata[ALIASES_KEY] = json.dumps(aliases)
+        runner.submit(_write_shard, shard, directory, name, safe_serialization, metadata, fsync)
+    if jobs is None:
+        runner.wait()
     written = list(names)
     if len(shards) > 1:
         weight_map = {key: name for name, shard in zip(names, shards) for key in shard}
@@ -104,6 +104,16 @@ def write_model_files(state_dict: dict[str, torch.Tensor], directory: str | os.P
         os.replace(temporary, directory / index_name)
         written.append(index_name)
     return written
+
+
+def _write_shard(shard: dict[str, torch.Tensor], directory: Path, name: str, safe_serialization: bool,
+                 metadata: dict[str, str], fsync: bool) -> None:
+    temporary = directory / f".{name}.partial"
+    if safe_serialization:
+        write_safetensors(temporary, shard, metadata=metadata, fsync=fsync)
+    else:
+        torch.save({k: v.contiguous() for k, v in shard.items()}, temporary)
+    os.replace(temporary, directory / name)
 
 
 def _load_file(path: Path) -> dict[str, torch.Tensor]:
@@ -122,33 +132,51 @@ def _load_file(path: Path) -> dict[str, torch.Tensor]:
 
 def read_model_files(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
     """All weights of a checkpoint file, or of a directory (single file or sharded with an index)."""
-    path = Path(checkpoint)
+    return read_model_files_later(checkpoint)()
+
+
+def read_model_files_later(checkpoint: str | os.PathLike, jobs: FileJobs | None = None
+                           ) -> Callable[[], dict[str, torch.Tensor]]:
+    """Start reading weights (each file on ``jobs``' threads); call the result for the state dict.
+
+    Which files to read is decided at once, so a missing or damaged index fails here.
+    """
+    files, aliases = _weight_files(Path(checkpoint))
+    futures = [(jobs or FileJobs(threads=1)).submit(_load_file, file) for file in files]
+
+    def finish() -> dict[str, torch.Tensor]:
+        state: dict[str, torch.Tensor] = {}
+        for future in futures:
+            state.update(future.result())
+        for alias, target in aliases.items():
+            state[alias] = state[target]
+        return state
+
+    return finish
+
+
+def _weight_files(path: Path) -> tuple[list[Path], dict[str, str]]:
+    """The files holding a checkpoint's weights, and the aliases its index declares."""
     if path.is_file():
-        if path.name.endswith(".index.json"):
-            return _read_index(path)
-        return _load_file(path)
+        return _read_index(path) if path.name.endswith(".index.json") else ([path], {})
     for index in (SAFE_INDEX, TORCH_INDEX):
         if (path / index).exists():
             return _read_index(path / index)
     for single in (SAFE_WEIGHTS, TORCH_WEIGHTS):
         if (path / single).exists():
-            return _load_file(path / single)
+            return [path / single], {}
     raise CheckpointError(f"no model weights in {path}: expected {SAFE_WEIGHTS}, {SAFE_INDEX}, {TORCH_WEIGHTS} "
                           f"or {TORCH_INDEX}")
 
 
-def _read_index(index: Path) -> dict[str, torch.Tensor]:
+def _read_index(index: Path) -> tuple[list[Path], dict[str, str]]:
     try:
         document = json.loads(index.read_text())
         weight_map: dict[str, str] = document["weight_map"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        aliases = dict(document.get("metadata", {}).get("aliases", {}))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise CheckpointError(f"{index} is damaged ({error})") from None
-    state: dict[str, torch.Tensor] = {}
-    for shard in dict.fromkeys(weight_map.values()):
-        state.update(_load_file(index.parent / shard))
-    for alias, target in document.get("metadata", {}).get("aliases", {}).items():
-        state[alias] = state[target]
-    return state
+    return [index.parent / shard for shard in dict.fromkeys(weight_map.values())], aliases
 
 
 def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLike, device_map: dict[str, Any] | None = None,

@@ -1,8 +1,8 @@
 """Saving nested state (state dicts of optimizers, schedulers, RNGs, ...) without pickle.
 
-A state tree is split into its tensors, written to a safetensors file, and its structure
-(dicts with any scalar keys, lists, tuples, numbers, strings, numpy arrays), written as
-JSON. Reading it back executes no code, whatever the files contain. Objects of other types
+A state tree is split into its tensors, written to safetensors files (several when it is
+large, so threads can write them side by side), and its structure (dicts with any scalar
+keys, lists, tuples, numbers, strings, numpy arrays), written as JSON. Reading it back executes no code, whatever the files contain. Objects of other types
 are refused when saving, with their path in the tree.
 """
 
@@ -11,15 +11,17 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from ..errors import CheckpointError
+from .io_pool import FileJobs
 from .safetensors_io import read_safetensors, write_safetensors
 
-FORMAT = "drivetrain-tree/1"
+FORMAT = "drivetrain-tree/2"  # 2: tensors in a list of files
+_READABLE = ("drivetrain-tree/1", FORMAT)
 
 
 class _Splitter:
@@ -93,29 +95,60 @@ def _join(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
     raise CheckpointError(f"unknown node type {kind!r} in a checkpoint: written by a newer drivetrain?")
 
 
-def save_tree(tree: Any, prefix: str | os.PathLike, fsync: bool = True) -> list[str]:
-    """Write ``tree`` as ``<prefix>.json`` (+ ``<prefix>.safetensors`` when it has tensors).
+def _split_files(tensors: dict[str, torch.Tensor], limit: int | None) -> list[dict[str, torch.Tensor]]:
+    groups: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for key, tensor in tensors.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if limit is not None and groups[-1] and size + nbytes > limit:
+            groups.append({})
+            size = 0
+        groups[-1][key] = tensor
+        size += nbytes
+    return groups
 
-    Returns the file names written.
+
+def save_tree(tree: Any, prefix: str | os.PathLike, fsync: bool = False, jobs: FileJobs | None = None,
+              shard_bytes: int | None = None) -> list[str]:
+    """Write ``tree`` as ``<prefix>.json`` plus its tensors in safetensors files.
+
+    Tensors go to ``<prefix>.safetensors``, or to ``<prefix>-00001-of-0000N.safetensors``
+    files of about ``shard_bytes`` each. With ``jobs`` the tensor files are written on its
+    threads and are complete only after ``jobs.wait()``. Returns the file names.
     """
     splitter = _Splitter()
     structure = splitter.split(tree, "")
     prefix = os.fspath(prefix)
-    written = []
-    if splitter.tensors:
-        write_safetensors(prefix + ".safetensors", splitter.tensors, metadata={"format": FORMAT}, fsync=fsync)
-        written.append(os.path.basename(prefix) + ".safetensors")
+    stem = os.path.basename(prefix)
+    groups = _split_files(splitter.tensors, shard_bytes) if splitter.tensors else []
+    names = ([f"{stem}.safetensors"] if len(groups) == 1 else
+             [f"{stem}-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))])
+    directory = os.path.dirname(prefix)
+    runner = jobs or FileJobs(threads=1)
+    for name, group in zip(names, groups):
+        runner.submit(write_safetensors, os.path.join(directory, name), group, metadata={"format": FORMAT},
+                      fsync=fsync)
+    if jobs is None:
+        runner.wait()
     with open(prefix + ".json", "w", encoding="utf-8") as handle:
-        json.dump({"format": FORMAT, "tensors": bool(splitter.tensors), "tree": structure}, handle)
+        json.dump({"format": FORMAT, "files": names, "tree": structure}, handle)
         handle.flush()
         if fsync:
             os.fsync(handle.fileno())
-    written.append(os.path.basename(prefix) + ".json")
-    return written
+    return [*names, stem + ".json"]
 
 
 def load_tree(prefix: str | os.PathLike, device: str | torch.device = "cpu") -> Any:
     """Read what :func:`save_tree` wrote; a damaged file is an error naming it."""
+    return load_tree_later(prefix, device)()
+
+
+def load_tree_later(prefix: str | os.PathLike, device: str | torch.device = "cpu",
+                    jobs: FileJobs | None = None) -> Callable[[], Any]:
+    """Start reading a tree (its tensor files on ``jobs``' threads); call the result for the tree.
+
+    The JSON document is read and checked at once, so a missing or damaged one fails here.
+    """
     prefix = os.fspath(prefix)
     path = prefix + ".json"
     try:
@@ -125,12 +158,28 @@ def load_tree(prefix: str | os.PathLike, device: str | torch.device = "cpu") -> 
         raise CheckpointError(f"{path} is missing from the checkpoint") from None
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{path} is damaged ({error}); load an earlier checkpoint") from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
+    if not isinstance(document, dict) or document.get("format") not in _READABLE:
         raise CheckpointError(f"{path} is not a drivetrain state file (format {document.get('format')!r})"
                               if isinstance(document, dict) else f"{path} is not a drivetrain state file")
-    tensors = read_safetensors(prefix + ".safetensors", device) if document.get("tensors") else {}
-    try:
-        return _join(document["tree"], tensors)
-    except KeyError as error:
-        raise CheckpointError(f"{path} refers to tensor {error} that {prefix}.safetensors does not hold; "
-                              "the checkpoint is damaged") from None
+    if "files" in document:
+        names = document["files"]
+        if not isinstance(names, list) or not all(isinstance(n, str) and "/" not in n and n not in ("", ".", "..")
+                                                   for n in names):
+            raise CheckpointError(f"{path} lists its tensor files wrongly; the checkpoint is damaged")
+    else:  # format 1: one file or none
+        names = [os.path.basename(prefix) + ".safetensors"] if document.get("tensors") else []
+    directory = os.path.dirname(prefix)
+    files = [os.path.join(directory, name) for name in names]
+    futures = [(jobs or FileJobs(threads=1)).submit(read_safetensors, file, device) for file in files]
+
+    def finish() -> Any:
+        tensors: dict[str, torch.Tensor] = {}
+        for future in futures:
+            tensors.update(future.result())
+        try:
+            return _join(document["tree"], tensors)
+        except KeyError as error:
+            raise CheckpointError(f"{path} refers to tensor {error} that its safetensors files do not hold; "
+                                  "the checkpoint is damaged") from None
+
+    return finish
