@@ -527,7 +527,14 @@ class Accelerator:
     # ------------------------------------------------ process control and data
 
     def wait_for_everyone(self) -> None:
-        self.state.wait_for_everyone()
+        """Barrier; also waits until the last ``save_state`` checkpoint is on disk, raising if it failed."""
+        from .checkpointing import commit
+        from .checkpointing.run_state import finish_commit
+
+        if commit.pending() is not None:
+            finish_commit(self)  # a gather of every process's outcome: a barrier too
+        else:
+            self.state.wait_for_everyone()
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         self.state.print(*args, **kwargs)
@@ -639,9 +646,12 @@ class Accelerator:
                    **save_model_func_kwargs: Any) -> str:
         """Save everything needed to resume exactly; returns the checkpoint directory.
 
-        The checkpoint appears only when complete on every process; a crash leaves the
-        previous one intact. With automatic checkpoint naming, ``total_limit`` older ones are
-        kept.
+        Returns once every process has written its files; syncing them and renaming the
+        directory into place then overlaps training (``DRIVETRAIN_CHECKPOINT_BACKGROUND=0``
+        waits instead). The checkpoint appears only when complete and synced on every
+        process; a crash leaves the previous one intact. ``load_state``, the next
+        ``save_state``, ``wait_for_everyone`` and ``end_training`` wait for it first. With
+        automatic checkpoint naming, ``total_limit`` older ones are kept.
         """
         from .checkpointing.run_state import save_run_state
 
@@ -651,22 +661,32 @@ class Accelerator:
             weights = [self.get_state_dict(model, unwrap=True) for model in models]
             for hook in self._save_model_state_pre_hook.values():
                 hook(models, weights, output_dir)
-        directory = str(save_run_state(self, output_dir, safe_serialization, weights))
+        return str(save_run_state(self, output_dir, safe_serialization, weights))
+
+    def _on_checkpoint_saved(self, directory: os.PathLike) -> None:
+        """Called by the commit once a checkpoint is in place, on the process that published it."""
+        self._tell_checkpoint("save", directory)
+
+    def _tell_checkpoint(self, event: str, directory: os.PathLike) -> None:
+        try:
+            self.run.call("drivetrain_on_checkpoint", event=event, directory=os.fspath(directory))
+        except Exception as exc:  # a notification never costs a checkpoint
+            logger.warning("a plugin failed on checkpoint %s of %s: %s: %s", event, os.fspath(directory),
+                           type(exc).__name__, exc)
         if self.trackers:
-            self.trackers.on_checkpoint("save", directory)
-        return directory
+            self.trackers.on_checkpoint(event, os.fspath(directory))
 
     def load_state(self, input_dir: str | os.PathLike | None = None, **load_model_func_kwargs: Any) -> str:
         """Restore a checkpoint written by :meth:`save_state` (the newest one when none is named)."""
-        from .checkpointing.run_state import input_directory, load_run_state
+        from .checkpointing.run_state import finish_commit, input_directory, load_run_state
 
+        finish_commit(self)
         if self._load_model_state_pre_hook:
             directory = str(input_directory(self, input_dir))
             for hook in self._load_model_state_pre_hook.values():
                 hook(list(self._models), directory)
         directory = str(load_run_state(self, input_dir, strict=load_model_func_kwargs.get("strict", True)))
-        if self.trackers:
-            self.trackers.on_checkpoint("load", directory)
+        self._tell_checkpoint("load", directory)
         return directory
 
     def register_save_state_pre_hook(self, hook: Callable[..., None]) -> Any:
@@ -748,9 +768,12 @@ class Accelerator:
             self.trackers.log(values, step=step, log_kwargs=log_kwargs or {})
 
     def end_training(self) -> None:
-        if self.trackers:
-            self.trackers.end_training()
-        self.wait_for_everyone()
+        """Wait for the last checkpoint (trackers hear of it), then end the trackers."""
+        try:
+            self.wait_for_everyone()
+        finally:
+            if self.trackers:
+                self.trackers.end_training()
 
     def __repr__(self) -> str:
         return f"Accelerator(device={self.device}, processes={self.num_processes}, mixed_precision={self.mixed_precision})"

@@ -488,7 +488,8 @@ def drivetrain_save_model_state(
     (a temporary directory that is renamed into place once every process has finished).
     Return the file names written (relative to ``directory``) by this process, or ``None``
     to let the core write a safetensors file of ``drivetrain_get_state_dict`` on the main
-    process.
+    process. Do not sync the files: the core's commit fsyncs every file a process
+    returns, after ``save_state`` has returned.
     """
 
 
@@ -519,6 +520,9 @@ def drivetrain_load_optimizer_state(optimizer: Any, index: int, directory: str, 
 def drivetrain_on_checkpoint(event: str, directory: str, run: Run) -> None:
     """Be told that a checkpoint was saved (``event="save"``) or loaded (``"load"``).
 
-    Called on every active plugin, trackers included, after the checkpoint is complete on
-    every process. The return value is ignored; an exception is logged, not raised.
+    Called on every active plugin. For ``"save"``: once the checkpoint is synced and in
+    place, on the process that published it (the main one, or each node's first with
+    ``save_on_each_node``), from the commit's thread. For ``"load"``: on every process,
+    after the state is restored. The return value is ignored; an exception is logged, not
+    raised.
     """

@@ -31,7 +31,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from drivetrain import environment
 from drivetrain.checkpointing.model_files import read_model_files, write_model_files
 from drivetrain.checkpointing.tree_io import load_tree, save_tree
 from drivetrain.errors import CheckpointError
@@ -43,10 +42,6 @@ DCP_METADATA = ".metadata"
 STRUCTURE = "structure"
 FULL_OPTIMIZER = "full"
 _MARK = "__dcp__"
-
-
-def _fsync() -> bool:
-    return environment.read_bool("CHECKPOINT_FSYNC", default=True)
 
 
 def _rank() -> int:
@@ -148,7 +143,7 @@ def dcp_save(state: dict[str, Any], path: Path, relative: str) -> list[str]:
     if bad:
         raise CheckpointError(f"cannot write {bad[:5]} of {relative}: a sharded checkpoint holds tensors only")
     path.mkdir(parents=True, exist_ok=True)
-    writer = FileSystemWriter(os.fspath(path), single_file_per_rank=True, sync_files=_fsync(), thread_count=1)
+    writer = FileSystemWriter(os.fspath(path), single_file_per_rank=True, sync_files=False, thread_count=1)  # the commit syncs
     with quiet():
         dcp.save(state, storage_writer=writer)
     rank = _rank()
@@ -249,7 +244,7 @@ def save_model(model: Any, index: int, directory: str, run: Any, safe_serializat
     if _rank() != 0:
         return []
     written = write_model_files(state, path, max_shard_size="1000GB", safe_serialization=safe_serialization,
-                                fsync=_fsync())
+                                fsync=False)
     return [f"{relative}/{name}" for name in written]
 
 
@@ -288,13 +283,13 @@ def save_optimizer(optimizer: Any, index: int, directory: str, run: Any) -> list
         structure = _split(state, "", tensors)
         written = dcp_save(tensors, path, relative)
         if _rank() == 0:
-            written += [f"{relative}/{name}" for name in save_tree(structure, path / STRUCTURE, _fsync())]
+            written += [f"{relative}/{name}" for name in save_tree(structure, path / STRUCTURE)]
         return written
     state = _optimizer_state(model, inner, _gather_options(run, model, options.optim_state_dict_config))
     if _rank() != 0:
         return []
     path.mkdir(parents=True, exist_ok=True)
-    return [f"{relative}/{name}" for name in save_tree(state, path / FULL_OPTIMIZER, _fsync())]
+    return [f"{relative}/{name}" for name in save_tree(state, path / FULL_OPTIMIZER)]
 
 
 def load_optimizer(optimizer: Any, index: int, directory: str, run: Any) -> bool | None:

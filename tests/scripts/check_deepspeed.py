@@ -197,6 +197,7 @@ def check_save_and_resume(stage, offload, directory):
     train(accelerator, model, optimizer, scheduler, steps=3)
     path = os.path.join(directory, f"zero{stage}-offload{int(offload)}")
     accelerator.save_state(path)
+    accelerator.wait_for_everyone()  # the checkpoint is in place once its commit ends
     files = sorted(os.listdir(path))
     assert "manifest.json" in files and "deepspeed_model_0" in files, files
     assert not any(name.startswith("optimizer_") for name in files), files  # inside the engine's checkpoint
@@ -307,6 +308,7 @@ def check_two_models(directory):
         assert_weights_close(after, before, rtol=0, atol=0)  # the teacher is never trained
     path = os.path.join(directory, "two-models")
     accelerator.save_state(path)
+    accelerator.wait_for_everyone()  # the checkpoint is in place once its commit ends
     files = sorted(os.listdir(path))
     assert "deepspeed_model_0" in files and "model_1" in files, files
     accelerator.load_state(path)

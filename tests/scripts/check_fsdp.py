@@ -212,6 +212,7 @@ def check_checkpoints_resume_exactly(version: int, directory: str) -> None:
         accelerator, model, optimizer, scheduler = build(0)
         train(accelerator, model, optimizer, 3, scheduler=scheduler)
         path = accelerator.save_state(os.path.join(directory, f"resume-{kind}"))
+        accelerator.wait_for_everyone()  # the checkpoint is in place once its commit ends
         files = sorted(os.listdir(os.path.join(path, "model_0")))
         if kind == "SHARDED_STATE_DICT":
             assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"], files

@@ -205,6 +205,48 @@ def check_save_profile_and_logging(directory: str) -> None:
     logger.info(f"LOG-EVERYWHERE from {rank}", main_process_only=False, in_order=True)
 
 
+def check_checkpoint_commit_across_processes(directory: str) -> None:
+    """Both processes' files are synced before the publish; one process's sync failure fails both."""
+    import errno
+    import json
+
+    from drivetrain.checkpointing import commit
+    from drivetrain.errors import CheckpointError
+
+    accelerator = fresh_accelerator()
+    model, optimizer = accelerator.prepare(*make())
+    path = os.path.join(directory, "commit")
+    accelerator.save_state(path)
+    accelerator.wait_for_everyone()
+    manifest = json.load(open(os.path.join(path, "manifest.json")))
+    assert {"random_states_0.json", "random_states_1.json"} <= set(manifest["files"]), manifest["files"]
+    assert not [name for name in os.listdir(path) if name.startswith(".")]  # markers are gone
+    saved = [p.detach().clone() for p in model.parameters()]
+
+    real = commit._fsync_path
+    if accelerator.process_index == 1:
+        def failing(path, directory=False):
+            raise OSError(errno.EIO, "Input/output error")
+
+        commit._fsync_path = failing
+    accelerator.save_state(path)  # returns on both: the files were written
+    try:
+        accelerator.wait_for_everyone()
+        raise AssertionError("a failed sync on rank 1 was not reported")
+    except CheckpointError as error:  # on both processes, naming the process that failed
+        assert "rank 1" in str(error) and "Input/output error" in str(error), error
+        if accelerator.process_index == 0:
+            assert "process 1 could not sync its files" in str(error), error
+    finally:
+        commit._fsync_path = real
+    assert not [name for name in os.listdir(directory) if name.startswith(".tmp-")]
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(1.0)
+    accelerator.load_state(path)  # the previous checkpoint is intact
+    assert all(torch.equal(a, b) for a, b in zip(saved, model.parameters()))
+
+
 def main() -> None:
     directory = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()
     check_ddp_matches_one_process_on_the_combined_batch()
@@ -216,6 +258,7 @@ def main() -> None:
     check_triggers_local_sgd_and_join()
     check_comm_hooks_and_static_graph()
     check_save_profile_and_logging(directory)
+    check_checkpoint_commit_across_processes(directory)
     accelerator = Accelerator()
     accelerator.wait_for_everyone()
     print(f"CHECK-TRAINING-OK rank {accelerator.process_index}", flush=True)

@@ -14,30 +14,25 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
 
-from .. import __version__
+from .. import __version__, environment
 from ..errors import CheckpointError
 from ..version import PLUGIN_API_VERSION
-from . import layout
-from .model_files import read_model_files, write_model_files
+from . import commit, layout
+from .io_pool import FileJobs, shard_bytes, tensor_bytes
+from .model_files import read_model_files_later, write_model_files
 from .safetensors_io import read_safetensors, write_safetensors
-from .tree_io import load_tree, save_tree
+from .tree_io import load_tree_later, save_tree
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..accelerator import Accelerator
 
 logger = logging.getLogger(__name__)
 KIND = "drivetrain-run-state"
-
-
-def _fsync_enabled() -> bool:
-    from .. import environment
-
-    return environment.read_bool("CHECKPOINT_FSYNC", default=True)
 
 
 # ------------------------------------------------------------------ where
@@ -114,14 +109,20 @@ def _gradients(accelerator: Accelerator, skip: set[int]) -> dict[str, torch.Tens
 
 
 def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_serialization: bool,
-                              weights: list[Any] | None, fsync: bool) -> list[str]:
-    """Write what this process owns into ``directory``; returns the file names."""
+                              weights: list[Any] | None) -> list[str]:
+    """Write what this process owns into ``directory``; returns the file names.
+
+    Strategy plugins write their models and optimizers first; the core then writes the
+    rest on a few threads, split into files small enough to keep every thread busy.
+    Nothing is synced here: the commit does that (see ``commit.py``).
+    """
     run, main = accelerator.run, accelerator.is_main_process
     rank = accelerator.process_index
     written: list[str] = []
-    models = accelerator._models
+    model_states: list[tuple[int, dict[str, Any]]] = []
+    trees: list[tuple[str, Any]] = []
     strategy_written: set[int] = set()
-    for index, model in enumerate(models):
+    for index, model in enumerate(accelerator._models):
         if weights is not None and index >= len(weights):
             continue  # a pre-hook took this model's weights out: it saves them itself
         files = run.call("drivetrain_save_model_state", model=model, index=index, directory=str(directory),
@@ -129,7 +130,7 @@ def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_se
         if files is None:
             state = weights[index] if weights is not None else accelerator.get_state_dict(model, unwrap=True)
             if main:
-                written += _write_model(state, directory, index, safe_serialization, fsync)
+                model_states.append((index, state))
         else:
             written += list(files)
             strategy_written.add(index)
@@ -137,86 +138,133 @@ def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_se
         files = run.call("drivetrain_save_optimizer_state", optimizer=optimizer, index=index, directory=str(directory))
         if files is None:
             if main:
-                written += save_tree(optimizer.state_dict(), directory / f"optimizer_{index}", fsync)
+                trees.append((f"optimizer_{index}", optimizer.state_dict()))
         else:
             written += list(files)
     if main:
         for name, objects in (("scheduler", accelerator._schedulers), ("dataloader", accelerator._dataloaders),
                               ("custom_checkpoint", accelerator._custom_objects)):
-            for index, obj in enumerate(objects):
-                if hasattr(obj, "state_dict"):
-                    written += save_tree(obj.state_dict(), directory / f"{name}_{index}", fsync)
+            trees += [(f"{name}_{index}", obj.state_dict()) for index, obj in enumerate(objects)
+                      if hasattr(obj, "state_dict")]
         if accelerator.scaler is not None:
-            written += save_tree(accelerator.scaler.state_dict(), directory / "scaler", fsync)
-        written += save_tree({"step": accelerator.step, "sync_gradients": accelerator.sync_gradients,
-                              "iteration": accelerator.project_configuration.iteration},
-                             directory / "accelerator", fsync)
-    written += save_tree(rng_state(run.platform), directory / f"random_states_{rank}", fsync)
-    if not accelerator.sync_gradients:
-        grads = _gradients(accelerator, skip=strategy_written)
+            trees.append(("scaler", accelerator.scaler.state_dict()))
+        trees.append(("accelerator", {"step": accelerator.step, "sync_gradients": accelerator.sync_gradients,
+                                      "iteration": accelerator.project_configuration.iteration}))
+    trees.append((f"random_states_{rank}", rng_state(run.platform)))
+    grads = _gradients(accelerator, skip=strategy_written) if not accelerator.sync_gradients else {}
+    with FileJobs() as jobs:
+        total = sum(tensor_bytes(state) for _i, state in model_states) + sum(tensor_bytes(t) for _n, t in trees)
+        limit = shard_bytes(total, jobs.threads)
+        for index, state in model_states:
+            written += _write_model(state, directory, index, safe_serialization, jobs, limit)
+        for name, tree in trees:
+            written += save_tree(tree, directory / name, jobs=jobs, shard_bytes=limit)
         if grads:
-            write_safetensors(directory / f"gradients_{rank}.safetensors", grads, fsync=fsync)
+            jobs.submit(write_safetensors, directory / f"gradients_{rank}.safetensors", grads, fsync=False)
             written.append(f"gradients_{rank}.safetensors")
     return written
 
 
-def _write_model(state: dict[str, Any], directory: Path, index: int, safe_serialization: bool, fsync: bool) -> list[str]:
+def _write_model(state: dict[str, Any], directory: Path, index: int, safe_serialization: bool, jobs: FileJobs,
+                 limit: int) -> list[str]:
     subdir = f"model_{index}"
-    files = write_model_files(state, directory / subdir, max_shard_size="1000GB", safe_serialization=safe_serialization,
-                              fsync=fsync)
+    files = write_model_files(state, directory / subdir, max_shard_size=limit, safe_serialization=safe_serialization,
+                              fsync=False, jobs=jobs)
     return [f"{subdir}/{name}" for name in files]
+
+
+def _publisher_rank(accelerator: Accelerator) -> int:
+    """The process that publishes this process's files: the main one, or its node's first."""
+    if accelerator.project_configuration.save_on_each_node:
+        return accelerator.process_index - accelerator.local_process_index
+    return 0
+
+
+def _manifest(accelerator: Accelerator, files: list[str]) -> dict[str, Any]:
+    return {
+        "kind": KIND,
+        "drivetrain_version": __version__,
+        "plugin_api_version": PLUGIN_API_VERSION,
+        "plugins": {name: accelerator.run.manager.records[name].version for name in accelerator.run.active_plugins},
+        "distributed_type": str(accelerator.distributed_type),
+        "mixed_precision": accelerator.mixed_precision,
+        "world_size": accelerator.num_processes,
+        "counts": {"models": len(accelerator._models), "optimizers": len(accelerator._optimizers),
+                   "schedulers": len(accelerator._schedulers), "dataloaders": len(accelerator._dataloaders),
+                   "custom": len(accelerator._custom_objects)},
+        "files": sorted(set(files)),
+    }
 
 
 def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | None, safe_serialization: bool,
                    weights: list[Any] | None) -> Path:
-    """Write a complete checkpoint atomically; returns its directory."""
+    """Write a checkpoint and start its commit; returns the directory it will have.
+
+    Returns once every process has written its files. The commit (sync, manifest, rename,
+    rotation) then runs in the background unless ``DRIVETRAIN_CHECKPOINT_BACKGROUND=0``;
+    :func:`finish_commit` waits for it.
+    """
+    finish_commit(accelerator)
     final = output_directory(accelerator, output_dir).absolute()
     config = accelerator.project_configuration
     if config.automatic_checkpoint_naming and final.exists():
         raise CheckpointError(f"checkpoint {final} already exists; set ProjectConfiguration(iteration=...) past it")
-    state, fsync = accelerator.state, _fsync_enabled()
+    state = accelerator.state
     token = state.collectives.broadcast_object_list([layout.new_token()], src=0)[0]
     temporary = layout.temporary_dir_for(final, token)
-    publisher = accelerator.is_local_main_process if config.save_on_each_node else accelerator.is_main_process
-    if publisher:
+    publisher = _publisher_rank(accelerator)
+    if publisher == accelerator.process_index:
         temporary.mkdir(parents=True, exist_ok=True)
     state.wait_for_everyone()
     error = None
     try:
-        files = _write_this_process_files(accelerator, temporary, safe_serialization, weights, fsync)
+        files = _write_this_process_files(accelerator, temporary, safe_serialization, weights)
     except Exception as exc:  # reported to every process below, so nobody waits forever
         files, error = [], f"{type(exc).__name__}: {exc}"
-    results = state.collectives.all_gather_object((files, error))
-    failures = [(rank, err) for rank, (_f, err) in enumerate(results) if err]
+    results = state.collectives.all_gather_object((files, error, publisher))
+    failures = [(rank, err) for rank, (_f, err, _p) in enumerate(results) if err]
     if failures:
-        if publisher:
+        if publisher == accelerator.process_index:
             shutil.rmtree(temporary, ignore_errors=True)
         state.wait_for_everyone()
         details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
         raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
-    if publisher:
-        manifest = {
-            "kind": KIND,
-            "drivetrain_version": __version__,
-            "plugin_api_version": PLUGIN_API_VERSION,
-            "plugins": {name: accelerator.run.manager.records[name].version for name in accelerator.run.active_plugins},
-            "distributed_type": str(accelerator.distributed_type),
-            "mixed_precision": accelerator.mixed_precision,
-            "world_size": accelerator.num_processes,
-            "counts": {"models": len(accelerator._models), "optimizers": len(accelerator._optimizers),
-                       "schedulers": len(accelerator._schedulers), "dataloaders": len(accelerator._dataloaders),
-                       "custom": len(accelerator._custom_objects)},
-            "files": sorted({name for files_of_rank, _e in results for name in files_of_rank}),
-        }
-        layout.write_manifest(temporary, manifest, fsync)
-        layout.publish(temporary, final, fsync)
-    state.wait_for_everyone()
+    publication = None
+    if publisher == accelerator.process_index:
+        group = [rank for rank, (_f, _e, theirs) in enumerate(results) if theirs == publisher]
+        publication = commit.Publication(
+            manifest=_manifest(accelerator, [name for rank in group for name in results[rank][0]]),
+            other_ranks=[rank for rank in group if rank != publisher],
+            keep=config.total_limit if config.automatic_checkpoint_naming else None,
+            on_published=accelerator._on_checkpoint_saved,
+            timeout=float(environment.read_int("CHECKPOINT_COMMIT_TIMEOUT", default=1800)),
+        )
+    plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=files,
+                             fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication)
+    background = environment.read_bool("CHECKPOINT_BACKGROUND", default=True)
+    commit.start(plan, background=background)
     if config.automatic_checkpoint_naming:
-        if publisher and config.total_limit is not None:
-            layout.rotate(final.parent, config.total_limit)
         config.iteration += 1
-    accelerator.run.call("drivetrain_on_checkpoint", event="save", directory=str(final))
+    if not background:
+        finish_commit(accelerator)
     return final
+
+
+def finish_commit(accelerator: Accelerator) -> None:
+    """Wait for the last save's commit; raise its failure on every process. Collective.
+
+    Every process has a pending commit from the same ``save_state`` call, so every process
+    takes part in the gather (which is also a barrier) or none does.
+    """
+    pending = commit.take_pending()
+    if pending is None:
+        return
+    errors = accelerator.state.collectives.all_gather_object(pending.wait())
+    failures = [(rank, error) for rank, error in enumerate(errors) if error]
+    if failures:
+        details = "; ".join(f"rank {rank}: {error}" for rank, error in failures)
+        raise CheckpointError(f"checkpoint {pending.final} was not completed and is not on disk (the previous one "
+                              f"is intact): {details}; fix the cause and save again")
 
 
 # ------------------------------------------------------------------ load
@@ -231,15 +279,16 @@ def _count_problem(manifest: dict[str, Any], accelerator: Accelerator) -> str | 
     return "; ".join(different) or None
 
 
-def _read_model(directory: Path, index: int) -> dict[str, torch.Tensor]:
+def _read_model_later(directory: Path, index: int, jobs: FileJobs | None = None) -> Callable[[], dict[str, torch.Tensor]]:
     path = directory / f"model_{index}"
     if not path.exists():
         raise CheckpointError(f"{path} is missing: the checkpoint holds fewer models than were prepared")
-    return read_model_files(path)
+    return read_model_files_later(path, jobs)
 
 
 def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None, strict: bool = True) -> Path:
     """Read a checkpoint, check all of it, then restore it into the prepared objects."""
+    finish_commit(accelerator)
     directory = input_directory(accelerator, input_dir).absolute()
     manifest = layout.read_manifest(directory)
     if manifest.get("kind") != KIND:
@@ -251,27 +300,34 @@ def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None
     run, rank = accelerator.run, accelerator.process_index
     resized = manifest.get("world_size") != accelerator.num_processes
 
-    # Phase 1: read and check everything.
-    pending_models: dict[int, dict[str, torch.Tensor]] = {}
-    for index, model in enumerate(accelerator._models):
+    # Phase 1: read and check everything (files side by side on a few threads).
+    with FileJobs() as jobs:
+        pending_models: dict[int, Callable[[], dict[str, torch.Tensor]]] = {}
         if not run.hook("drivetrain_load_model_state").get_hookimpls():
-            pending_models[index] = _read_model(directory, index)
-    trees: dict[str, Any] = {}
-    for name, objects in (("optimizer", accelerator._optimizers), ("scheduler", accelerator._schedulers),
-                          ("dataloader", accelerator._dataloaders), ("custom_checkpoint", accelerator._custom_objects)):
-        for index, obj in enumerate(objects):
-            prefix = directory / f"{name}_{index}"
-            if (prefix.with_suffix(".json")).exists():
-                trees[f"{name}_{index}"] = load_tree(prefix)
-            elif name == "custom_checkpoint":
-                raise CheckpointError(f"{prefix}.json is missing: register the same objects before load_state()")
-    for name in ("scaler", "accelerator"):
-        if (directory / f"{name}.json").exists():
-            trees[name] = load_tree(directory / name)
-    rng_prefix = directory / f"random_states_{rank}"
-    rng = load_tree(rng_prefix) if rng_prefix.with_suffix(".json").exists() else None
-    grads_file = directory / f"gradients_{rank}.safetensors"
-    grads = read_safetensors(grads_file) if grads_file.exists() and not resized else None
+            for index in range(len(accelerator._models)):
+                pending_models[index] = _read_model_later(directory, index, jobs)
+        pending_trees: dict[str, Callable[[], Any]] = {}
+        for name, objects in (("optimizer", accelerator._optimizers), ("scheduler", accelerator._schedulers),
+                              ("dataloader", accelerator._dataloaders),
+                              ("custom_checkpoint", accelerator._custom_objects)):
+            for index, obj in enumerate(objects):
+                prefix = directory / f"{name}_{index}"
+                if (prefix.with_suffix(".json")).exists():
+                    pending_trees[f"{name}_{index}"] = load_tree_later(prefix, jobs=jobs)
+                elif name == "custom_checkpoint":
+                    raise CheckpointError(f"{prefix}.json is missing: register the same objects before load_state()")
+        for name in ("scaler", "accelerator"):
+            if (directory / f"{name}.json").exists():
+                pending_trees[name] = load_tree_later(directory / name, jobs=jobs)
+        rng_prefix = directory / f"random_states_{rank}"
+        pending_rng = load_tree_later(rng_prefix, jobs=jobs) if rng_prefix.with_suffix(".json").exists() else None
+        grads_file = directory / f"gradients_{rank}.safetensors"
+        pending_grads = jobs.submit(read_safetensors, grads_file) if grads_file.exists() and not resized else None
+        jobs.wait()
+        models = {index: finish() for index, finish in pending_models.items()}
+        trees = {key: finish() for key, finish in pending_trees.items()}
+        rng = pending_rng() if pending_rng is not None else None
+        grads = pending_grads.result() if pending_grads is not None else None
     for key, tree in trees.items():
         if key.startswith("dataloader_") and resized and isinstance(tree, dict) and tree.get("num_processes") not in (
                 None, accelerator.num_processes) and tree.get("batches_yielded", tree.get("_num_yielded", 0)):
@@ -285,9 +341,9 @@ def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None
         loaded = run.call("drivetrain_load_model_state", model=model, index=index, directory=str(directory),
                           manifest=manifest)
         if not loaded:
-            state_dict = pending_models.get(index)
+            state_dict = models.get(index)
             if state_dict is None:
-                state_dict = _read_model(directory, index)
+                state_dict = _read_model_later(directory, index)()
             accelerator.unwrap_model(model).load_state_dict(state_dict, strict=strict)
     for index, optimizer in enumerate(accelerator._optimizers):
         loaded = run.call("drivetrain_load_optimizer_state", optimizer=optimizer, index=index, directory=str(directory),
@@ -324,5 +380,4 @@ def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None
     match = layout.AUTOMATIC_NAME.match(directory.name)
     if config.automatic_checkpoint_naming and match:
         config.iteration = int(match.group(1)) + 1
-    run.call("drivetrain_on_checkpoint", event="load", directory=str(directory))
     return directory
