@@ -121,7 +121,8 @@ def test_rotation_and_tracker_notices_happen_after_the_commit(tmp_path):
             self.seen = []
 
         def on_checkpoint(self, event, directory):
-            # told only once the checkpoint is in place and complete
+            # told only once the checkpoint is in place and complete, on the training thread
+            assert threading.current_thread() is threading.main_thread()
             self.seen.append((event, Path(directory).name, layout.is_complete(Path(directory))))
 
     recorder = Recorder()
@@ -132,6 +133,10 @@ def test_rotation_and_tracker_notices_happen_after_the_commit(tmp_path):
     for _ in range(3):
         accelerator.save_state()
         step(accelerator, model, optimizer)
+    commit.pending().wait()  # checkpoint_2 is in place; its notice waits for the training thread
+    assert recorder.seen[-1] == ("save", "checkpoint_1", True)
+    accelerator.log({"loss": 1.0})
+    assert recorder.seen[-1] == ("save", "checkpoint_2", True)
     accelerator.load_state()
     accelerator.end_training()
     assert recorder.seen == [*(("save", f"checkpoint_{i}", True) for i in range(3)), ("load", "checkpoint_2", True)]

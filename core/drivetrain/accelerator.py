@@ -103,6 +103,8 @@ class Accelerator:
         self._schedulers: list[Any] = []
         self._dataloaders: list[Any] = []
         self._custom_objects: list[Any] = []
+        # Checkpoints the commit thread put in place, told to plugins and trackers on this thread.
+        self._published_checkpoints: collections.deque[str] = collections.deque()
         # OrderedDict: torch's RemovableHandle keeps a weak reference to it
         self._save_model_state_pre_hook: dict[int, Callable] = collections.OrderedDict()
         self._load_model_state_pre_hook: dict[int, Callable] = collections.OrderedDict()
@@ -535,6 +537,7 @@ class Accelerator:
             finish_commit(self)  # a gather of every process's outcome: a barrier too
         else:
             self.state.wait_for_everyone()
+        self._tell_published_checkpoints()
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         self.state.print(*args, **kwargs)
@@ -661,11 +664,21 @@ class Accelerator:
             weights = [self.get_state_dict(model, unwrap=True) for model in models]
             for hook in self._save_model_state_pre_hook.values():
                 hook(models, weights, output_dir)
-        return str(save_run_state(self, output_dir, safe_serialization, weights))
+        directory = str(save_run_state(self, output_dir, safe_serialization, weights))
+        self._tell_published_checkpoints()  # the previous save's, or this one's when committed in place
+        return directory
 
     def _on_checkpoint_saved(self, directory: os.PathLike) -> None:
-        """Called by the commit once a checkpoint is in place, on the process that published it."""
-        self._tell_checkpoint("save", directory)
+        """Called from the commit's thread once a checkpoint is in place, on the process that published it.
+
+        Tracker libraries are not all thread-safe, so the notice waits for this object's next
+        call on the training thread (log, save_state, load_state, wait_for_everyone, end_training).
+        """
+        self._published_checkpoints.append(os.fspath(directory))
+
+    def _tell_published_checkpoints(self) -> None:
+        while self._published_checkpoints:
+            self._tell_checkpoint("save", self._published_checkpoints.popleft())
 
     def _tell_checkpoint(self, event: str, directory: os.PathLike) -> None:
         try:
@@ -681,6 +694,7 @@ class Accelerator:
         from .checkpointing.run_state import finish_commit, input_directory, load_run_state
 
         finish_commit(self)
+        self._tell_published_checkpoints()
         if self._load_model_state_pre_hook:
             directory = str(input_directory(self, input_dir))
             for hook in self._load_model_state_pre_hook.values():
@@ -764,6 +778,7 @@ class Accelerator:
         return self.trackers.get_tracker(name, unwrap=unwrap)
 
     def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict | None = None) -> None:
+        self._tell_published_checkpoints()
         if self.trackers:
             self.trackers.log(values, step=step, log_kwargs=log_kwargs or {})
 

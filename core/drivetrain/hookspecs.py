@@ -520,9 +520,10 @@ def drivetrain_load_optimizer_state(optimizer: Any, index: int, directory: str, 
 def drivetrain_on_checkpoint(event: str, directory: str, run: Run) -> None:
     """Be told that a checkpoint was saved (``event="save"``) or loaded (``"load"``).
 
-    Called on every active plugin. For ``"save"``: once the checkpoint is synced and in
-    place, on the process that published it (the main one, or each node's first with
-    ``save_on_each_node``), from the commit's thread. For ``"load"``: on every process,
-    after the state is restored. The return value is ignored; an exception is logged, not
+    Called on every active plugin, on the training thread. For ``"save"``: on the process
+    that published the checkpoint (the main one, or each node's first with
+    ``save_on_each_node``), once it is synced and in place, at the next ``log``,
+    ``save_state``, ``load_state``, ``wait_for_everyone`` or ``end_training``. For
+    ``"load"``: on every process, after the state is restored. The return value is ignored; an exception is logged, not
     raised.
     """
