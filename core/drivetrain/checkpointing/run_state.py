@@ -196,6 +196,19 @@ def _manifest(accelerator: Accelerator, files: list[str]) -> dict[str, Any]:
     }
 
 
+def _publication(accelerator: Accelerator, results: list[tuple[list[str], Any, int]]) -> commit.Publication:
+    """What this process publishes: the files of every process that named it publisher."""
+    me, config = accelerator.process_index, accelerator.project_configuration
+    group = [rank for rank, (_files, _error, publisher) in enumerate(results) if publisher == me]
+    return commit.Publication(
+        manifest=_manifest(accelerator, [name for rank in group for name in results[rank][0]]),
+        other_ranks=[rank for rank in group if rank != me],
+        keep=config.total_limit if config.automatic_checkpoint_naming else None,
+        on_published=accelerator._on_checkpoint_saved,
+        timeout=float(environment.read_int("CHECKPOINT_COMMIT_TIMEOUT", default=1800)),
+    )
+
+
 def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | None, safe_serialization: bool,
                    weights: list[Any] | None) -> Path:
     """Write a checkpoint and start its commit; returns the directory it will have.
@@ -229,16 +242,7 @@ def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | Non
         state.wait_for_everyone()
         details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
         raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
-    publication = None
-    if publisher == accelerator.process_index:
-        group = [rank for rank, (_f, _e, theirs) in enumerate(results) if theirs == publisher]
-        publication = commit.Publication(
-            manifest=_manifest(accelerator, [name for rank in group for name in results[rank][0]]),
-            other_ranks=[rank for rank in group if rank != publisher],
-            keep=config.total_limit if config.automatic_checkpoint_naming else None,
-            on_published=accelerator._on_checkpoint_saved,
-            timeout=float(environment.read_int("CHECKPOINT_COMMIT_TIMEOUT", default=1800)),
-        )
+    publication = _publication(accelerator, results) if publisher == accelerator.process_index else None
     plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=files,
                              fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication)
     background = environment.read_bool("CHECKPOINT_BACKGROUND", default=True)
