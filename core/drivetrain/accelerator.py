@@ -729,15 +729,17 @@ class Accelerator:
     def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
                    safe_serialization: bool = True) -> None:
         """Write the model's full weights (sharded above ``max_shard_size``) on the main process."""
+        from .checkpointing.io_pool import FileJobs
         from .checkpointing.model_files import write_model_files
 
         if os.path.isfile(save_directory):
             raise ConfigError(f"save_model needs a directory, and {save_directory} is a file")
         state = self.get_state_dict(model, unwrap=True)
         if self.is_main_process:
-            write_model_files(state, save_directory, max_shard_size=max_shard_size,
-                              safe_serialization=safe_serialization)
-        self.wait_for_everyone()
+            with FileJobs() as jobs:  # shards side by side
+                write_model_files(state, save_directory, max_shard_size=max_shard_size,
+                                  safe_serialization=safe_serialization, jobs=jobs)
+        self.state.wait_for_everyone()  # not a checkpoint: no need to wait for a save_state commit
 
     def free_memory(self, *objects: Any) -> list[None]:
         """Forget every prepared object and free device memory."""

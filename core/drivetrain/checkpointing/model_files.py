@@ -87,23 +87,30 @@ def write_model_files(state_dict: dict[str, torch.Tensor], directory: str | os.P
     stem, suffix = single.rsplit(".", 1)
     names = [single] if len(shards) == 1 else [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.{suffix}" for i in range(len(shards))]
     runner = jobs or FileJobs(threads=1)
-    for name, shard in zip(names, shards):
-        metadata = {"format": "pt"}
-        if aliases and len(shards) == 1:
-            metadata[ALIASES_KEY] = json.dumps(aliases)
-        runner.submit(_write_shard, shard, directory, name, safe_serialization, metadata, fsync)
-    if jobs is None:
-        runner.wait()
+    metadata = {"format": "pt"}
+    if aliases and len(shards) == 1:
+        metadata[ALIASES_KEY] = json.dumps(aliases)
+    writes = [runner.submit(_write_shard, shard, directory, name, safe_serialization, metadata, fsync)
+              for name, shard in zip(names, shards)]
     written = list(names)
     if len(shards) > 1:
         weight_map = {key: name for name, shard in zip(names, shards) for key in shard}
         total = sum(t.numel() * t.element_size() for t in tensors.values())
         index = {"metadata": {"total_size": total, "aliases": aliases}, "weight_map": weight_map}
-        temporary = directory / f".{index_name}.partial"
-        temporary.write_text(json.dumps(index, indent=2, sort_keys=True))
-        os.replace(temporary, directory / index_name)
+        # Queued after the shards (the pool runs jobs in order), and written only when they all are.
+        runner.submit(_write_index, writes, directory / index_name, index)
         written.append(index_name)
+    if jobs is None:
+        runner.wait()
     return written
+
+
+def _write_index(shard_writes: list[Any], path: Path, index: dict[str, Any]) -> None:
+    for write in shard_writes:
+        write.result()  # a shard that failed leaves no index pointing at it
+    temporary = path.parent / f".{path.name}.partial"
+    temporary.write_text(json.dumps(index, indent=2, sort_keys=True))
+    os.replace(temporary, path)
 
 
 def _write_shard(shard: dict[str, torch.Tensor], directory: Path, name: str, safe_serialization: bool,
