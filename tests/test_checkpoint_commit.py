@@ -204,7 +204,8 @@ def test_file_jobs_finish_everything_before_raising_the_first_error():
         finished.append(n)
 
     jobs = FileJobs(threads=2)
-    jobs.map(job, range(6))
+    for n in range(6):
+        jobs.submit(job, n)
     with pytest.raises(CheckpointError, match="job 1 failed"):
         jobs.close()
     assert sorted(finished) == [0, 2, 3, 4, 5]

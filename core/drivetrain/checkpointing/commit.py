@@ -178,10 +178,6 @@ class PendingCommit:
             self.error = str(error) if isinstance(error, CheckpointError) else f"{type(error).__name__}: {error}"
             logger.error("checkpoint %s was not completed: %s", plan.final, self.error)
 
-    @property
-    def done(self) -> bool:
-        return self._thread is None or not self._thread.is_alive()
-
     def wait(self) -> str | None:
         """Wait for the commit; returns its error, or ``None`` when it succeeded."""
         if self._thread is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -74,9 +74,6 @@ class FileJobs:
             future = self._executor.submit(function, *args, **kwargs)
         self._pending.append(future)
         return future
-
-    def map(self, function: Callable[..., T], items: Iterable[Any]) -> list[Future]:
-        return [self.submit(function, item) for item in items]
 
     def wait(self) -> None:
         """Wait for every job submitted so far; raise the first error once all have ended."""

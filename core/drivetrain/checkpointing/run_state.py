@@ -291,8 +291,10 @@ def _read_model_later(directory: Path, index: int, jobs: FileJobs | None = None)
 
 
 def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None, strict: bool = True) -> Path:
-    """Read a checkpoint, check all of it, then restore it into the prepared objects."""
-    finish_commit(accelerator)
+    """Read a checkpoint, check all of it, then restore it into the prepared objects.
+
+    The caller has waited for a pending commit (:func:`finish_commit`) already.
+    """
     directory = input_directory(accelerator, input_dir).absolute()
     manifest = layout.read_manifest(directory)
     if manifest.get("kind") != KIND:
