@@ -1,8 +1,16 @@
 """The optimizer wrapper: steps only when gradients are synchronised, through the grad scaler
-when there is one, and reports a step the scaler skipped."""
+when there is one, and reports a step the scaler skipped.
+
+A step through the scaler must not wait for the device: reading the loss scale
+(``GradScaler.get_scale``) copies it to the host, and the CPU then stops queueing the next
+step while the device works. Whether the scaler skipped a step is therefore learned from
+whether it called the real optimizer's ``step`` (a step pre-hook records it), and for
+optimizers that take the inf check themselves (fused/capturable Adam) from the ``found_inf``
+tensor the scaler hands them, read only when someone asks ``step_was_skipped``."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -41,6 +49,27 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.gradient_state = GradientState()
         self._is_overflow = False
         self._accelerate_step_called = False
+        # What the last scaled step left to tell whether it was skipped (read lazily).
+        self._step_ran = True
+        self._found_inf: torch.Tensor | None = None
+        self._scale_before: float | None = None
+        self._step_hook = self._watch_real_step()
+
+    def _watch_real_step(self) -> Any:
+        """Record, without a device sync, that the wrapped optimizer's real ``step`` ran."""
+        register = getattr(self.optimizer, "register_step_pre_hook", None)
+        if self.scaler is None or register is None:
+            return None
+        owner = weakref.ref(self)
+
+        def on_real_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+            wrapper = owner()
+            if wrapper is not None:
+                wrapper._step_ran = True
+                # set by the scaler for optimizers that skip on inf themselves
+                wrapper._found_inf = getattr(optimizer, "found_inf", None)
+
+        return register(on_real_step)
 
     # Read-through attributes of the real optimizer.
     @property
@@ -100,23 +129,40 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if self.scaler is None:
             self._is_overflow = False
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
-        scale_before = self.scaler.get_scale()
+        self._is_overflow = None  # known once asked
+        self._step_ran, self._found_inf, self._scale_before = False, None, None
+        if self._step_hook is None:
+            # An optimizer without step hooks: compare the scale, which costs two syncs.
+            self._scale_before = self.scaler.get_scale()
         result = self.scaler.step(self.optimizer, closure) if closure is not None else self.scaler.step(self.optimizer)
         self.scaler.update()
-        # The scaler lowers its scale exactly when it found inf/nan gradients and skipped.
-        self._is_overflow = self.scaler.get_scale() < scale_before
+        if self._scale_before is not None:
+            self._is_overflow = self.scaler.get_scale() < self._scale_before
         return result
 
     @property
     def step_was_skipped(self) -> bool:
         """Whether the last ``step`` was skipped because fp16 gradients overflowed."""
+        if self._is_overflow is None:
+            if not self._step_ran:
+                self._is_overflow = True  # the scaler found inf/nan and did not call the real step
+            elif self._found_inf is not None:
+                self._is_overflow = bool(self._found_inf)  # the one sync, paid only by who asks
+            else:
+                self._is_overflow = False
+            self._found_inf = None
         return self._is_overflow
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        state = dict(self.__dict__)
+        state["_step_hook"] = None  # a hook handle refers to the optimizer's hook table
+        state["_is_overflow"] = self.step_was_skipped
+        state["_found_inf"] = None
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._step_hook = self._watch_real_step()
 
     def __repr__(self) -> str:
         return f"AcceleratedOptimizer({self.optimizer!r})"

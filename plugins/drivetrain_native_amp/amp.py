@@ -29,12 +29,14 @@ def autocast_forward(model: torch.nn.Module, run: Any) -> torch.nn.Module:
         return model  # prepared twice: already converted
     options = run.handler_kwargs.get("AutocastKwargs")
     kwargs = options.to_kwargs() if options is not None else {}
+    # Resolved once here, not on every forward: a step should cost what plain torch costs.
+    kwargs = {"device_type": run.platform.device_type, "dtype": DTYPES[run.selection.mixed_precision], **kwargs}
     original = model.forward
     from drivetrain.utils.operations import convert_to_fp32
 
     @functools.wraps(original)
     def forward(*args: Any, **inner_kwargs: Any) -> Any:
-        with autocast_context(run, kwargs):
+        with torch.autocast(**kwargs):
             outputs = original(*args, **inner_kwargs)
         return convert_to_fp32(outputs)
 
