@@ -525,7 +525,98 @@ class _Progress:
         self.apply_epoch(epoch)
 
 
-class _PreparedLoader:
+class DataLoaderStateMixin:
+    """The contract between a data loader and :class:`~drivetrain.state.GradientState`.
+
+    A loader calls :meth:`begin` when a pass starts and :meth:`end` when it stops; in
+    between, ``GradientState`` knows a loader is running, so gradients synchronise on its
+    last batch (``end_of_dataloader``), and ``remainder`` says how many samples of that last
+    batch are real (``-1``: unknown or none padded).
+    """
+
+    end_of_dataloader: bool = False
+    remainder: int = -1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        cls.end_of_dataloader = False
+        cls.remainder = -1
+        super().__init_subclass__(**kwargs)
+
+    def reset(self) -> None:
+        self.end_of_dataloader = False
+        self.remainder = -1
+
+    def begin(self) -> None:
+        self.reset()
+        self.remainder = self._last_batch_real_samples()
+        if not hasattr(self, "gradient_state"):
+            self.gradient_state = GradientState()
+        self.gradient_state._add_dataloader(self)
+
+    def end(self) -> None:
+        self.gradient_state._remove_dataloader(self)
+
+    def _last_batch_real_samples(self) -> int:
+        return -1
+
+
+class DataLoaderAdapter:
+    """Wraps a data loader (a ``torch`` ``DataLoader`` or a stateful one, such as
+    ``torchdata``'s ``StatefulDataLoader``) and behaves as it: attributes, iteration and
+    length come from the wrapped loader, and ``isinstance`` checks see its class.
+
+    Args:
+        dataset: the dataset of the loader to build.
+        use_stateful_dataloader: build ``torchdata.stateful_dataloader.StatefulDataLoader``
+            (its position is saved by its own ``state_dict``).
+        batch_sampler: passed on to the loader.
+        **kwargs: the other ``DataLoader`` arguments.
+    """
+
+    def __init__(self, dataset: Any, use_stateful_dataloader: bool = False, batch_sampler: Any = None,
+                 **kwargs: Any) -> None:
+        self.use_stateful_dataloader = use_stateful_dataloader
+        if use_stateful_dataloader:
+            try:
+                from torchdata.stateful_dataloader import StatefulDataLoader
+            except ImportError:
+                raise ConfigError("use_stateful_dataloader=True needs torchdata 0.8 or newer: "
+                                  "pip install 'torchdata>=0.8'") from None
+            self.base_dataloader = StatefulDataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+        else:
+            self.base_dataloader = DataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+        if hasattr(self.base_dataloader, "state_dict"):
+            self.dl_state_dict = self.base_dataloader.state_dict()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "base_dataloader":
+            raise AttributeError(name)
+        return getattr(self.base_dataloader, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.base_dataloader)
+
+    def __len__(self) -> int:
+        return len(self.base_dataloader)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.dl_state_dict
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.base_dataloader.load_state_dict(state_dict)
+
+    def _update_state_dict(self) -> None:
+        # a stateful loader's position, taken where a batch was handed to the user
+        if hasattr(self.base_dataloader, "state_dict"):
+            self.dl_state_dict = self.base_dataloader.state_dict()
+
+    @property
+    def __class__(self) -> type:  # type: ignore[override]
+        # `isinstance(prepared, DataLoader)` holds, as for the loader it wraps
+        return self.base_dataloader.__class__
+
+
+class _PreparedLoader(DataLoaderStateMixin):
     """What both prepared loaders share: the end-of-data signal, position and epoch."""
 
     _progress: _Progress
@@ -543,22 +634,6 @@ class _PreparedLoader:
         self._non_blocking = non_blocking
         self.use_stateful_dataloader = use_stateful_dataloader
         self._construction = construction  # how to build a sibling (skip_first_batches)
-
-    # --- GradientState contract
-    def reset(self) -> None:
-        self.end_of_dataloader = False
-        self.remainder = -1
-
-    def begin(self) -> None:
-        self.reset()
-        self.remainder = self._last_batch_real_samples()
-        self.gradient_state._add_dataloader(self)
-
-    def end(self) -> None:
-        self.gradient_state._remove_dataloader(self)
-
-    def _last_batch_real_samples(self) -> int:
-        return -1
 
     def __len__(self) -> int:
         return max(DataLoader.__len__(self) - self.skip_batches, 0)
@@ -1147,4 +1222,5 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
 __all__ = [
     "prepare_data_loader", "skip_first_batches", "get_sampler", "SeedableRandomSampler", "BatchSamplerShard",
     "IterableDatasetShard", "DataLoaderShard", "DataLoaderDispatcher", "SkipBatchSampler", "SkipDataLoader",
+    "DataLoaderStateMixin", "DataLoaderAdapter",
 ]

@@ -72,6 +72,8 @@ class OpenStrEnum(str, metaclass=_OpenEnumMeta):
         if cls._source is not None:
             for value in cls._source():
                 found.setdefault(value.upper().replace("-", "_"), cls._case(value))
+        for name, value in _enum_members(cls.__name__).items():
+            found.setdefault(name, cls._case(value))
         return found
 
     @classmethod
@@ -99,6 +101,20 @@ class OpenStrEnum(str, metaclass=_OpenEnumMeta):
 
     def __str__(self) -> str:
         return str.__str__(self)
+
+
+def _enum_members(enum_name: str) -> dict[str, str]:
+    """Members plugins contribute to ``enum_name`` through ``drivetrain_enum_members``."""
+    from .plugin_manager import get_plugin_manager
+
+    found: dict[str, str] = {}
+    for _plugin, (name, members) in get_plugin_manager().registrations("drivetrain_enum_members"):
+        if name != enum_name:
+            continue
+        pairs = members.items() if isinstance(members, dict) else ((v.upper().replace("-", "_"), v) for v in members)
+        for member, value in pairs:
+            found.setdefault(member, value)
+    return found
 
 
 def _registered(hook_name: str, attribute: str) -> Callable[[], list[str]]:
@@ -178,3 +194,17 @@ class DynamoBackend(OpenStrEnum):
 
     _core = {"NO": "NO", "EAGER": "EAGER", "AOT_EAGER": "AOT_EAGER", "INDUCTOR": "INDUCTOR"}
     _source = staticmethod(_compile_backends)
+
+
+class CustomDtype(OpenStrEnum):
+    """Weight types torch has no dtype for, used in device maps and quantization: ``int4``,
+    ``int2``, and those precision plugins contribute."""
+
+    _core = {"INT4": "int4", "INT2": "int2"}
+    _case = staticmethod(str.lower)
+
+
+class SageMakerDistributedType(OpenStrEnum):
+    """Distribution of a SageMaker job (kept for config-file compatibility)."""
+
+    _core = {"NO": "NO", "DATA_PARALLEL": "DATA_PARALLEL", "MODEL_PARALLEL": "MODEL_PARALLEL"}

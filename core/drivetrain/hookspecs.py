@@ -180,6 +180,24 @@ def drivetrain_public_names() -> dict[str, str]:
     resolved on first access (``from drivetrain import DeepSpeedPlugin``), so the plugin's
     library is imported only when the user touches it. Two plugins contributing one name is
     reported as a conflict and the first loaded wins.
+
+    A key may name the module it belongs to, relative to ``drivetrain``:
+    ``"tracking.WandBTracker"`` is importable as ``from drivetrain.tracking import
+    WandBTracker``, ``"utils.is_deepspeed_available"`` from ``drivetrain.utils``. A plain key
+    belongs to ``drivetrain`` (and ``drivetrain.utils``, which offers every top-level name).
+    """
+
+
+@hookspec
+def drivetrain_fallback_names() -> dict[str, str]:
+    """Contribute stand-ins for names whose owner may not be installed (API 1.2).
+
+    Same form as :func:`drivetrain_public_names` (module-qualified keys allowed), with a lower
+    rank: a fallback is used only when no plugin contributes the name through
+    ``drivetrain_public_names``. This is how ``drivetrain.utils.is_megatron_lm_available``
+    answers ``False`` where no plugin offers that backend: a compatibility plugin lists the
+    availability probes a user may call, and the plugin that owns a backend contributes the
+    real probe.
     """
 
 
@@ -189,6 +207,18 @@ def drivetrain_distributed_types() -> Sequence[str]:
 
     Return the upper-case names; each becomes ``DistributedType.NAME``, equal to the string
     ``"NAME"``.
+    """
+
+
+@hookspec
+def drivetrain_enum_members() -> dict[str, Any]:
+    """Contribute members to drivetrain's open enumerations (API 1.2).
+
+    Return ``{enum class name: members}`` where members is a list of values (the member
+    name is the upper-cased value: ``["fp8"]`` gives ``PrecisionType.FP8``) or a mapping
+    from member name to value (``{"COMETML": "comet_ml"}``). Members of backends that are not
+    installed are still contributed (a compatibility plugin lists Accelerate's), so user code
+    that compares against them runs.
     """
 
 

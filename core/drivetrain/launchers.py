@@ -300,3 +300,19 @@ def debug_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_p
     _launch(function, args, num_processes=num_processes, num_nodes=1, node_rank=0,
             endpoint=f"127.0.0.1:{_free_port()}", rdzv_backend="static", rdzv_conf=None, rdzv_id="none",
             max_restarts=0, monitor_interval=0.1, log_line_prefix_template=None, env=env, title="debug_launcher")
+
+
+def _check_launched_world() -> None:
+    from .state import PartialState
+    from .utils.operations import gather_object
+
+    state = PartialState()
+    ranks = gather_object([state.process_index])
+    if sorted(ranks) != list(range(state.num_processes)):
+        raise LaunchError(f"the launched processes report ranks {ranks}, expected 0..{state.num_processes - 1}")
+
+
+def test_launch(num_processes: int = 2) -> None:
+    """Check that launching works here: ``num_processes`` CPU processes start, find each
+    other and agree on their ranks (raises :class:`~drivetrain.errors.LaunchError` otherwise)."""
+    debug_launcher(_check_launched_world, num_processes=num_processes)

@@ -166,3 +166,20 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     def __repr__(self) -> str:
         return f"AcceleratedOptimizer({self.optimizer!r})"
+
+
+# Accelerate's name for the helper above.
+move_to_device = move_state_to_device
+
+
+def patch_optimizer_step(accelerated_optimizer: Any, method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` (an optimizer's ``step``) wrapped to record on ``accelerated_optimizer`` that it
+    ran: ``_accelerate_step_called`` becomes ``True``, which tells a skipped step from a real one."""
+    import functools
+
+    @functools.wraps(method)
+    def patched_step(*args: Any, **kwargs: Any) -> Any:
+        accelerated_optimizer._accelerate_step_called = True
+        return method(*args, **kwargs)
+
+    return patched_step

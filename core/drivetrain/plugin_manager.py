@@ -291,7 +291,8 @@ class PluginManager:
 
     def _collect_registrations(self) -> None:
         """Call every registration hook once, plugin by plugin, keeping who said what."""
-        for hook_name in ("drivetrain_public_names", "drivetrain_distributed_types", *KIND_OF_HOOK):
+        for hook_name in ("drivetrain_public_names", "drivetrain_fallback_names", "drivetrain_distributed_types",
+                          "drivetrain_enum_members", *KIND_OF_HOOK):
             caller = getattr(self.hooks.hook, hook_name)
             for impl in caller.get_hookimpls():
                 record = self.records[impl.plugin_name]

@@ -422,3 +422,49 @@ class Trackers:
     def __repr__(self) -> str:
         return f"Trackers({self.names!r}, started={[t.name for t in self._trackers]!r})"
 
+
+# ------------------------------------------------------------ Accelerate's module functions
+
+
+def get_available_trackers() -> list[str]:
+    """The names of the trackers whose plugin is usable here (its library installed)."""
+    from .plugin_manager import get_plugin_manager
+
+    return [spec.name for _plugin, spec in
+            get_plugin_manager().registrations("drivetrain_register_trackers", usable_only=True)]
+
+
+def filter_trackers(log_with: Any, logging_dir: str | os.PathLike | None = None) -> list[Any]:
+    """What ``log_with`` selects here: tracker names (and the ``GeneralTracker`` objects given).
+
+    ``"all"`` keeps the usable trackers (those needing a directory only with ``logging_dir``);
+    an unknown or unusable name fails with the reason, as ``Accelerator(log_with=...)`` does.
+    """
+    selected = Trackers(log_with, logging_dir=logging_dir)
+    return [choice if isinstance(choice, GeneralTracker) else choice.name for choice in selected._choices]
+
+
+def on_main_process(function: Any) -> Any:
+    """Decorator for tracker methods: run only on the main process when the tracker's
+    ``main_process_only`` says so (elsewhere the call does nothing)."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "main_process_only", False):
+            from .state import PartialState
+
+            if not PartialState().is_main_process:
+                return None
+        return function(self, *args, **kwargs)
+
+    return wrapper
+
+
+def __getattr__(name: str) -> Any:
+    # tracker classes (``WandBTracker``) come from the plugins that own them
+    from .public_names import resolve_module_name
+
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return resolve_module_name("tracking", name)

@@ -6,4 +6,4 @@ __version__ = "0.1.0"
 #: was written for (``PluginInfo.api_version``); it loads when the majors are equal and its
 #: minor is not newer than ours. Add hooks or optional arguments: bump MINOR. Remove or
 #: change the meaning of anything: bump MAJOR.
-PLUGIN_API_VERSION = "1.1"
+PLUGIN_API_VERSION = "1.2"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
 
 PLUGIN_INFO = PluginInfo(
-    api_version="1.0",
+    api_version="1.2",
     description="Aim experiment tracker",
     requires=("aim>=3.20",),
     extra="aim",
@@ -22,3 +22,17 @@ def drivetrain_register_trackers():
             description="Aim runs in an Aim repository at the logging directory",
         )
     ]
+
+
+@hookimpl
+def drivetrain_public_names():
+    # Accelerate users import the tracker class from `accelerate.tracking` and probe the library
+    return {"tracking.AimTracker": "drivetrain_aim.tracker:AimTracker",
+            "utils.is_aim_available": "drivetrain_aim.plugin:is_aim_available"}
+
+
+def is_aim_available() -> bool:
+    """Whether the tracker's library is installed (imports nothing)."""
+    from drivetrain.utils.imports import is_package_available
+
+    return is_package_available("aim")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
 
 PLUGIN_INFO = PluginInfo(
-    api_version="1.0",
+    api_version="1.2",
     description="ClearML experiment tracker",
     requires=("clearml>=1.14",),
     extra="clearml",
@@ -22,3 +22,17 @@ def drivetrain_register_trackers():
             description="ClearML tasks (CLEARML_OFFLINE_MODE=1 keeps them on disk)",
         )
     ]
+
+
+@hookimpl
+def drivetrain_public_names():
+    # Accelerate users import the tracker class from `accelerate.tracking` and probe the library
+    return {"tracking.ClearMLTracker": "drivetrain_clearml.tracker:ClearMLTracker",
+            "utils.is_clearml_available": "drivetrain_clearml.plugin:is_clearml_available"}
+
+
+def is_clearml_available() -> bool:
+    """Whether the tracker's library is installed (imports nothing)."""
+    from drivetrain.utils.imports import is_package_available
+
+    return is_package_available("clearml")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
 
 PLUGIN_INFO = PluginInfo(
-    api_version="1.0",
+    api_version="1.2",
     description="Comet experiment tracker",
     requires=("comet-ml>=3.41",),
     extra="comet",
@@ -22,3 +22,17 @@ def drivetrain_register_trackers():
             description="Comet experiments (offline archives under the logging directory)",
         )
     ]
+
+
+@hookimpl
+def drivetrain_public_names():
+    # Accelerate users import the tracker class from `accelerate.tracking` and probe the library
+    return {"tracking.CometMLTracker": "drivetrain_comet.tracker:CometMLTracker",
+            "utils.is_comet_ml_available": "drivetrain_comet.plugin:is_comet_ml_available"}
+
+
+def is_comet_ml_available() -> bool:
+    """Whether the tracker's library is installed (imports nothing)."""
+    from drivetrain.utils.imports import is_package_available
+
+    return is_package_available("comet_ml")

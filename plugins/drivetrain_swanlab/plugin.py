@@ -5,7 +5,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
 
 PLUGIN_INFO = PluginInfo(
-    api_version="1.0",
+    api_version="1.2",
     description="SwanLab experiment tracker",
     requires=("swanlab>=0.5",),
     extra="swanlab",
@@ -22,3 +22,17 @@ def drivetrain_register_trackers():
             description="SwanLab runs (SWANLAB_MODE=offline or local keeps them on disk)",
         )
     ]
+
+
+@hookimpl
+def drivetrain_public_names():
+    # Accelerate users import the tracker class from `accelerate.tracking` and probe the library
+    return {"tracking.SwanLabTracker": "drivetrain_swanlab.tracker:SwanLabTracker",
+            "utils.is_swanlab_available": "drivetrain_swanlab.plugin:is_swanlab_available"}
+
+
+def is_swanlab_available() -> bool:
+    """Whether the tracker's library is installed (imports nothing)."""
+    from drivetrain.utils.imports import is_package_available
+
+    return is_package_available("swanlab")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
 
 PLUGIN_INFO = PluginInfo(
-    api_version="1.0",
+    api_version="1.2",
     description="TensorBoard experiment tracker",
     requires=("tensorboard>=2.14",),
     extra="tensorboard",
@@ -22,3 +22,17 @@ def drivetrain_register_trackers():
             description="TensorBoard event files under <logging_dir>/<project>",
         )
     ]
+
+
+@hookimpl
+def drivetrain_public_names():
+    # Accelerate users import the tracker class from `accelerate.tracking` and probe the library
+    return {"tracking.TensorBoardTracker": "drivetrain_tensorboard.tracker:TensorBoardTracker",
+            "utils.is_tensorboard_available": "drivetrain_tensorboard.plugin:is_tensorboard_available"}
+
+
+def is_tensorboard_available() -> bool:
+    """Whether the tracker's library is installed (imports nothing)."""
+    from drivetrain.utils.imports import is_package_available
+
+    return is_package_available("tensorboard") or is_package_available("tensorboardX")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
 
 PLUGIN_INFO = PluginInfo(
-    api_version="1.0",
+    api_version="1.2",
     description="Weights & Biases experiment tracker",
     requires=("wandb>=0.17",),
     extra="wandb",
@@ -22,3 +22,17 @@ def drivetrain_register_trackers():
             description="Weights & Biases runs (WANDB_MODE=offline keeps them on disk)",
         )
     ]
+
+
+@hookimpl
+def drivetrain_public_names():
+    # Accelerate users import the tracker class from `accelerate.tracking` and probe the library
+    return {"tracking.WandBTracker": "drivetrain_wandb.tracker:WandBTracker",
+            "utils.is_wandb_available": "drivetrain_wandb.plugin:is_wandb_available"}
+
+
+def is_wandb_available() -> bool:
+    """Whether the tracker's library is installed (imports nothing)."""
+    from drivetrain.utils.imports import is_package_available
+
+    return is_package_available("wandb")

@@ -1,87 +1,102 @@
 """Helpers users import from ``drivetrain.utils`` (Accelerate's ``accelerate.utils``).
 
-Operations on nested tensors and across processes live in :mod:`.operations`, seeding and
-random-generator synchronisation in :mod:`.random`; the enumerations and configuration
-dataclasses are re-exported from where the core defines them.
+Importing this package imports nothing heavy: ``_NAMES`` says which submodule defines each
+public name, and a name is imported on first access. Names a plugin contributes
+(``DeepSpeedPlugin``, ``is_deepspeed_available``) come from the plugin that owns them
+(``drivetrain_public_names``, keys ``"utils.<name>"`` or top-level names), and an
+availability probe of a backend no plugin provides answers ``False`` (a fallback name).
+To add names: add them to their submodule's tuple below.
 """
 
 from __future__ import annotations
 
-from ..enums import ComputeEnvironment, DistributedType, DynamoBackend, LoggerType, PrecisionType, RNGType
-from ..kwargs_handlers import (
-    AutocastKwargs,
-    DataLoaderConfiguration,
-    GradientAccumulationPlugin,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    KwargsHandler,
-    ProfileKwargs,
-    ProjectConfiguration,
-    TorchDynamoPlugin,
-)
-from .operations import (
-    ConvertOutputsToFp32,
-    DistributedOperationException,
-    TensorInformation,
-    broadcast,
-    broadcast_object_list,
-    chained_operation,
-    concatenate,
-    convert_outputs_to_fp32,
-    convert_to_fp32,
-    copy_tensor_to_devices,
-    find_batch_size,
-    find_device,
-    gather,
-    gather_for_metrics,
-    gather_object,
-    get_data_structure,
-    get_shape,
-    honor_type,
-    ignorant_find_batch_size,
-    initialize_tensors,
-    is_namedtuple,
-    is_tensor_information,
-    is_torch_tensor,
-    listify,
-    pad_across_processes,
-    pad_input_tensors,
-    recursively_apply,
-    reduce,
-    send_to_device,
-    slice_tensors,
-    verify_operation,
-    wait_for_everyone,
-)
-from .random import set_seed, synchronize_rng_state, synchronize_rng_states
+from typing import Any
 
-__all__ = [
-    # enums and configuration
-    "ComputeEnvironment", "DistributedType", "DynamoBackend", "LoggerType", "PrecisionType", "RNGType",
-    "AutocastKwargs", "DataLoaderConfiguration", "GradientAccumulationPlugin", "GradScalerKwargs",
-    "InitProcessGroupKwargs", "KwargsHandler", "ProfileKwargs", "ProjectConfiguration", "TorchDynamoPlugin",
-    # operations
-    "ConvertOutputsToFp32", "DistributedOperationException", "TensorInformation", "broadcast",
-    "broadcast_object_list", "chained_operation", "concatenate", "convert_outputs_to_fp32", "convert_to_fp32",
-    "copy_tensor_to_devices", "find_batch_size", "find_device", "gather", "gather_for_metrics", "gather_object",
-    "get_data_structure", "get_shape", "honor_type", "ignorant_find_batch_size", "initialize_tensors",
-    "is_namedtuple", "is_tensor_information", "is_torch_tensor", "listify", "pad_across_processes",
-    "pad_input_tensors", "recursively_apply", "reduce", "send_to_device", "slice_tensors", "verify_operation",
-    "wait_for_everyone",
-    # random
-    "set_seed", "synchronize_rng_state", "synchronize_rng_states",
-]
+# submodule (relative to drivetrain) -> the public names it defines
+_NAMES: dict[str, tuple[str, ...]] = {
+    "enums": (
+        "ComputeEnvironment", "CustomDtype", "DistributedType", "DynamoBackend", "LoggerType", "PrecisionType",
+        "RNGType", "SageMakerDistributedType",
+    ),
+    "kwargs_handlers": (
+        "AutocastKwargs", "DataLoaderConfiguration", "GradientAccumulationPlugin", "GradScalerKwargs",
+        "InitProcessGroupKwargs", "KwargsHandler", "ProfileKwargs", "ProjectConfiguration", "TorchDynamoPlugin",
+    ),
+    "utils.operations": (
+        "CannotPadNestedTensorWarning", "ConvertOutputsToFp32", "DistributedOperationException",
+        "TensorInformation", "broadcast", "broadcast_object_list", "chained_operation", "concatenate",
+        "convert_outputs_to_fp32", "convert_to_fp32", "copy_tensor_to_devices", "find_batch_size", "find_device",
+        "gather", "gather_for_metrics", "gather_object", "get_data_structure", "get_shape", "honor_type",
+        "ignorant_find_batch_size", "initialize_tensors", "is_namedtuple", "is_tensor_information",
+        "is_torch_tensor", "listify", "pad_across_processes", "pad_input_tensors", "recursively_apply", "reduce",
+        "send_to_device", "slice_tensors", "verify_operation", "wait_for_everyone",
+    ),
+    "utils.random": ("set_seed", "synchronize_rng_state", "synchronize_rng_states"),
+    "utils.constants": (
+        "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION", "MODEL_NAME", "OPTIMIZER_NAME", "PROFILE_PATTERN_NAME",
+        "RNG_STATE_NAME", "SAFE_MODEL_NAME", "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME",
+        "SAFE_WEIGHTS_PATTERN_NAME", "SAMPLER_NAME", "SCALER_NAME", "SCHEDULER_NAME",
+        "TORCH_DISTRIBUTED_OPERATION_TYPES", "TORCH_LAUNCH_PARAMS", "WEIGHTS_INDEX_NAME", "WEIGHTS_NAME",
+        "WEIGHTS_PATTERN_NAME",
+    ),
+    "utils.environment": (
+        "are_libraries_initialized", "check_os_kernel", "clear_environment", "convert_dict_to_env_variables",
+        "get_current_device_type",
+        "get_cpu_distributed_information", "get_int_from_env", "is_port_in_use", "parse_choice_from_env",
+        "parse_flag_from_env", "patch_environment", "purge_accelerate_environment", "str_to_bool",
+    ),
+    "utils.imports": (
+        "is_amdsmi_available", "is_bf16_available", "is_boto3_available", "is_datasets_available",
+        "is_fp16_available", "is_import_timer_available", "is_lomo_available", "is_matplotlib_available",
+        "is_pandas_available", "is_peft_available", "is_pippy_available", "is_pynvml_available",
+        "is_pytest_available", "is_rich_available", "is_sagemaker_available", "is_schedulefree_available",
+        "is_timm_available", "is_torchdata_available", "is_torchdata_stateful_dataloader_available",
+        "is_torchvision_available", "is_transformers_available", "is_triton_available",
+        "is_weights_only_available",
+    ),
+    "utils.versions": ("compare_versions", "is_torch_version"),
+    "utils.other": (
+        "clean_state_dict_for_safetensors", "compile_regions", "convert_bytes", "extract_model_from_parallel",
+        "get_module_children_bottom_up", "get_pretty_name", "has_compiled_regions", "is_compiled_module",
+        "is_peft_model", "load",
+        "merge_dicts", "model_has_dtensor", "recursive_getattr", "save",
+    ),
+    "utils.launch": ("PrepareForLaunch", "_filter_args", "prepare_multi_gpu_env", "prepare_simple_launcher_cmd_env"),
+    "utils.tqdm": ("tqdm",),
+    "memory": ("find_executable_batch_size", "release_memory"),
+    "config": ("write_basic_config",),
+    "checkpointing.model_files": ("load_checkpoint_in_model",),
+}
+
+_WHERE: dict[str, str] = {name: module for module, names in _NAMES.items() for name in names}
 
 
-def __getattr__(name: str):
-    """Everything else users import from ``accelerate.utils``: the core's public names
-    (``find_executable_batch_size``, ``ProjectConfiguration`` ...) and those plugins contribute
-    (``DeepSpeedPlugin``, ``FullyShardedDataParallelPlugin``, ``DistributedDataParallelKwargs``)."""
-    import drivetrain
+def __getattr__(name: str) -> Any:
+    import importlib
+    import importlib.util
 
     if name.startswith("__"):
         raise AttributeError(name)
-    try:
-        return getattr(drivetrain, name)
-    except AttributeError:
-        raise AttributeError(f"module 'drivetrain.utils' has no attribute {name!r}") from None
+    module = _WHERE.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"drivetrain.{module}"), name)
+    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f"{__name__}.{name}")  # a submodule: `drivetrain.utils.rich`
+    else:
+        from ..public_names import resolve_module_name
+
+        try:
+            value = resolve_module_name("utils", name, also_top_level=True)
+        except AttributeError:
+            raise AttributeError(f"module 'drivetrain.utils' has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    from ..public_names import module_public_names
+
+    return sorted(set(globals()) | set(_WHERE) | set(module_public_names("utils")) | set(module_public_names()))
+
+
+__all__ = sorted(_WHERE)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import warnings
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ logger = logging.getLogger(__name__)
 
 class DistributedOperationException(DistributedError):
     """The processes called a collective with data that cannot work together (debug mode)."""
+
+
+class CannotPadNestedTensorWarning(UserWarning):
+    """``pad_across_processes`` met a nested tensor: it is returned unpadded."""
 
 
 # ----------------------------------------------------------------- structure helpers
@@ -483,6 +488,9 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
 
     def pad_one(one: torch.Tensor) -> torch.Tensor:
         target = largest[next(position)]
+        if one.is_nested:
+            warnings.warn("nested tensors cannot be padded; returning it unpadded", CannotPadNestedTensorWarning)
+            return one
         if not -one.dim() <= dim < one.dim() or target == one.shape[dim]:
             return one
         axis = dim % one.dim()

@@ -1,0 +1,1 @@
+"""Accelerate's catalogue: probes and enumeration members of backends that may be absent."""
