@@ -30,6 +30,7 @@ from drivetrain.optimizer import AcceleratedOptimizer
 from drivetrain.scheduler import AcceleratedScheduler
 
 from .autofill import Facts, fill_auto_values, fill_precision
+from .inputs import cast_inputs_to_engine_dtype
 from .options import AUTO, DeepSpeedPlugin, DummyOptim, DummyScheduler, deepspeed_accelerator, get_key
 
 logger = logging.getLogger(__name__)
@@ -362,6 +363,7 @@ def prepare_engine(runtime: DeepSpeedRuntime, objects: Sequence[Any], accelerato
         raise ConfigError(f"DeepSpeed refused the engine ({origin}): {message}") from exc
     engine._drivetrain_plugin = plugin
     engine._drivetrain_trains = optimizer is not None
+    cast_inputs_to_engine_dtype(engine)  # fp32 batches reach a bf16/fp16 model in its dtype
     runtime.engines.add(engine)
 
     result = list(objects)
