@@ -35,7 +35,11 @@ _export("local_sgd", "LocalSGD")
 _export("memory", "find_executable_batch_size", "release_memory")
 _export("logging", "get_logger")
 _export("utils", "rich", "is_rich_available")
-_export("checkpointing.model_files", "load_checkpoint_in_model")
+_export("utils.weights_loading", "load_checkpoint_in_model")
+_export("big_modeling", "init_empty_weights", "init_on_device", "cpu_offload", "cpu_offload_with_hook",
+        "disk_offload", "dispatch_model", "load_checkpoint_and_dispatch")
+_export("utils.device_map", "infer_auto_device_map")
+_export("inference", "prepare_pippy")
 _export("data_loader", "skip_first_batches", "prepare_data_loader")
 _export("utils.random", "set_seed", "synchronize_rng_states")
 _export("utils.operations", "broadcast", "broadcast_object_list", "gather", "gather_object", "reduce",
