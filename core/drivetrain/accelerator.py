@@ -74,6 +74,12 @@ class Accelerator:
         handlers = self._file_handlers(kwargs_handlers or ())
         strategy = self._strategy_for_options(strategy_options)
         init_kwargs = handlers.get("InitProcessGroupKwargs", InitProcessGroupKwargs()).to_kwargs()
+        # A precision plugin's recipe handler names the backend it configures (`precision_backend`).
+        backends = {h.precision_backend for h in handlers.values() if getattr(h, "precision_backend", None)}
+        if len(backends) > 1:
+            raise ConfigError(f"kwargs_handlers configure several precision backends ({sorted(backends)}); pass one")
+        if backends:
+            init_kwargs["precision_backend"] = backends.pop()
         self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, strategy=strategy,
                                       dynamo_plugin=dynamo_plugin, _from_accelerator=True, **init_kwargs)
         self.run = self.state.run

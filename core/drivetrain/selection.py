@@ -243,7 +243,7 @@ def choose_precision(
         return None, None, "full precision"
     candidates = _named(manager, "drivetrain_register_precisions", "mixed precision", wanted)
     if requests.precision_backend:
-        candidates = [(p, s) for p, s in candidates if s.backend == requests.precision_backend]
+        candidates = [(p, s) for p, s in candidates if s.backend.lower() == requests.precision_backend.lower()]
         if not candidates:
             raise PluginSelectionError(
                 f"no installed plugin offers mixed precision {wanted!r} with backend {requests.precision_backend!r}"

@@ -295,7 +295,8 @@ class AcceleratorState:
     _shared_state: dict[str, Any] = {}
 
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, dynamo_plugin: Any = None,
-                 strategy: str | None = None, _from_accelerator: bool = False, **kwargs: Any) -> None:
+                 strategy: str | None = None, _from_accelerator: bool = False, precision_backend: str | None = None,
+                 **kwargs: Any) -> None:
         self.__dict__ = self._shared_state
         # Accelerate's AcceleratorState takes backend objects as `<name>_plugin=` keywords
         # (their classes come from plugins); they are kept, by keyword, in `plugins`.
@@ -314,7 +315,7 @@ class AcceleratorState:
         # win over the environment): after _reset_state() a run must not keep the previous
         # Accelerator's choice. Platform and cluster environment stay the process's.
         requests = Requests(mixed_precision=None if mixed_precision is None else str(mixed_precision),
-                            strategy=strategy)
+                            strategy=strategy, precision_backend=precision_backend)
         env_requests = requests_from_env(run.manager)
         env_requests.platform = run.selection.platform.name
         previous = run.selection

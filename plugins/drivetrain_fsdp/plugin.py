@@ -139,15 +139,21 @@ def drivetrain_launch_environment(args):
 
 @hookimpl
 def drivetrain_add_cli_commands(subparsers):
+    from .commands import to_fsdp2_command_parser
     from .merge import add_merge_command
 
     add_merge_command(subparsers)
+    to_fsdp2_command_parser(subparsers)
 
 
 @hookimpl
 def drivetrain_public_names():
     return {"FullyShardedDataParallelPlugin": "drivetrain_fsdp.options:FullyShardedDataParallelPlugin",
-            "merge_fsdp_weights": "drivetrain_fsdp.merge:merge_fsdp_weights"}
+            "merge_fsdp_weights": "drivetrain_fsdp.merge:merge_fsdp_weights",
+            # Accelerate's `accelerate.commands.merge` and `accelerate.commands.to_fsdp2`
+            **{f"commands.{module}.{name}": f"drivetrain_fsdp.commands:{name}" for module, names in (
+                ("merge", ("merge_command", "merge_command_parser")),
+                ("to_fsdp2", ("to_fsdp2_command", "to_fsdp2_command_parser"))) for name in names}}
 
 
 # ----------------------------------------------------------------------------- the run

@@ -20,7 +20,7 @@ from drivetrain.plugin_api import (
     hookimpl,
 )
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="TPUs and other PJRT devices through torch_xla",
+PLUGIN_INFO = PluginInfo(api_version="1.2", description="TPUs and other PJRT devices through torch_xla",
                          requires=("torch-xla>=2.4",), extra="xla")
 
 NAME = "xla"
@@ -108,3 +108,32 @@ def drivetrain_env_report():
     from importlib import metadata
 
     return [EnvReportLine("torch_xla", metadata.version("torch-xla"))]
+
+
+@hookimpl
+def drivetrain_add_cli_commands(subparsers):
+    from .tpu_config import tpu_command_parser
+
+    tpu_command_parser(subparsers)
+
+
+@hookimpl
+def drivetrain_public_names():
+    # Accelerate's `accelerate.commands.tpu` and the platform's probe
+    return {"commands.tpu.tpu_command_parser": "drivetrain_xla.tpu_config:tpu_command_parser",
+            "commands.tpu.tpu_command_launcher": "drivetrain_xla.tpu_config:tpu_command_launcher",
+            "utils.is_torch_xla_available": "drivetrain_xla.plugin:is_torch_xla_available"}
+
+
+def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = False) -> bool:
+    """Whether torch_xla is installed (and, when asked, whether its device is a TPU or a GPU)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch_xla") is None:
+        return False
+    if check_is_tpu or check_is_gpu:
+        import torch_xla.runtime as xr
+
+        kind = xr.device_type()
+        return (check_is_tpu and kind == "TPU") or (check_is_gpu and kind in ("GPU", "CUDA"))
+    return True

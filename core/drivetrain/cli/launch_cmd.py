@@ -164,7 +164,8 @@ def requests_for(args: argparse.Namespace, manager: Any) -> Any:
     from ..selection import Requests, requests_from_config, requests_from_env
 
     command_line = Requests(platform=args.platform, cpu=args.cpu or None, strategy=args.strategy,
-                            mixed_precision=args.mixed_precision)
+                            mixed_precision=args.mixed_precision,
+                            precision_backend=getattr(args, "precision_backend", None))  # a plugin's option
     return command_line.merged_over(requests_from_env(manager)).merged_over(
         requests_from_config(manager, getattr(args, "config", None)))
 
@@ -308,11 +309,16 @@ def choose_launcher(args: argparse.Namespace):
 
 
 def run(argv: Sequence[str]) -> int:
+    parser = build_parser()
+    return launch_parsed(parser.parse_args(list(argv)), parser)
+
+
+def launch_parsed(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    """Run the job that parsed ``drivetrain launch`` arguments describe."""
     from ..plugin_manager import get_plugin_manager
 
     manager = get_plugin_manager()
-    parser = build_parser()
-    args = parser.parse_args(list(argv))
+    parser = parser or build_parser()
     merge_config(args, parser)
     requests = requests_for(args, manager)
     if args.num_processes is None:

@@ -1,0 +1,1 @@
+"""fp8 training through torchao's Float8Linear (``pip install 'drivetrain[torchao]'``)."""

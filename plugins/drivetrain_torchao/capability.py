@@ -1,0 +1,46 @@
+"""Cheap probes: is torchao installed, and can this machine run its float8 matmuls."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from drivetrain.plugin_api import Probe
+
+#: CUDA compute capability of the first GPUs with float8 tensor cores (Ada, Hopper).
+FP8_COMPUTE_CAPABILITY = (8, 9)
+
+
+def environment_flag(name: str, default: bool) -> bool:
+    """A boolean launch variable (``ACCELERATE_<name>`` or ``DRIVETRAIN_<name>``)."""
+    for prefix in ("DRIVETRAIN_", "ACCELERATE_"):
+        value = os.environ.get(prefix + name)
+        if value is not None:
+            return value.strip().lower() in ("1", "true", "yes", "on")
+    return default
+
+
+def is_torchao_available() -> bool:
+    return importlib.util.find_spec("torchao") is not None
+
+
+def check_cuda_fp8_capability() -> bool:
+    """Whether the current CUDA device has float8 tensor cores (compute capability >= 8.9)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability() >= FP8_COMPUTE_CAPABILITY
+
+
+def probe() -> Probe:
+    """torchao must be installed; on a GPU the GPU needs float8 units, on the CPU torchao emulates."""
+    if not is_torchao_available():
+        return Probe(False, "torchao is not installed (pip install 'drivetrain[torchao]')")
+    import torch
+
+    if torch.cuda.is_available() and not check_cuda_fp8_capability():
+        major, minor = torch.cuda.get_device_capability()
+        return Probe(False, f"fp8 needs a GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell); "
+                            f"this one has {major}.{minor}: use bf16")
+    return Probe(True, "torchao float8 training" + ("" if torch.cuda.is_available() else " (emulated on the CPU)"))

@@ -1,0 +1,141 @@
+"""Accelerate's ``commands`` modules and the commands plugins add: run end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+BIN = Path(sys.executable).parent
+
+
+def drivetrain(*argv: str, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
+    return subprocess.run([sys.executable, "-m", "drivetrain", *argv], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=120)
+
+
+FSDP1 = {
+    "compute_environment": "LOCAL_MACHINE",
+    "distributed_type": "FSDP",
+    "mixed_precision": "no",
+    "num_processes": 2,
+    "fsdp_config": {
+        "fsdp_sharding_strategy": "SHARD_GRAD_OP",
+        "fsdp_backward_prefetch": "BACKWARD_PRE",
+        "fsdp_use_orig_params": True,
+        "fsdp_sync_module_states": True,
+        "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+        "fsdp_offload_params": False,
+    },
+}
+
+
+def test_to_fsdp2_rewrites_an_fsdp1_config(tmp_path):
+    source, target = tmp_path / "fsdp1.yaml", tmp_path / "fsdp2.yaml"
+    source.write_text(yaml.safe_dump(FSDP1))
+    result = drivetrain("to-fsdp2", "--config_file", str(source), "--output_file", str(target))
+    assert result.returncode == 0, result.stderr
+    section = yaml.safe_load(target.read_text())["fsdp_config"]
+    assert section == {"fsdp_state_dict_type": "SHARDED_STATE_DICT", "fsdp_offload_params": False,
+                       "fsdp_reshard_after_forward": False, "fsdp_version": 2}
+    assert "fsdp_sharding_strategy SHARD_GRAD_OP -> fsdp_reshard_after_forward False" in result.stdout
+    # the converted file is one drivetrain reads
+    from drivetrain.config import load_config
+
+    assert load_config(target).sections["fsdp_config"]["fsdp_version"] == 2
+
+
+def test_to_fsdp2_refuses_to_overwrite_and_to_convert_twice(tmp_path):
+    source, target = tmp_path / "fsdp1.yaml", tmp_path / "out.yaml"
+    source.write_text(yaml.safe_dump(FSDP1))
+    target.write_text("keep me")
+    result = drivetrain("to-fsdp2", "--config-file", str(source), "--output-file", str(target))
+    assert result.returncode == 2 and "--overwrite" in result.stderr and target.read_text() == "keep me"
+    assert drivetrain("to-fsdp2", "--config-file", str(source), "--output-file", str(target),
+                      "--overwrite").returncode == 0
+    again = drivetrain("to-fsdp2", "--config-file", str(target), "--output-file", str(tmp_path / "x.yaml"))
+    assert again.returncode == 2 and "already an FSDP2 config" in again.stderr
+
+
+def test_tpu_config_prints_the_gcloud_command(tmp_path):
+    config = tmp_path / "tpu.yaml"
+    config.write_text(yaml.safe_dump({"compute_environment": "LOCAL_MACHINE", "distributed_type": "NO",
+                                      "tpu_name": "pod-1", "tpu_zone": "europe-west4-a",
+                                      "commands": ["echo ready"]}))
+    result = drivetrain("tpu-config", "--config_file", str(config), "--install_accelerate", "--debug")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ("Running gcloud compute tpus tpu-vm ssh pod-1 --zone europe-west4-a --command "
+                                     "'cd /usr/share; pip install -U drivetrain; echo ready' --worker all")
+    missing = drivetrain("tpu-config", "--tpu-name", "pod-1", "--debug")
+    assert missing.returncode == 2 and "--tpu-zone" in missing.stderr
+
+
+def test_merge_weights_console_script_answers():
+    result = subprocess.run([str(BIN / "drivetrain-merge-weights"), "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "checkpoint_directory" in result.stdout
+
+
+def test_merge_weights_console_script_reports_a_missing_checkpoint(tmp_path):
+    result = subprocess.run([str(BIN / "drivetrain-merge-weights"), str(tmp_path / "none"), str(tmp_path / "out")],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "none" in (result.stderr + result.stdout)
+
+
+def test_config_update_keeps_values(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"compute_environment": "LOCAL_MACHINE", "distributed_type": "NO",
+                                    "mixed_precision": "bf16", "num_processes": 1}))
+    result = drivetrain("config", "update", "--config_file", str(path))
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(path.read_text())["mixed_precision"] == "bf16"
+
+
+def test_command_modules_build_parsers_and_run(tmp_path, capsys):
+    import argparse
+
+    from drivetrain.commands.config import config_command, config_command_parser
+    from drivetrain.commands.env import env_command, env_command_parser
+    from drivetrain.commands.launch import launch_command_parser
+    from drivetrain.commands.merge import merge_command_parser
+    from drivetrain.commands.test import test_command_parser
+    from drivetrain.commands.to_fsdp2 import to_fsdp2_command, to_fsdp2_command_parser
+    from drivetrain.commands.tpu import tpu_command_launcher, tpu_command_parser
+
+    path = tmp_path / "default.yaml"
+    args = config_command_parser().parse_args(["default", "--config_file", str(path)])
+    assert config_command(args) == 0 and yaml.safe_load(path.read_text())["mixed_precision"] == "no"
+    assert env_command(env_command_parser().parse_args(["--json"])) == 0 and '"report_version"' in capsys.readouterr().out
+    launch = launch_command_parser().parse_args(["--num-processes", "2", "train.py", "--lr", "1"])
+    assert launch.num_processes == 2 and launch.training_script_args == ["--lr", "1"]
+    assert test_command_parser().parse_args(["--config_file", "x"]).config_file == "x"
+    assert merge_command_parser().parse_args(["a", "b"]).checkpoint_directory == "a"
+    source = tmp_path / "f.yaml"
+    source.write_text(yaml.safe_dump(FSDP1))
+    to = to_fsdp2_command_parser().parse_args(["--config_file", str(source), "--output_file", str(tmp_path / "o")])
+    assert to_fsdp2_command(to) == 0
+    tpu = tpu_command_parser().parse_args(["--tpu_name", "a", "--tpu_zone", "b", "--command", "ls", "--debug"])
+    assert tpu_command_launcher(tpu) == 0 and "ssh a --zone b" in capsys.readouterr().out
+    sub = argparse.ArgumentParser().add_subparsers()
+    assert env_command_parser(sub).prog.endswith("env") and "env" in sub.choices
+
+
+def test_a_plugin_command_module_says_when_its_plugin_is_missing():
+    code = "import drivetrain.commands.to_fsdp2 as m; m.to_fsdp2_command"
+    env = {**os.environ, "DRIVETRAIN_BLOCK_PLUGINS": "fsdp"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert result.returncode == 1 and "plugin that provides this command is not installed" in result.stderr
+
+
+@pytest.mark.parametrize("module", ["config", "env", "launch", "merge", "test", "tpu", "to_fsdp2"])
+def test_every_command_module_has_accelerate_s_functions(module):
+    import importlib
+
+    mod = importlib.import_module(f"drivetrain.commands.{module}")
+    prefix = {"to_fsdp2": "to_fsdp2"}.get(module, module)
+    assert callable(getattr(mod, f"{prefix}_command_parser"))
+    assert callable(getattr(mod, f"{prefix}_command_launcher" if module == "tpu" else f"{prefix}_command"))
