@@ -52,17 +52,36 @@ def test_unknown_mixed_precision_names_the_installed_ones():
         Accelerator(mixed_precision="fp7")
 
 
-def test_optimizer_without_its_model_is_refused():
-    model, optimizer = make()
-    with pytest.raises(DrivetrainError, match=r"accelerator.prepare\(model, optimizer\)"):
-        Accelerator().prepare(optimizer)
+def test_optimizer_over_a_standalone_parameter_and_backward_without_a_model_train_like_torch():
+    """As in Accelerate: no prepared model is needed for prepare(optimizer) or backward()."""
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(4, 1))
+    reference = weight.detach().clone().requires_grad_(True)
+    initial = weight.detach().clone()
+    accelerator = Accelerator(gradient_accumulation_steps=2)
+    optimizer = accelerator.prepare(torch.optim.SGD([weight], lr=0.1))
+    assert type(optimizer).__name__ == "AcceleratedOptimizer"
+    plain = torch.optim.SGD([reference], lr=0.1)
+    batches = [torch.randn(3, 4, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    for x in batches:
+        with accelerator.accumulate():
+            accelerator.backward((x @ weight).pow(2).mean())
+            optimizer.step()
+            optimizer.zero_grad()
+    for first, second in (batches[:2], batches[2:]):
+        ((first @ reference).pow(2).mean() / 2 + (second @ reference).pow(2).mean() / 2).backward()
+        plain.step()
+        plain.zero_grad()
+    torch.testing.assert_close(weight.detach(), reference.detach())
+    assert not torch.equal(weight.detach(), initial)  # it trained
 
 
-def test_backward_before_prepare_is_refused():
-    model, _ = make()
+def test_backend_option_attributes_read_none_and_typos_raise():
     accelerator = Accelerator()
-    with pytest.raises(DrivetrainError, match="before any model was prepared"):
-        accelerator.backward(model(torch.randn(2, 4)).sum())
+    assert accelerator.fsdp_plugin is None and accelerator.deepspeed_plugin is None  # declared by strategies
+    for typo in ("fsdp_plugn", "fdsp_plugin", "deepspeed_plugins_plugin", "not_a_plugin"):
+        with pytest.raises(AttributeError, match=typo):
+            getattr(accelerator, typo)
 
 
 def test_unknown_keyword_argument():
@@ -161,6 +180,24 @@ def test_fp16_overflow_skips_the_step_and_the_scheduler():
     assert scheduler.get_last_lr() == [0.1]
 
 
+def test_clip_grad_value_is_asked_of_the_strategy_first(monkeypatch):
+    accelerator = Accelerator()
+    model, optimizer = accelerator.prepare(*make())
+    accelerator.backward(model(torch.randn(4, 4)).sum())
+    before = [p.grad.clone() for p in model.parameters()]
+    asked = []
+
+    def refuse(name, **kwargs):
+        asked.append((name, kwargs["clip_value"]))
+        raise DrivetrainError("cannot clip by value; use clip_grad_norm_")
+
+    monkeypatch.setattr(accelerator.run, "call", refuse)
+    with pytest.raises(DrivetrainError, match="clip_grad_norm_"):
+        accelerator.clip_grad_value_(model.parameters(), 1e-4)
+    assert asked == [("drivetrain_clip_grad_value", 1e-4)]
+    assert all(torch.equal(a, p.grad) for a, p in zip(before, model.parameters()))  # refused before clipping
+
+
 def test_clip_grad_norm_and_value():
     model, optimizer = make()
     accelerator = Accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=1024)])
@@ -218,6 +255,56 @@ def test_dynamo_backend_compiles_the_prepared_model():
     assert accelerator.unwrap_model(prepared, keep_torch_compile=False) is model
 
 
+def test_a_strategy_preparing_objects_together_still_gets_every_model_transform(monkeypatch):
+    """Conversions before and finalisation (here: compilation) after, whoever wraps the model."""
+    import types
+
+    accelerator = Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="eager"))
+    run, calls = accelerator.run, []
+    real_hook, real_call, real_chain = run.hook, run.call, run.chain
+
+    class Engine(torch.nn.Module):  # stands for an engine built from model and optimizer
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, x):
+            return self.module(x)
+
+    def hook(name):
+        if name == "drivetrain_prepare_objects":
+            return types.SimpleNamespace(get_hookimpls=lambda: ["a strategy"])
+        return real_hook(name)
+
+    def call(name, **kwargs):
+        if name == "drivetrain_prepare_objects" and len(kwargs["objects"]) == 1:
+            return list(kwargs["objects"])  # already prepared: the strategy hands it back
+        if name == "drivetrain_prepare_objects":
+            model, optimizer = kwargs["objects"]
+            calls.append(("prepare_objects", getattr(model, "converted", False)))
+            return [Engine(model), optimizer]
+        return real_call(name, **kwargs)
+
+    def chain(name, value_name, value, **kwargs):
+        calls.append((name, type(value).__name__))
+        if name == "drivetrain_convert_model":
+            value.converted = True
+        return real_chain(name, value_name, value, **kwargs)
+
+    monkeypatch.setattr(run, "hook", hook)
+    monkeypatch.setattr(run, "call", call)
+    monkeypatch.setattr(run, "chain", chain)
+    model, optimizer = make()
+    prepared, same_optimizer = accelerator.prepare(model, optimizer)
+    assert calls == [("drivetrain_convert_model", "Sequential"), ("prepare_objects", True),
+                     ("drivetrain_finalize_model", "Engine")]
+    assert type(prepared._orig_mod) is Engine and prepared._orig_mod.module is model  # compiled
+    assert accelerator._models == [prepared] and same_optimizer is optimizer
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(prepared(x), model(x))
+    assert accelerator.prepare(prepared) is prepared and len(calls) == 3  # prepared already: no transform again
+
+
 def test_find_executable_batch_size_halves_until_it_fits():
     tried = []
 
@@ -261,3 +348,20 @@ def test_get_logger_logs_on_the_main_process(caplog):
 def test_environment_variable_sets_accumulation_like_accelerate(monkeypatch):
     monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "3")
     assert Accelerator().gradient_accumulation_steps == 3
+
+
+def test_self_test_asserts_that_the_main_process_goes_first():
+    from drivetrain.cli import self_test
+    from drivetrain.state import PartialState
+
+    # (clock, is main, is local main, [(entered, left) of main_process_first, of local_main_process_first])
+    good = [("a", True, True, [(0.0, 1.0), (2.0, 3.0)]), ("a", False, False, [(1.5, 1.6), (3.1, 3.2)]),
+            ("b", False, True, [(0.1, 0.2), (0.0, 0.5)]), ("b", False, False, [(1.6, 1.7), (0.6, 0.7)])]
+    self_test.check_goes_first(good)  # "b" runs on another clock: compared only with its local main
+    early = [good[0], ("a", False, False, [(0.5, 0.6), (3.1, 3.2)]), *good[2:]]
+    with pytest.raises(AssertionError, match="main_process_first: a process entered the block 0.500s before"):
+        self_test.check_goes_first(early)
+    early_local = [*good[:3], ("b", False, False, [(1.6, 1.7), (0.4, 0.7)])]
+    with pytest.raises(AssertionError, match="local_main_process_first: a process entered"):
+        self_test.check_goes_first(early_local)
+    self_test.check_processes(PartialState())  # one process: the real check runs through

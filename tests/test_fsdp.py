@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from drivetrain.errors import CheckpointError, ConfigError
+from drivetrain.errors import CheckpointError, ConfigError, DrivetrainError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "scripts" / "check_fsdp.py"
@@ -130,8 +130,12 @@ def test_public_names_enum_and_selection_through_the_kernel(clean_env):
 def test_accelerator_argument_selects_fsdp_and_refuses_offload_on_cpu(clean_env):
     from drivetrain import Accelerator, FullyShardedDataParallelPlugin
 
-    with pytest.raises(ConfigError, match="CPU offload .* needs an accelerator|already"):
-        Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(cpu_offload=True))
+    expected = ("FSDP CPU offload (cpu_offload / fsdp_offload_params) moves parameters from an accelerator to CPU "
+                "memory, but this run's platform is 'cpu', where they are in CPU memory already (torch's offloading "
+                "also needs an accelerator to exist); remove the option, or run on an accelerator")
+    with pytest.raises(ConfigError) as refused:  # cpu=True: the platform is the CPU on a GPU machine too
+        Accelerator(cpu=True, fsdp_plugin=FullyShardedDataParallelPlugin(cpu_offload=True))
+    assert str(refused.value) == expected
 
 
 @pytest.fixture
@@ -159,6 +163,11 @@ def test_one_process_fsdp_trains_and_exposes_its_options(clean_env):
     model, optimizer = accelerator.prepare(model, optimizer)
     assert type(next(model.parameters())).__name__ == "DTensor"
     accelerator.backward(model(torch.randn(3, 4)).sum())
+    grads = [p.grad.full_tensor().clone() for p in model.parameters()]
+    with pytest.raises(DrivetrainError, match=r"^FSDP cannot clip gradients by value; use "
+                                              r"accelerator.clip_grad_norm_ instead$"):
+        accelerator.clip_grad_value_(model.parameters(), 1e-4)  # refused as in Accelerate, nothing clipped
+    assert all(torch.equal(g, p.grad.full_tensor()) for g, p in zip(grads, model.parameters()))
     norm = accelerator.clip_grad_norm_(model.parameters(), 0.5)
     assert type(norm) is torch.Tensor and norm > 0
     optimizer.step()

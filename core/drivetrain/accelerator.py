@@ -44,6 +44,15 @@ def _is_scheduler(obj: Any) -> bool:
     )
 
 
+def _strategy_option_attributes() -> set[str]:
+    """Accelerate's ``<backend>_plugin`` attributes: the ``accelerator_arguments`` installed
+    strategies declare (read as ``None`` while that strategy is unused). Any other name is a typo."""
+    from .plugin_manager import get_plugin_manager
+
+    return {argument for _plugin, spec in get_plugin_manager().registrations("drivetrain_register_strategies")
+            for argument in spec.accelerator_arguments if argument.endswith("_plugin")}
+
+
 class Accelerator:
     """Prepare a model, its optimizer, scheduler and data for the run this process is in.
 
@@ -236,6 +245,56 @@ class Accelerator:
     def is_last_process(self) -> bool:
         return self.state.is_last_process
 
+    # Ranks of composable parallelism. A strategy that lays processes out on a device mesh
+    # answers them through its run extension; otherwise each process is its own data shard.
+
+    def _mesh_attribute(self, name: str, default: Any) -> Any:
+        try:
+            return self.run.extension_attribute(name)
+        except AttributeError:
+            return default
+
+    @property
+    def parallelism_config(self) -> Any:
+        return self._mesh_attribute("parallelism_config", None)
+
+    @property
+    def torch_device_mesh(self) -> Any:
+        return self._mesh_attribute("torch_device_mesh", None)
+
+    @property
+    def is_composable_parallelism_enabled(self) -> bool:
+        return bool(self._mesh_attribute("is_composable_parallelism_enabled", False))
+
+    @property
+    def data_parallel_rank(self) -> int:
+        return self.run.data_parallel_rank
+
+    @property
+    def data_parallel_shard_rank(self) -> int:
+        return self._mesh_attribute("data_parallel_shard_rank", 0)
+
+    @property
+    def tensor_parallel_rank(self) -> int:
+        return self._mesh_attribute("tensor_parallel_rank", 0)
+
+    @property
+    def context_parallel_rank(self) -> int:
+        return self._mesh_attribute("context_parallel_rank", 0)
+
+    @property
+    def pipeline_parallel_rank(self) -> int:
+        return self._mesh_attribute("pipeline_parallel_rank", 0)
+
+    def maybe_context_parallel(self, buffers: list[Any] | None = None, buffer_seq_dims: list[int] | None = None,
+                               no_restore_buffers: set[Any] | None = None) -> contextlib.AbstractContextManager:
+        """Split ``buffers`` over the context-parallel processes inside the block (a no-op
+        when the run has no such dimension)."""
+        enter = self._mesh_attribute("maybe_context_parallel", None)
+        if enter is None:
+            return contextlib.nullcontext()
+        return enter(buffers=buffers, buffer_seq_dims=buffer_seq_dims, no_restore_buffers=no_restore_buffers)
+
     @property
     def use_distributed(self) -> bool:
         return self.state.use_distributed
@@ -321,40 +380,43 @@ class Accelerator:
         prepared = self.run.call("drivetrain_prepare_objects", objects=objects, device_placement=placement,
                                  accelerator=self)
         if prepared is None:
-            prepared = self._prepare_one_by_one(objects, placement)
+            prepared = self._prepare_one_by_one(objects, placement, converted)
         else:
-            self._record_prepared(objects, list(prepared))
+            prepared = list(prepared)
+            if len(prepared) != len(objects):
+                raise DrivetrainError(f"the strategy prepared {len(prepared)} objects for the {len(objects)} given")
+            for index in converted:
+                if isinstance(prepared[index], torch.nn.Module):
+                    prepared[index] = self.run.chain("drivetrain_finalize_model", "model", prepared[index])
+            self._record_prepared(objects, prepared)
         return prepared[0] if len(prepared) == 1 else tuple(prepared)
 
     def _record_prepared(self, objects: list[Any], prepared: list[Any]) -> None:
         """Keep what a strategy's ``drivetrain_prepare_objects`` returned, by kind."""
-        if len(prepared) != len(objects):
-            raise DrivetrainError(f"the strategy prepared {len(prepared)} objects for the {len(objects)} given")
         for obj in prepared:
             if isinstance(obj, torch.nn.Module):
                 if all(obj is not known for known in self._models):
                     self._models.append(obj)
             elif isinstance(obj, torch.optim.Optimizer):
+    def _is_new_model(self, obj: Any) -> bool:
+        return isinstance(obj, torch.nn.Module) and all(obj is not known for known in self._models)
+
                 if all(obj is not known for known in self._optimizers):
                     self._optimizers.append(obj)
             elif _is_scheduler(obj) and not _is_dataloader(obj):
                 if all(obj is not known for known in self._schedulers):
                     self._schedulers.append(obj)
 
-    def _prepare_one_by_one(self, objects: list[Any], placement: list[bool]) -> list[Any]:
+    def _prepare_one_by_one(self, objects: list[Any], placement: list[bool], converted: list[int]) -> list[Any]:
         result: list[Any] = list(objects)
         # Models first, then optimizers (they refer to model parameters), then schedulers.
-        for stage in (self._prepare_if_model, self._prepare_if_dataloader, self._prepare_if_optimizer,
-                      self._prepare_if_scheduler):
+        for index, obj in enumerate(result):
+            if self._is_new_model(obj):
+                result[index] = self._prepare_model(obj, placement[index], converted=index in converted)
+        for stage in (self._prepare_if_dataloader, self._prepare_if_optimizer, self._prepare_if_scheduler):
             for index, obj in enumerate(result):
                 result[index] = stage(obj, placement[index])
-        self._check_optimizers_have_models(objects)
         return result
-
-    def _prepare_if_model(self, obj: Any, placement: bool) -> Any:
-        if isinstance(obj, torch.nn.Module) and obj not in self._models:
-            return self.prepare_model(obj, device_placement=placement)
-        return obj
 
     def _prepare_if_dataloader(self, obj: Any, placement: bool) -> Any:
         if _is_dataloader(obj) and obj not in self._dataloaders:
@@ -371,17 +433,6 @@ class Accelerator:
             return self.prepare_scheduler(obj)
         return obj
 
-    def _check_optimizers_have_models(self, objects: list[Any]) -> None:
-        prepared = {id(p) for model in self._models for p in self.unwrap_model(model).parameters()}
-        for obj in objects:
-            if isinstance(obj, torch.optim.Optimizer):
-                params = [p for group in obj.param_groups for p in group["params"]]
-                if params and not any(id(p) in prepared for p in params):
-                    raise UsageError(
-                        "an optimizer was prepared whose parameters belong to no prepared model; "
-                        "pass the model to the same prepare() call: accelerator.prepare(model, optimizer)"
-                    )
-
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
                       evaluation_mode: bool = False) -> torch.nn.Module:
         """Place, convert, wrap and finalise a model through the active plugins."""
@@ -390,10 +441,15 @@ class Accelerator:
         strategy = self.run.selection.strategy
         if device_placement and not (strategy is not None and strategy.places_models):
             model = model.to(self.device)
-        model = self.run.chain("drivetrain_convert_model", "model", model)
+        if not converted:
+            model = self.run.chain("drivetrain_convert_model", "model", model)
         wrapped = self.run.call("drivetrain_wrap_model", model=model, evaluation_mode=evaluation_mode)
         model = self.run.chain("drivetrain_finalize_model", "model", model if wrapped is None else wrapped)
         self._models.append(model)
+        return self._prepare_model(model, device_placement, evaluation_mode)
+
+    def _prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
+                       evaluation_mode: bool = False, converted: bool = False) -> torch.nn.Module:
         return model
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None) -> Any:
@@ -432,6 +488,14 @@ class Accelerator:
             use_stateful_dataloader=config.use_stateful_dataloader,
         )
         prepared = self.run.chain("drivetrain_wrap_dataloader", "dataloader", prepared)
+        dispatch_batches = config.dispatch_batches
+        if self.run.data_parallel_size != self.num_processes:
+            # Peers that share a batch (tensor/context parallel) read the same shard; the main
+            # process's dispatching cuts batches by process index instead.
+            if dispatch_batches:
+                raise ConfigError("dispatch_batches cannot be used when processes share batches (tensor or context "
+                                  "parallelism); set DataLoaderConfiguration(dispatch_batches=False)")
+            dispatch_batches = False
         self._dataloaders.append(prepared)
         return prepared
 
@@ -498,15 +562,18 @@ class Accelerator:
                 if "already been called" not in str(error):
                     raise
 
-    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2) -> torch.Tensor:
-        """Clip the gradient norm (after unscaling); returns the total norm."""
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2) -> torch.Tensor | None:
+        """Clip the gradient norm (after unscaling); returns the total norm.
+
+        ``None`` when the strategy clips inside its own step and measured no norm there.
+        """
         parameters = list(parameters) if not isinstance(parameters, torch.Tensor) else [parameters]
         self.unscale_gradients()
         norm = self.run.call("drivetrain_clip_grad_norm", parameters=parameters, max_norm=max_norm,
                              norm_type=norm_type)
         if norm is None:
             norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
-        return norm
+        return None if norm is False else norm  # False: the strategy clipped but measured no norm
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         self.unscale_gradients()
@@ -516,6 +583,14 @@ class Accelerator:
     def autocast(self, autocast_handler: AutocastKwargs | None = None) -> Iterator[None]:
         """Run the block in the run's mixed precision."""
         handler = autocast_handler or self.run.handler_kwargs.get("AutocastKwargs") or AutocastKwargs()
+        """Clip each gradient to ``[-clip_value, clip_value]`` (after unscaling).
+
+        A strategy that cannot (its engine steps inside ``backward``, or its gradients are
+        sharded) raises before anything changes; use :meth:`clip_grad_norm_` there.
+        """
+        parameters = list(parameters) if not isinstance(parameters, torch.Tensor) else [parameters]
+        if self.run.call("drivetrain_clip_grad_value", parameters=parameters, clip_value=clip_value):
+            return
         context = self.run.call("drivetrain_autocast", kwargs=handler.to_kwargs())
         with context if context is not None else contextlib.nullcontext():
             yield
@@ -632,8 +707,8 @@ class Accelerator:
                 sampler.even_batches = value
 
     def save(self, obj: Any, f: str | os.PathLike, safe_serialization: bool = False) -> None:
-        """Save ``obj`` once per machine set-up (on the main process only)."""
-        if not self.is_main_process:
+        """Save ``obj`` on the main process (on each node's main one with ``save_on_each_node``)."""
+        if not self._saves_files_here():
             return
         if safe_serialization:
             from safetensors.torch import save_file

@@ -31,9 +31,12 @@ the value unchanged).
 The order in which the model is transformed is fixed: device placement (platform) ->
 ``drivetrain_convert_model`` (precision conversions such as FP8 layers) ->
 ``drivetrain_wrap_model`` (the parallel wrapper of the strategy) ->
-``drivetrain_finalize_model`` (autocast of forward, compilation). A strategy whose
+``drivetrain_finalize_model`` (compilation). A strategy whose
 ``StrategySpec.places_models`` is true places the model itself, in ``drivetrain_wrap_model``
-(a sharding strategy shards first), and the core skips its own placement.
+(a sharding strategy shards first), and the core skips its own placement. A strategy that
+answers ``drivetrain_prepare_objects`` takes the place of placement and wrapping: the core
+still converts the models before handing them over and finalises the models it returns, so
+every transform runs whatever the strategy.
 """
 
 from __future__ import annotations
@@ -312,7 +315,12 @@ def drivetrain_prepare_objects(
 
     *firstresult*. Most strategies leave this alone (return ``None``) and the core prepares
     each object through the hooks below. A strategy that must see models, optimizers and
-    schedulers at once answers here: an engine built from all three (DeepSpeed). Parameters
+    schedulers at once answers here: an engine built from all three (DeepSpeed). It stands
+    for placement and ``drivetrain_wrap_model`` only: the models it receives have already
+    been through ``drivetrain_convert_model`` (where the user built them: the strategy
+    places them), and each model it returns in a model's position goes through
+    ``drivetrain_finalize_model`` (compilation) before the user gets it (API 1.2). A model
+    whose wrapper must be compiled its own way answers ``drivetrain_compile_model``. Parameters
     that change identity when sharded (FSDP) need not: the core wraps every model of the call
     before it prepares any optimizer, so ``drivetrain_wrap_optimizer`` can point an optimizer
     created before ``prepare`` at the new parameters.
@@ -342,10 +350,14 @@ def drivetrain_convert_model(model: Any, run: Run) -> Any:
     plugins swap linear layers here; the parallel wrapper comes afterwards.
 
     Args:
-        model: the ``torch.nn.Module``, already on its device.
+        model: the ``torch.nn.Module``: on the run's device, unless the strategy places
+            models itself (``StrategySpec.places_models``, or a strategy answering
+            ``drivetrain_prepare_objects``): then where the user built it.
         run: this process's run.
 
-    Return the converted module, or ``None`` to keep it.
+    Return the converted module, or ``None`` to keep it. A strategy whose engine runs the
+    model in its own precision answers ``drivetrain_autocast`` first; a precision plugin
+    that wraps ``forward`` in autocast checks that answer and leaves such a model alone.
     """
 
 
@@ -369,9 +381,31 @@ def drivetrain_wrap_model(model: Any, run: Run, evaluation_mode: bool) -> Any:
 
 @hookspec
 def drivetrain_finalize_model(model: Any, run: Run) -> Any:
-    """Last changes to a prepared model: autocast around forward, compilation.
+    """Last changes to a prepared model: compilation.
 
-    *chained*. Return the model to use from now on, or ``None`` to keep it.
+    *chained*. Called for every prepared model, whichever hook wrapped it
+    (``drivetrain_wrap_model`` or ``drivetrain_prepare_objects``). Return the model to use
+    from now on, or ``None`` to keep it.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_compile_model(model: Any, run: Run, options: Any) -> Any:
+    """Compile a prepared model whose wrapper must be compiled its own way (API 1.2).
+
+    *firstresult*. Called by the plugin that provides the ``compile`` feature, from its
+    ``drivetrain_finalize_model``, before it falls back to ``torch.compile``. A strategy
+    whose wrapper owns forward and backward (a DeepSpeed engine) compiles through that
+    wrapper here, so its hooks stay in place.
+
+    Args:
+        model: the prepared (wrapped) model.
+        run: this process's run.
+        options: the ``TorchDynamoPlugin`` asked for (``backend``, ``mode``,
+            ``fullgraph``, ``dynamic``, ``options``).
+
+    Return the model to use from now on (it may be ``model`` itself, compiled in place), or
+    ``None`` when the model is not yours.
     """
 
 
@@ -489,7 +523,22 @@ def drivetrain_clip_grad_norm(parameters: Any, max_norm: float, norm_type: float
 
     *firstresult*. The core unscales fp16 gradients first and, when nobody answers, calls
     ``torch.nn.utils.clip_grad_norm_``. Strategies whose parameters are sharded (FSDP)
-    compute the norm across shards.
+    compute the norm across shards. An engine that clips inside its own step returns the
+    norm it measured there, or ``False`` when it measured none (``accelerator.clip_grad_norm_``
+    then returns ``None``): never an invented number.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_clip_grad_value(parameters: Any, clip_value: float, run: Run) -> bool | None:
+    """Clip each gradient of ``parameters`` to ``[-clip_value, clip_value]`` (API 1.2).
+
+    *firstresult*. Called before the core unscales fp16 gradients and clips with
+    ``torch.nn.utils.clip_grad_value_``; return ``None`` to let it. A strategy that cannot
+    clip by value raises a :class:`drivetrain.errors.DrivetrainError` naming
+    ``clip_grad_norm_`` instead, before changing anything: an engine that steps inside
+    ``backward`` (the gradients are gone when the user clips), or gradients sharded across
+    processes. Return ``True`` when you clipped yourself.
     """
 
 

@@ -34,6 +34,12 @@ def drivetrain_autocast(run, kwargs):
 
 @hookimpl
 def drivetrain_convert_model(model, run):
+    import torch
+
+    # A strategy whose engine runs the model in its own precision answers the run's autocast
+    # first (with no autocast): forward is then left as it is.
+    if not isinstance(run.call("drivetrain_autocast", kwargs={}), torch.autocast):
+        return None
     from .amp import autocast_forward
 
     return autocast_forward(model, run)

@@ -64,6 +64,30 @@ def check_ddp_matches_one_process_on_the_combined_batch(steps: int = 5) -> None:
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
 
 
+def check_parameter_of_no_model(steps: int = 3) -> None:
+    """An optimizer over a standalone parameter, and backward with no prepared model (allowed, as
+    in Accelerate): nothing synchronises it, so each process follows plain torch on its share."""
+    accelerator = fresh_accelerator()
+    world, rank = accelerator.num_processes, accelerator.process_index
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(FEATURES, 1, device=accelerator.device))
+    reference = weight.detach().clone().requires_grad_(True)
+    optimizer = accelerator.prepare(torch.optim.SGD([weight], lr=0.05))
+    plain = torch.optim.SGD([reference], lr=0.05)
+    share = slice(rank * BATCH, (rank + 1) * BATCH)
+    for step in range(steps):
+        x, y = (t[share].to(accelerator.device) for t in data(step, world))
+        accelerator.backward(torch.nn.functional.mse_loss(x @ weight, y))
+        optimizer.step()
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(x @ reference, y).backward()
+        plain.step()
+        plain.zero_grad()
+    torch.testing.assert_close(weight.detach(), reference.detach())
+    weights = accelerator.gather(weight.detach()[None])
+    assert not torch.equal(weights[0], weights[1])  # trained on each process's own share
+
+
 def check_accumulation_of_4_matches_one_step_of_4x(steps: int = 2) -> None:
     accelerator = fresh_accelerator(gradient_accumulation_steps=4)
     world, rank = accelerator.num_processes, accelerator.process_index
@@ -250,6 +274,7 @@ def check_checkpoint_commit_across_processes(directory: str) -> None:
 def main() -> None:
     directory = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()
     check_ddp_matches_one_process_on_the_combined_batch()
+    check_parameter_of_no_model()
     check_accumulation_of_4_matches_one_step_of_4x()
     check_mixed_precision("bf16")
     check_mixed_precision("fp16")

@@ -9,6 +9,7 @@ so ``drivetrain launch`` names the rank and the check.
 from __future__ import annotations
 
 import sys
+import time
 
 
 def _check(condition: bool, what: str) -> None:
@@ -33,15 +34,56 @@ def check_processes(state) -> None:
     with state.split_between_processes(list(range(2 * n + 1))) as share:
         shares = state.collectives.all_gather_object(share)
     _check(sorted(x for part in shares for x in part) == list(range(2 * n + 1)), "split_between_processes")
-    order = []
-    with state.main_process_first():
-        order.append(rank)
-    state.wait_for_everyone()
+    spans = []
+    for first, label in ((state.main_process_first, "main"), (state.local_main_process_first, "local main")):
+        with first():
+            entered = time.monotonic()
+            if state.is_main_process if label == "main" else state.is_local_main_process:
+                time.sleep(0.05)  # long enough that another process entering too early is caught
+            spans.append((entered, time.monotonic()))
+    views = state.collectives.all_gather_object((_clock_id(), state.is_main_process, state.is_local_main_process,
+                                                 spans))
+    check_goes_first(views)
     ran = []
     state.on_main_process(lambda: ran.append("main"))()
     state.on_last_process(lambda: ran.append("last"))()
     _check(("main" in ran) == state.is_main_process and ("last" in ran) == state.is_last_process,
            "on_main_process/on_last_process")
+
+
+def _clock_id() -> str:
+    """Processes with the same id read the same ``time.monotonic`` clock: one running kernel
+    (its boot id, where the system has one) and one host name (containers on one kernel are
+    told apart, as each goes first on its own)."""
+    import socket
+
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as file:
+            boot = file.read().strip()
+    except OSError:
+        boot = ""
+    return f"{boot}/{socket.gethostname()}"
+
+
+def check_goes_first(views: list) -> None:
+    """``main_process_first`` / ``local_main_process_first``: on every clock shared with the
+    process that goes first, no other process entered the block before that one had left it.
+
+    ``views`` holds each process's ``(clock id, is main, is local main, [(entered, left)] of the
+    main-first block, then of the local-main-first block)``.
+    """
+    for block, label in ((0, "main_process_first"), (1, "local_main_process_first")):
+        for clock, is_main, is_local_main, spans in views:
+            first = is_main if block == 0 else is_local_main
+            if not first:
+                continue
+            left = spans[block][1]
+            for other_clock, other_main, other_local_main, other_spans in views:
+                other_first = other_main if block == 0 else other_local_main
+                if other_clock == clock and not other_first:
+                    entered = other_spans[block][0]
+                    _check(entered >= left, f"{label}: a process entered the block {left - entered:.3f}s before "
+                                            "the one that goes first had left it")
 
 
 def check_training(state) -> None:
