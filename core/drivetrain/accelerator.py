@@ -200,7 +200,7 @@ class Accelerator:
             return run.extension_attribute(name)
         except AttributeError:
             pass
-        if name.endswith("_plugin"):
+        if name in _strategy_option_attributes():
             return getattr(self.state, name)  # a backend's option object: None when that backend is unused
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -244,56 +244,6 @@ class Accelerator:
     @property
     def is_last_process(self) -> bool:
         return self.state.is_last_process
-
-    # Ranks of composable parallelism. A strategy that lays processes out on a device mesh
-    # answers them through its run extension; otherwise each process is its own data shard.
-
-    def _mesh_attribute(self, name: str, default: Any) -> Any:
-        try:
-            return self.run.extension_attribute(name)
-        except AttributeError:
-            return default
-
-    @property
-    def parallelism_config(self) -> Any:
-        return self._mesh_attribute("parallelism_config", None)
-
-    @property
-    def torch_device_mesh(self) -> Any:
-        return self._mesh_attribute("torch_device_mesh", None)
-
-    @property
-    def is_composable_parallelism_enabled(self) -> bool:
-        return bool(self._mesh_attribute("is_composable_parallelism_enabled", False))
-
-    @property
-    def data_parallel_rank(self) -> int:
-        return self.run.data_parallel_rank
-
-    @property
-    def data_parallel_shard_rank(self) -> int:
-        return self._mesh_attribute("data_parallel_shard_rank", 0)
-
-    @property
-    def tensor_parallel_rank(self) -> int:
-        return self._mesh_attribute("tensor_parallel_rank", 0)
-
-    @property
-    def context_parallel_rank(self) -> int:
-        return self._mesh_attribute("context_parallel_rank", 0)
-
-    @property
-    def pipeline_parallel_rank(self) -> int:
-        return self._mesh_attribute("pipeline_parallel_rank", 0)
-
-    def maybe_context_parallel(self, buffers: list[Any] | None = None, buffer_seq_dims: list[int] | None = None,
-                               no_restore_buffers: set[Any] | None = None) -> contextlib.AbstractContextManager:
-        """Split ``buffers`` over the context-parallel processes inside the block (a no-op
-        when the run has no such dimension)."""
-        enter = self._mesh_attribute("maybe_context_parallel", None)
-        if enter is None:
-            return contextlib.nullcontext()
-        return enter(buffers=buffers, buffer_seq_dims=buffer_seq_dims, no_restore_buffers=no_restore_buffers)
 
     @property
     def use_distributed(self) -> bool:
@@ -377,8 +327,17 @@ class Accelerator:
         placement = [self.device_placement if p is None else p for p in device_placement]
         # Data loaders first: a strategy preparing the rest together may need their batch size.
         objects = [self._prepare_if_dataloader(obj, placement[index]) for index, obj in enumerate(args)]
-        prepared = self.run.call("drivetrain_prepare_objects", objects=objects, device_placement=placement,
-                                 accelerator=self)
+        converted: list[int] = []
+        prepared = None
+        if self.run.hook("drivetrain_prepare_objects").get_hookimpls():
+            # A strategy may wrap this call's models together with their optimizers (an engine):
+            # it places and wraps them, but every model still goes through the conversions
+            # before and the finalisation (compilation) after, as with any other strategy.
+            converted = [index for index, obj in enumerate(objects) if self._is_new_model(obj)]
+            for index in converted:
+                objects[index] = self.run.chain("drivetrain_convert_model", "model", objects[index])
+            prepared = self.run.call("drivetrain_prepare_objects", objects=objects, device_placement=placement,
+                                     accelerator=self)
         if prepared is None:
             prepared = self._prepare_one_by_one(objects, placement, converted)
         else:
@@ -391,6 +350,9 @@ class Accelerator:
             self._record_prepared(objects, prepared)
         return prepared[0] if len(prepared) == 1 else tuple(prepared)
 
+    def _is_new_model(self, obj: Any) -> bool:
+        return isinstance(obj, torch.nn.Module) and all(obj is not known for known in self._models)
+
     def _record_prepared(self, objects: list[Any], prepared: list[Any]) -> None:
         """Keep what a strategy's ``drivetrain_prepare_objects`` returned, by kind."""
         for obj in prepared:
@@ -398,9 +360,6 @@ class Accelerator:
                 if all(obj is not known for known in self._models):
                     self._models.append(obj)
             elif isinstance(obj, torch.optim.Optimizer):
-    def _is_new_model(self, obj: Any) -> bool:
-        return isinstance(obj, torch.nn.Module) and all(obj is not known for known in self._models)
-
                 if all(obj is not known for known in self._optimizers):
                     self._optimizers.append(obj)
             elif _is_scheduler(obj) and not _is_dataloader(obj):
@@ -436,6 +395,10 @@ class Accelerator:
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
                       evaluation_mode: bool = False) -> torch.nn.Module:
         """Place, convert, wrap and finalise a model through the active plugins."""
+        return self._prepare_model(model, device_placement, evaluation_mode)
+
+    def _prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
+                       evaluation_mode: bool = False, converted: bool = False) -> torch.nn.Module:
         if device_placement is None:
             device_placement = self.device_placement
         strategy = self.run.selection.strategy
@@ -446,10 +409,6 @@ class Accelerator:
         wrapped = self.run.call("drivetrain_wrap_model", model=model, evaluation_mode=evaluation_mode)
         model = self.run.chain("drivetrain_finalize_model", "model", model if wrapped is None else wrapped)
         self._models.append(model)
-        return self._prepare_model(model, device_placement, evaluation_mode)
-
-    def _prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
-                       evaluation_mode: bool = False, converted: bool = False) -> torch.nn.Module:
         return model
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None) -> Any:
@@ -488,14 +447,6 @@ class Accelerator:
             use_stateful_dataloader=config.use_stateful_dataloader,
         )
         prepared = self.run.chain("drivetrain_wrap_dataloader", "dataloader", prepared)
-        dispatch_batches = config.dispatch_batches
-        if self.run.data_parallel_size != self.num_processes:
-            # Peers that share a batch (tensor/context parallel) read the same shard; the main
-            # process's dispatching cuts batches by process index instead.
-            if dispatch_batches:
-                raise ConfigError("dispatch_batches cannot be used when processes share batches (tensor or context "
-                                  "parallelism); set DataLoaderConfiguration(dispatch_batches=False)")
-            dispatch_batches = False
         self._dataloaders.append(prepared)
         return prepared
 
@@ -508,9 +459,6 @@ class Accelerator:
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Backward for ``loss``, divided for gradient accumulation, through the active plugins."""
-        if not self._models:
-            raise UsageError("backward() was called before any model was prepared; "
-                             "call accelerator.prepare(model, optimizer, ...) first")
         if self.gradient_accumulation_steps > 1 and not self.run.options.get("strategy_accumulates", False):
             loss = loss / self.gradient_accumulation_steps
         if not self.run.call("drivetrain_backward", loss=loss, kwargs=kwargs, models=list(self._models)):
@@ -576,13 +524,6 @@ class Accelerator:
         return None if norm is False else norm  # False: the strategy clipped but measured no norm
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
-        self.unscale_gradients()
-        torch.nn.utils.clip_grad_value_(parameters, clip_value)
-
-    @contextlib.contextmanager
-    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> Iterator[None]:
-        """Run the block in the run's mixed precision."""
-        handler = autocast_handler or self.run.handler_kwargs.get("AutocastKwargs") or AutocastKwargs()
         """Clip each gradient to ``[-clip_value, clip_value]`` (after unscaling).
 
         A strategy that cannot (its engine steps inside ``backward``, or its gradients are
@@ -591,6 +532,13 @@ class Accelerator:
         parameters = list(parameters) if not isinstance(parameters, torch.Tensor) else [parameters]
         if self.run.call("drivetrain_clip_grad_value", parameters=parameters, clip_value=clip_value):
             return
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    @contextlib.contextmanager
+    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> Iterator[None]:
+        """Run the block in the run's mixed precision."""
+        handler = autocast_handler or self.run.handler_kwargs.get("AutocastKwargs") or AutocastKwargs()
         context = self.run.call("drivetrain_autocast", kwargs=handler.to_kwargs())
         with context if context is not None else contextlib.nullcontext():
             yield
@@ -707,8 +655,8 @@ class Accelerator:
                 sampler.even_batches = value
 
     def save(self, obj: Any, f: str | os.PathLike, safe_serialization: bool = False) -> None:
-        """Save ``obj`` on the main process (on each node's main one with ``save_on_each_node``)."""
-        if not self._saves_files_here():
+        """Save ``obj`` once per machine set-up (on the main process only)."""
+        if not self.is_main_process:
             return
         if safe_serialization:
             from safetensors.torch import save_file

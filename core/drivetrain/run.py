@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from .plugin_manager import PluginManager, call_chain
+from .plugin_manager import BLOCK_VARIABLE, PluginManager, call_chain
+
+_BLOCK_HINT = f"that {BLOCK_VARIABLE} does not block the platform's communication plugin"
 
 if TYPE_CHECKING:  # pragma: no cover
     from .collectives import Collectives
@@ -112,7 +114,17 @@ class Run:
         if self._collectives is None:
             from .collectives import SingleProcessCollectives
 
-            provided = self.call("drivetrain_collectives") if self.selection.cluster.world_size > 1 else None
+            world_size = self.selection.cluster.world_size
+            provided = self.call("drivetrain_collectives") if world_size > 1 else None
+            if provided is None and world_size > 1:
+                from .errors import DistributedError
+
+                # Falling back to one process here would make every gather and reduce
+                # silently local: wrong results instead of an error.
+                raise DistributedError(
+                    f"{world_size} processes but no active plugin provides collectives (active: "
+                    f"{', '.join(self.active_plugins)}); check `drivetrain plugins list` and {_BLOCK_HINT}"
+                )
             self._collectives = provided or SingleProcessCollectives()
         return self._collectives
 

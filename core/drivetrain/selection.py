@@ -21,8 +21,14 @@ from . import environment
 from .cluster import SINGLE_PROCESS, ClusterEnvironment
 from .detection import Candidate, best, probe_all
 from .errors import IncompatibleChoiceError, PluginSelectionError
-from .plugin_api import PlatformSpec, PrecisionSpec, StrategySpec, resolve
-from .plugin_manager import PluginManager
+from .plugin_api import PlatformSpec, PrecisionSpec, StrategySpec
+from .plugin_manager import (
+    BLOCK_VARIABLE,
+    EXPLICIT_PLUGINS_VARIABLE,
+    REPORTED_VARIABLE,
+    PluginManager,
+    PluginStatus,
+)
 
 NO_PRECISION = ("no", "none", "fp32", "")
 #: The platform ``cpu=True`` / ``--cpu`` / ``use_cpu: true`` selects.
@@ -141,11 +147,36 @@ class Selection:
 
     def child_environment(self) -> dict[str, str]:
         """Variables that make a child process choose exactly this (rule 5)."""
-        env = {"DRIVETRAIN_PLATFORM": self.platform.name, "DRIVETRAIN_MIXED_PRECISION": self.mixed_precision}
+        env = {"DRIVETRAIN_PLATFORM": self.platform.name, "DRIVETRAIN_MIXED_PRECISION": self.mixed_precision,
+               REPORTED_VARIABLE: "1"}  # the launcher already warned about broken plugins
         env["DRIVETRAIN_STRATEGY"] = self.strategy.name if self.strategy else "none"
         if self.precision is not None:
             env["DRIVETRAIN_PRECISION_BACKEND"] = self.precision.backend
         return env
+
+
+def not_loaded_hint(manager: PluginManager, name: str | None = None) -> str:
+    """Why something may be missing: plugins the user blocked, left out or that failed.
+
+    A blocked plugin is never imported, so what it would offer is unknown; one named
+    ``name`` (the ``cpu`` plugin offers the ``cpu`` platform) is named as the cause.
+    """
+    def named(status: PluginStatus) -> list[str]:
+        return sorted(r.name for r in manager.records.values() if r.status is status)
+
+    blocked, disabled, failed = named(PluginStatus.BLOCKED), named(PluginStatus.DISABLED), named(PluginStatus.FAILED)
+    if name is not None and name.lower() in [b.lower() for b in blocked]:
+        return f"plugin {name!r} provides it and is blocked by {BLOCK_VARIABLE}: remove {name!r} from {BLOCK_VARIABLE}"
+    hints = []
+    if blocked:
+        hints.append(f"{BLOCK_VARIABLE} blocks {', '.join(blocked)}, which may provide it: remove it from "
+                     f"{BLOCK_VARIABLE} to use it")
+    if disabled:
+        hints.append(f"third-party autoload is off for {', '.join(disabled)}: enable one with "
+                     f"{EXPLICIT_PLUGINS_VARIABLE}=NAME")
+    if failed:
+        hints.append(f"{', '.join(failed)} failed to load (`drivetrain plugins list` shows why)")
+    return "; ".join(hints)
 
 
 def _named(manager: PluginManager, hook: str, kind: str, name: str) -> list[tuple[str, Any]]:
@@ -154,8 +185,33 @@ def _named(manager: PluginManager, hook: str, kind: str, name: str) -> list[tupl
     found = [(p, spec) for p, spec in pairs if spec.name.lower() == name.lower()]
     if not found:
         known = ", ".join(sorted({spec.name for _p, spec in pairs})) or "none"
+        hint = not_loaded_hint(manager, name)
+        if hint:
+            raise PluginSelectionError(f"no loaded plugin offers the {kind} {name!r}: {hint} (loaded: {known})")
         raise PluginSelectionError(f"unknown {kind} {name!r}; installed {kind}s: {known}")
     return found
+
+
+def require_communication(manager: PluginManager, platform: PlatformSpec, platform_plugin: str,
+                          world_size: int) -> str:
+    """The plugin that connects the processes of a multi-process run, or an error before any
+    training: without one each process would compute alone and collectives would silently
+    return local values."""
+    name = platform.communication or platform_plugin
+    what = f"{world_size} processes on platform {platform.name!r} need plugin {name!r} to connect them"
+    record = manager.records.get(name)
+    if record is None:
+        raise PluginSelectionError(f"{what}, but it is not installed; reinstall the plugin of platform "
+                                   f"{platform.name!r} or run one process")
+    if record.status is PluginStatus.BLOCKED:
+        raise PluginSelectionError(f"{what}, but it is blocked by {BLOCK_VARIABLE}: remove {name!r} from "
+                                   f"{BLOCK_VARIABLE}, or run one process")
+    if not record.usable:
+        raise PluginSelectionError(f"{what}, but it cannot be used: {record.reason}")
+    if "drivetrain_collectives" not in record.hooks:
+        raise PluginSelectionError(f"{what}, but it offers no collectives (drivetrain_collectives); "
+                                   "run one process or choose another platform")
+    return name
 
 
 def _require_usable(manager: PluginManager, plugin: str, kind: str, name: str) -> None:
@@ -179,7 +235,9 @@ def choose_platform(manager: PluginManager, requests: Requests) -> tuple[Candida
                 )
     winner = best(platforms)
     if winner is None:
-        raise PluginSelectionError("no platform is usable; install a platform plugin or check `drivetrain plugins list --detect`")
+        hint = not_loaded_hint(manager)
+        raise PluginSelectionError("no platform is usable; " + (hint or "install a platform plugin or check "
+                                                                 "`drivetrain plugins list --detect`"))
     return winner, f"detected (priority {winner.priority}): {winner.reason}"
 
 
@@ -205,7 +263,7 @@ def choose_cluster(manager: PluginManager, env: Mapping[str, str] | None = None
         if winner is None:
             return SINGLE_PROCESS, None, "no launcher variables: one process"
         reason = f"detected: {winner.reason}"
-    environment_ = resolve(winner.spec.factory)()
+    environment_ = manager.resolve_factory(winner.plugin, winner.spec, f"cluster environment {winner.name!r}")()
     return environment_, winner.plugin, reason
 
 
@@ -231,7 +289,7 @@ def choose_strategy(
             return spec, plugin, f"{world_size} processes: the automatic strategy"
     raise PluginSelectionError(
         f"{world_size} processes but no installed strategy runs on platform {platform.name!r}; "
-        "reinstall drivetrain or unblock its data-parallel plugin"
+        + (not_loaded_hint(manager) or "reinstall drivetrain")
     )
 
 
@@ -282,6 +340,8 @@ def select(manager: PluginManager, requests: Requests, cluster: ClusterEnvironme
         cluster, cluster_plugin, cluster_reason = choose_cluster(manager)
     else:
         cluster_plugin, cluster_reason = None, f"the job being launched: {cluster.world_size} processes"
+    if cluster.world_size > 1:
+        require_communication(manager, platform.spec, platform.plugin, cluster.world_size)
     strategy, strategy_plugin, strategy_reason = choose_strategy(manager, requests, platform.spec, cluster.world_size)
     precision, precision_plugin, precision_reason = choose_precision(manager, requests, platform.spec, strategy)
     return Selection(

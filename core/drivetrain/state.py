@@ -16,8 +16,7 @@ from typing import Any, Callable, Iterator
 
 from . import environment
 from .enums import DistributedType
-from .errors import ConfigError
-from .plugin_api import resolve
+from .errors import ConfigError, DistributedError
 from .plugin_manager import get_plugin_manager
 from .run import Run
 from .selection import Requests, requests_from_env, select
@@ -65,7 +64,8 @@ class PartialState:
         manager = get_plugin_manager()
         requests = Requests(cpu=True if cpu else None).merged_over(requests_from_env(manager))
         selection = select(manager, requests)
-        platform = resolve(selection.platform.factory)()
+        platform = manager.resolve_factory(selection.platform_plugin, selection.platform,
+                                           f"platform {selection.platform.name!r}")()
         run = Run(manager, selection, platform)
         run.state = self
         self.platform = platform
@@ -78,8 +78,14 @@ class PartialState:
             platform.set_device(self.device)
             timeout = (_timeout_from(kwargs.get("timeout")) or _timeout_from(environment.read("TIMEOUT"))
                        or DEFAULT_TIMEOUT)
-            run.call("drivetrain_init_distributed", timeout=timeout, backend=kwargs.get("backend"),
-                     init_method=kwargs.get("init_method"))
+            joined = run.call("drivetrain_init_distributed", timeout=timeout, backend=kwargs.get("backend"),
+                              init_method=kwargs.get("init_method"))
+            if not joined:
+                raise DistributedError(
+                    f"{self.cluster.world_size} processes but no active plugin joined them "
+                    f"(drivetrain_init_distributed; active: {', '.join(run.active_plugins)}); see "
+                    "`drivetrain plugins list` and check DRIVETRAIN_BLOCK_PLUGINS"
+                )
         self._mixed_precision = selection.mixed_precision
         self.run = run  # last: `initialized` is true only once everything above worked
         manager.mark_active(run.active_plugins)
