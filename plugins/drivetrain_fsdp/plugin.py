@@ -25,7 +25,8 @@ from .options import (
     environment_of,
 )
 
-PLUGIN_INFO = PluginInfo(api_version="1.1", description="Fully Sharded Data Parallel (torch FSDP1 and FSDP2)")
+# API 1.2: drivetrain_clip_grad_value.
+PLUGIN_INFO = PluginInfo(api_version="1.2", description="Fully Sharded Data Parallel (torch FSDP1 and FSDP2)")
 
 NAME = "fsdp"
 OPTIONS_ARGUMENT = "fsdp_plugin"
@@ -217,6 +218,14 @@ def drivetrain_clip_grad_norm(parameters, max_norm, norm_type, run):
     from .wrap import clip_grad_norm
 
     return clip_grad_norm(parameters, max_norm, norm_type, run)
+
+
+@hookimpl
+def drivetrain_clip_grad_value(parameters, clip_value, run):
+    from drivetrain.errors import DrivetrainError
+
+    # As in Accelerate: clipping by value is refused with sharded gradients; the norm is global.
+    raise DrivetrainError("FSDP cannot clip gradients by value; use accelerator.clip_grad_norm_ instead")
 
 
 @hookimpl
