@@ -24,21 +24,9 @@ _HERE = "issue 14 (not yet done: plugin-owned helpers)"
 
 #: "module:name" -> the issue that brings it.
 LATER: dict[str, str] = {
-    **{f"drivetrain:{n}": _BIG_MODEL for n in (
-        "cpu_offload", "cpu_offload_with_hook", "disk_offload", "dispatch_model", "infer_auto_device_map",
-        "init_empty_weights", "init_on_device", "load_checkpoint_and_dispatch", "prepare_pippy")},
-    **{f"drivetrain.inference:{n}": _BIG_MODEL for n in (
-        "build_pipeline", "find_pippy_batch_size", "generate_device_map", "pippy_forward", "prepare_pippy")},
     **{f"drivetrain.utils:{n}": _BIG_MODEL for n in (
-        "BnbQuantizationConfig", "OffloadedWeightsLoader", "PrefixedDataset", "align_module_device",
-        "calculate_maximum_sizes", "check_device_map", "check_tied_parameters_in_config",
-        "check_tied_parameters_on_same_device", "compute_module_sizes", "convert_file_size_to_int",
-        "dtype_byte_size", "ensure_weights_retied", "extract_submodules_state_dict", "find_tied_parameters",
-        "get_balanced_memory", "get_grad_scaler", "get_max_layer_size", "get_max_memory",
-        "get_mixed_precision_context_manager", "has_4bit_bnb_layers", "has_offloaded_params", "id_tensor_storage",
-        "infer_auto_device_map", "load_and_quantize_model", "load_offloaded_weight", "load_offloaded_weights",
-        "load_state_dict", "named_module_tensors", "offload_state_dict", "offload_weight", "retie_parameters",
-        "save_offload_index", "set_module_tensor_to_device")},
+        "BnbQuantizationConfig", "get_grad_scaler", "get_mixed_precision_context_manager", "has_4bit_bnb_layers",
+        "load_and_quantize_model")},
     **{f"drivetrain.utils:{n}": _FP8 for n in (
         "AORecipeKwargs", "FP8RecipeKwargs", "MSAMPRecipeKwargs", "TERecipeKwargs", "apply_fp8_autowrap",
         "check_cuda_fp8_capability", "contextual_fp8_autocast", "convert_model", "convert_model_to_fp8_ao",

@@ -65,7 +65,19 @@ _NAMES: dict[str, tuple[str, ...]] = {
     "utils.tqdm": ("tqdm",),
     "memory": ("find_executable_batch_size", "release_memory"),
     "config": ("write_basic_config",),
-    "checkpointing.model_files": ("load_checkpoint_in_model",),
+    "utils.weights_loading": ("load_checkpoint_in_model", "load_state_dict"),
+    "utils.modeling": (
+        "align_module_device", "calculate_maximum_sizes", "check_tied_parameters_in_config",
+        "check_tied_parameters_on_same_device", "compute_module_sizes", "convert_file_size_to_int",
+        "dtype_byte_size", "ensure_weights_retied", "find_tied_parameters", "get_max_layer_size", "get_max_memory",
+        "has_offloaded_params", "id_tensor_storage", "named_module_tensors", "retie_parameters",
+        "set_module_tensor_to_device",
+    ),
+    "utils.device_map": ("check_device_map", "get_balanced_memory", "infer_auto_device_map"),
+    "utils.offload": (
+        "OffloadedWeightsLoader", "PrefixedDataset", "extract_submodules_state_dict", "load_offloaded_weight",
+        "load_offloaded_weights", "offload_state_dict", "offload_weight", "save_offload_index",
+    ),
 }
 
 _WHERE: dict[str, str] = {name: module for module, names in _NAMES.items() for name in names}
