@@ -34,7 +34,7 @@ def template_site(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def broken_site(tmp_path_factory) -> Path:
-    """A directory where pip installed the three deliberately broken plugin distributions."""
+    """A directory where pip installed every deliberately broken plugin distribution of tests/plugin_dists/."""
     target = tmp_path_factory.mktemp("broken-site")
     _pip_install_target(target, *sorted(PLUGIN_DISTS.iterdir()))
     return target

@@ -8,12 +8,23 @@ import pytest
 from fake_plugins import FakeDist, FakeEntryPoint, failing_plugin, fake_plugin
 
 from drivetrain.errors import PluginLoadError, PluginSelectionError
-from drivetrain.plugin_api import PlatformSpec, PluginInfo, TrackerSpec, hookimpl
+from drivetrain.plugin_api import (
+    ClusterEnvironmentSpec,
+    LauncherSpec,
+    PlatformSpec,
+    PluginInfo,
+    PrecisionSpec,
+    Probe,
+    StrategySpec,
+    TrackerSpec,
+    hookimpl,
+)
 from drivetrain.plugin_manager import (
     PluginManager,
     PluginStatus,
     api_version_problem,
     call_chain,
+    importlib_metadata,
     missing_requirements,
 )
 
@@ -27,6 +38,10 @@ def _register_platforms():
 
 def toy_platform(name="toy", **extra):
     return fake_plugin(name, PLUGIN_INFO=INFO, drivetrain_register_platforms=_register_platforms, **extra)
+
+
+def built_ins():
+    return list(importlib_metadata.entry_points(group="drivetrain.plugins"))
 
 
 def load(*entry_points, **env):
@@ -245,3 +260,182 @@ def test_public_names_are_resolved_lazily_from_plugins(monkeypatch):
     assert "FancyPlugin" in dir(drivetrain)
     with pytest.raises(AttributeError):
         drivetrain.NoSuchThing  # noqa: B018
+
+
+# ---------------------------------------------------------------- plugins that misbehave
+
+def _registering(name, hook, *items, dist="someone-else", info=INFO):
+    """A plugin whose registration hook ``hook`` returns ``items``."""
+    def register():
+        return list(items)
+
+    register.__name__ = hook
+    return fake_plugin(name, dist=dist, PLUGIN_INFO=info, **{hook: hookimpl(register)})
+
+
+SHADOWS = [
+    ("drivetrain_register_platforms", PlatformSpec(name="cpu", factory="drivetrain.platform:Platform", priority=999)),
+    ("drivetrain_register_strategies", StrategySpec(name="ddp", automatic=True)),
+    ("drivetrain_register_precisions", PrecisionSpec(name="bf16", priority=999)),
+    ("drivetrain_register_trackers", TrackerSpec(name="TensorBoard", factory="json:dumps")),
+    ("drivetrain_register_launchers", LauncherSpec(name="torchrun", factory="json:dumps", priority=999)),
+    ("drivetrain_register_cluster_environments",
+     ClusterEnvironmentSpec(name="slurm", factory="json:dumps", probe=lambda: Probe(True, "always"), priority=999)),
+]
+
+
+@pytest.mark.parametrize("hook, intruder", SHADOWS, ids=[hook.rsplit("_", 1)[1] for hook, _ in SHADOWS])
+def test_a_third_party_plugin_cannot_take_a_built_in_name(hook, intruder):
+    manager = load(*built_ins(), _registering("intruder", hook, intruder))
+    record = manager.records["intruder"]
+    assert record.status is PluginStatus.FAILED  # it offered nothing else
+    assert "is taken by built-in plugin" in record.reason
+    assert "pip uninstall someone-else" in record.reason
+    assert "DRIVETRAIN_BLOCK_PLUGINS" not in record.reason  # never the fix: it would name a built-in
+    assert all(plugin != "intruder" for plugin, _ in manager.registrations(hook))
+    assert "intruder" not in manager.modules
+
+
+def test_a_refused_item_leaves_the_plugins_other_items_usable():
+    mine = TrackerSpec(name="mine", factory="json:dumps")
+    manager = load(*built_ins(), _registering("mixed", "drivetrain_register_trackers",
+                                              TrackerSpec(name="tensorboard", factory="json:dumps"), mine))
+    record = manager.records["mixed"]
+    assert record.status is PluginStatus.PARTIAL and record.usable
+    assert "tracker 'tensorboard'" in record.reason and "built-in plugin 'tensorboard'" in record.reason
+    trackers = [(p, s) for p, s in manager.registrations("drivetrain_register_trackers") if s.name in ("mine", "tensorboard")]
+    assert trackers == [("tensorboard", trackers[0][1]), ("mixed", mine)]
+
+
+def test_a_precision_backend_of_its_own_is_not_a_shadow():
+    own = PrecisionSpec(name="bf16", backend="elsewhere")
+    manager = load(*built_ins(), _registering("other_amp", "drivetrain_register_precisions", own))
+    assert manager.records["other_amp"].status is PluginStatus.AVAILABLE
+    assert ("other_amp", own) in manager.registrations("drivetrain_register_precisions")
+
+
+def test_between_third_party_plugins_the_first_keeps_a_name():
+    first = _registering("aaa", "drivetrain_register_trackers", TrackerSpec(name="same", factory="json:dumps"))
+    second = _registering("bbb", "drivetrain_register_trackers", TrackerSpec(name="same", factory="json:loads"),
+                          dist="bbb-dist")
+    manager = load(second, first)
+    assert [p for p, _ in manager.registrations("drivetrain_register_trackers")] == ["aaa"]
+    reason = manager.records["bbb"].reason
+    assert "taken by plugin 'aaa'" in reason and "pip uninstall bbb-dist" in reason
+
+
+def test_duplicate_plugin_name_of_a_built_in_never_suggests_blocking_it():
+    built_in = toy_platform("cpu")
+    built_in.dist = FakeDist("drivetrain")
+    manager = load(built_in, toy_platform("cpu"))
+    duplicate = manager.records["cpu (someone-else)"]
+    assert duplicate.status is PluginStatus.FAILED
+    assert "already taken by a built-in plugin" in duplicate.reason
+    assert "pip uninstall someone-else" in duplicate.reason
+    assert "DRIVETRAIN_BLOCK_PLUGINS" not in duplicate.reason
+
+
+@pytest.mark.parametrize("answer, expected", [
+    (["not a spec", 42], ["'not a spec', which is not a TrackerSpec", "42, which is not a TrackerSpec"]),
+    ("tensorboard", ["returned str 'tensorboard', not a list of TrackerSpec"]),
+    ([TrackerSpec(name=7, factory="json:dumps")], ["name must be a non-empty string"]),
+    ([TrackerSpec(name="x", factory="not a reference!")], ["factory must be a 'module:attribute' string"]),
+    ([PlatformSpec(name="p", factory="json:dumps")], ["which is not a TrackerSpec"]),
+])
+def test_junk_from_a_registration_hook_is_refused_and_breaks_nothing_else(answer, expected):
+    @hookimpl
+    def drivetrain_register_trackers():
+        return answer
+
+    manager = load(*built_ins(), fake_plugin("junk", PLUGIN_INFO=INFO, drivetrain_register_trackers=drivetrain_register_trackers))
+    record = manager.records["junk"]
+    assert record.status is PluginStatus.FAILED and not record.usable
+    assert all(text in record.reason for text in expected), record.reason
+    assert any("junk" in message for message in manager.caught)
+    names = [spec.name for _p, spec in manager.registrations("drivetrain_register_trackers")]
+    assert "tensorboard" in names  # the built-in trackers are still there, and well formed
+    from drivetrain.tracking import Trackers
+
+    assert Trackers("tensorboard", logging_dir=".", manager=manager).names == ["tensorboard"]
+
+
+def test_junk_fields_of_every_descriptor_kind_are_refused_one_by_one():
+    good = PlatformSpec(name="fine", factory="drivetrain.platform:Platform")
+    manager = load(_registering(
+        "mixed", "drivetrain_register_platforms", good,
+        PlatformSpec(name="p1", factory="drivetrain.platform:Platform", priority="high"),
+        PlatformSpec(name="p2", factory="drivetrain.platform:Platform", probe="yes"),
+        PlatformSpec(name="p3", factory="drivetrain.platform:Platform", precisions="bf16"),
+    ))
+    record = manager.records["mixed"]
+    assert record.status is PluginStatus.PARTIAL
+    assert manager.registrations("drivetrain_register_platforms") == [("mixed", good)]
+    assert len(manager.refused("mixed")) == 3
+    for text in ("priority must be an integer", "probe must be a callable", "precisions must be a list of strings"):
+        assert text in record.reason
+
+
+def test_many_broken_plugins_give_one_warning_and_details_at_debug_level(caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="drivetrain.plugin_manager")
+    manager = load(failing_plugin("boom", ImportError("x")), failing_plugin("bang", RuntimeError("y")),
+                   fake_plugin("noinfo"), _registering("junk", "drivetrain_register_trackers", 42), toy_platform())
+    assert len(manager.caught) == 1
+    summary = manager.caught[0]
+    assert "4 plugin(s) skipped" in summary and "`drivetrain plugins list`" in summary
+    assert all(name in summary for name in ("boom", "bang", "noinfo", "junk"))
+    details = caplog.text
+    assert "ImportError: x" in details and "RuntimeError: y" in details and "PLUGIN_INFO" in details
+
+
+def test_children_of_a_launcher_keep_the_warnings_at_debug_level():
+    manager = load(failing_plugin("boom", ImportError("x")), DRIVETRAIN_PLUGIN_PROBLEMS_REPORTED="1")
+    assert manager.records["boom"].status is PluginStatus.FAILED
+    assert manager.caught == []
+
+
+def test_strict_mode_counts_refused_items_and_can_be_deferred():
+    junk = _registering("junk", "drivetrain_register_trackers", TrackerSpec(name="ok", factory="json:dumps"), 42)
+    with pytest.raises(PluginLoadError, match="junk"):
+        load(junk, DRIVETRAIN_STRICT_PLUGINS="1")
+    manager = PluginManager(env={"DRIVETRAIN_STRICT_PLUGINS": "1"}, entry_points=[junk])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        manager.load(strict=False)  # what `drivetrain plugins list` does: list first
+    assert manager.records["junk"].status is PluginStatus.PARTIAL
+    with pytest.raises(PluginLoadError, match="DRIVETRAIN_STRICT_PLUGINS=1"):
+        manager.raise_if_strict()
+
+
+def test_a_factory_that_cannot_be_imported_names_the_plugin_and_the_fix(tmp_path):
+    from drivetrain.tracking import Trackers
+
+    manager = load(_registering("ghosts", "drivetrain_register_trackers",
+                                TrackerSpec(name="ghost", factory="drivetrain_no_such_module.tracker:Ghost"),
+                                dist="drivetrain-ghosts"))
+    trackers = Trackers("ghost", logging_dir=tmp_path, manager=manager)
+    with pytest.raises(PluginSelectionError) as caught:
+        trackers.init_trackers("demo")
+    message = str(caught.value)
+    assert "tracker 'ghost' of plugin 'ghosts' (drivetrain-ghosts)" in message
+    assert "ModuleNotFoundError" in message and "pip install -U drivetrain-ghosts" in message
+    assert "\n" not in message
+    # chosen through log_with="all", it is left out instead
+    quiet = Trackers("all", logging_dir=tmp_path, manager=manager)
+    quiet.init_trackers("demo")
+    assert "ghost" not in [t.name for t in quiet]
+    quiet.end_training()
+
+
+def test_an_unknown_name_to_block_warns_once_per_process():
+    from drivetrain import plugin_manager
+
+    plugin_manager._warned.clear()
+    first = load(toy_platform(), DRIVETRAIN_BLOCK_PLUGINS="toy_typo,toy")
+    second = load(toy_platform(), DRIVETRAIN_BLOCK_PLUGINS="toy_typo,toy")
+    assert first.records["toy"].status is PluginStatus.BLOCKED
+    assert [m for m in first.caught if "toy_typo" in m] == [
+        "DRIVETRAIN_BLOCK_PLUGINS names 'toy_typo', but no installed plugin has that name (installed: toy)"
+    ]
+    assert second.caught == []

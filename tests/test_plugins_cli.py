@@ -65,7 +65,11 @@ def test_template_plugin_is_listed_as_third_party(template_site):
 def test_broken_plugins_are_reported_and_the_rest_works(template_site, broken_site):
     result = run_cli("plugins", "list", sites=(template_site, broken_site))
     assert result.returncode == 0
-    assert "skipped" in result.stderr  # the warnings name each skipped plugin
+    # one line for all of them, naming each and where to look; the details are in the table
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert "PluginWarning" in result.stderr and "`drivetrain plugins list` shows why" in result.stderr
+    for name in ("broken_import", "bad_signature", "future_api", "junk_registration", "shadow_builtin"):
+        assert name in result.stderr
     plugins, _ = listing(template_site, broken_site)
     assert plugins["broken_import"]["status"] == "failed"
     assert "RuntimeError: this plugin is broken on purpose" in plugins["broken_import"]["reason"]
@@ -74,12 +78,23 @@ def test_broken_plugins_are_reported_and_the_rest_works(template_site, broken_si
     assert plugins["future_api"]["status"] == "failed"
     assert "needs plugin API 2.0" in plugins["future_api"]["reason"]
     assert plugins["jsonl"]["status"] == "available" and plugins["cpu"]["status"] == "available"
+    junk = plugins["junk_registration"]
+    assert junk["status"] == "failed" and "'not a spec', which is not a TrackerSpec" in junk["reason"]
+    shadow = plugins["shadow_builtin"]  # its cpu platform is refused, its own tracker kept
+    assert shadow["status"] == "partial" and shadow["kinds"] == ["tracker"]
+    assert "platform 'cpu': the name 'cpu' is taken by built-in plugin 'cpu'" in shadow["reason"]
+    assert "pip uninstall drivetrain-shadow-builtin" in shadow["reason"]
+    duplicate = plugins["cpu (drivetrain-shadow-builtin)"]
+    assert duplicate["status"] == "failed" and "pip uninstall drivetrain-shadow-builtin" in duplicate["reason"]
+    assert all("DRIVETRAIN_BLOCK_PLUGINS=cpu" not in p["reason"] for p in plugins.values())
 
 
 def test_detect_picks_cpu_here_and_shows_every_probe(broken_site):
     plugins, data = listing(broken_site, detect=True)
     assert data["detection"]["platform"] == "cpu"
     assert plugins["cpu"]["status"] == "active"
+    # the built-in's platform: a third-party 'cpu' with priority 999 takes no part
+    assert [c["plugin"] for c in data["detection"]["candidates"] if c["name"] == "cpu"] == ["cpu"]
     cpu = [c for c in data["detection"]["candidates"] if c["name"] == "cpu"][0]
     assert cpu["available"] and cpu["reason"]
     # a refused plugin's platform never takes part, whatever priority it claims
@@ -97,10 +112,57 @@ def test_block_and_autoload_controls_on_the_command_line(template_site, broken_s
     assert plugins["cpu"]["status"] == "available"
 
 
-def test_strict_mode_fails_the_command_with_the_reasons(broken_site):
-    result = run_cli("plugins", "list", sites=(broken_site,), env={"DRIVETRAIN_STRICT_PLUGINS": "1"})
-    assert result.returncode != 0
+def test_strict_mode_lists_everything_then_fails_without_a_traceback(broken_site):
+    strict = {"DRIVETRAIN_STRICT_PLUGINS": "1"}
+    result = run_cli("plugins", "list", sites=(broken_site,), env=strict)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
     assert "DRIVETRAIN_STRICT_PLUGINS=1" in result.stderr and "broken_import" in result.stderr
+    for name, status in (("cpu", "available"), ("broken_import", "failed"), ("shadow_builtin", "partial")):
+        assert re.search(rf"^{name}\s+{status}\s", result.stdout, re.M), result.stdout
+    as_json = run_cli("plugins", "list", "--json", sites=(broken_site,), env=strict)
+    assert as_json.returncode == 1 and json.loads(as_json.stdout)["plugins"]
+    other = run_cli("env", sites=(broken_site,), env=strict)  # any other command: one error line
+    assert other.returncode == 2 and "Traceback" not in other.stderr
+    assert "drivetrain: error:" in other.stderr and "DRIVETRAIN_STRICT_PLUGINS=1" in other.stderr
+
+
+def test_a_plain_run_ignores_misbehaving_plugins(broken_site, with_sites, fresh_state, monkeypatch, tmp_path):
+    """Shadowing names, junk registrations and a tracker that cannot be imported, in one process."""
+    import warnings
+
+    from drivetrain import Accelerator, plugin_manager
+    from drivetrain.errors import PluginSelectionError
+
+    with_sites(broken_site)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager = plugin_manager.PluginManager().load()
+    assert len(caught) == 1
+    monkeypatch.setattr(plugin_manager, "_default_manager", manager)
+    accelerator = Accelerator(log_with="tensorboard", project_dir=tmp_path)
+    assert accelerator.state.run.selection.platform_plugin == "cpu"
+    assert manager.records["cpu"].source == "built-in"
+    accelerator.init_trackers("probe")
+    assert [t.name for t in accelerator.trackers] == ["tensorboard"]
+    accelerator.get_tracker("tensorboard").finish()
+    ghost = Accelerator(log_with="ghost", project_dir=tmp_path)
+    with pytest.raises(PluginSelectionError, match=r"tracker 'ghost' of plugin 'missing_factory' .*"
+                                                   r"ModuleNotFoundError.*pip install -U drivetrain-missing-factory"):
+        ghost.init_trackers("probe")
+
+
+def test_a_multi_process_run_without_its_collective_backend_stops_before_starting():
+    from launching import launch
+
+    result = launch("check_operations.py", env={"DRIVETRAIN_BLOCK_PLUGINS": "torch_distributed"}, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "drivetrain: error: 2 processes on platform 'cpu' need plugin 'torch_distributed' to connect them, but it is "
+        "blocked by DRIVETRAIN_BLOCK_PLUGINS: remove 'torch_distributed' from DRIVETRAIN_BLOCK_PLUGINS, or run one "
+        "process"
+    )
+    assert "Traceback" not in result.stderr and result.stdout == ""
 
 
 def test_info_shows_one_plugin(template_site):

@@ -262,3 +262,46 @@ def test_torchrun_command_line_follows_the_options():
     assert argv[-5:] == ["-m", "drivetrain.cli.child", "--module", "pkg.train", "--x"]
     args.num_machines, args.main_process_port, args.rdzv_backend = 1, None, "static"
     assert "--standalone" in torchrun_arguments(args)
+
+
+def test_several_processes_without_a_collective_backend_stop_before_training():
+    blocked = manager_with(env={"DRIVETRAIN_BLOCK_PLUGINS": "torch_distributed"})
+    assert select(blocked, Requests(), cluster=ONE).platform.name == "cpu"  # one process needs none
+    with pytest.raises(PluginSelectionError) as caught:
+        select(blocked, Requests(), cluster=TWO)
+    message = str(caught.value)
+    assert "2 processes on platform 'cpu' need plugin 'torch_distributed'" in message
+    assert "blocked by DRIVETRAIN_BLOCK_PLUGINS: remove 'torch_distributed'" in message
+
+    @hookimpl
+    def drivetrain_register_platforms():
+        return [PlatformSpec(name="lonely", factory="drivetrain.platform:Platform", priority=900)]
+
+    lonely = manager_with(fake_plugin("lonely", PLUGIN_INFO=INFO, drivetrain_register_platforms=drivetrain_register_platforms))
+    with pytest.raises(PluginSelectionError, match="offers no collectives"):
+        select(lonely, Requests(), cluster=TWO)
+
+
+def test_a_run_whose_collectives_are_missing_raises_instead_of_going_local():
+    from drivetrain.errors import DistributedError
+    from drivetrain.run import Run
+
+    manager = manager_with()
+    selection = select(manager, Requests(), cluster=TWO)
+    run = Run(manager, selection, platform=None)  # no process group: torch_distributed answers None
+    with pytest.raises(DistributedError, match="2 processes but no active plugin provides collectives"):
+        run.collectives  # noqa: B018
+
+
+@pytest.mark.parametrize("blocked, requests, expected", [
+    ("native_amp", Requests(mixed_precision="bf16"),
+     "mixed precision 'bf16': DRIVETRAIN_BLOCK_PLUGINS blocks native_amp, which may provide it"),
+    ("cpu", Requests(cpu=True), "plugin 'cpu' provides it and is blocked by DRIVETRAIN_BLOCK_PLUGINS: remove 'cpu'"),
+    ("cpu,cuda", Requests(), "no platform is usable; DRIVETRAIN_BLOCK_PLUGINS blocks cpu, cuda"),
+])
+def test_blocking_a_plugin_the_run_needs_says_so(blocked, requests, expected):
+    manager = manager_with(env={"DRIVETRAIN_BLOCK_PLUGINS": blocked})
+    with pytest.raises(PluginSelectionError) as caught:
+        select(manager, requests, cluster=ONE)
+    assert expected in str(caught.value)
+    assert "installed mixed precisions: none" not in str(caught.value)

@@ -7,6 +7,7 @@ program (pluggy's own loader stops at the first failure). Nothing here imports t
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import warnings
@@ -18,15 +19,17 @@ import pluggy
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from . import hookspecs
+from . import hookspecs, registration
 from .errors import PluginLoadError, PluginSelectionError, PluginWarning
-from .plugin_api import PROJECT_NAME, PluginInfo
+from .plugin_api import PROJECT_NAME, PluginInfo, resolve
 from .version import PLUGIN_API_VERSION
 
 if sys.version_info >= (3, 12):  # pragma: no cover
     from importlib import metadata as importlib_metadata
 else:  # pragma: no cover
     import importlib_metadata
+
+logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "drivetrain.plugins"
 CORE_DISTRIBUTION = "drivetrain"
@@ -35,6 +38,9 @@ BLOCK_VARIABLE = "DRIVETRAIN_BLOCK_PLUGINS"
 NO_AUTOLOAD_VARIABLE = "DRIVETRAIN_DISABLE_PLUGIN_AUTOLOAD"
 EXPLICIT_PLUGINS_VARIABLE = "DRIVETRAIN_PLUGINS"
 STRICT_VARIABLE = "DRIVETRAIN_STRICT_PLUGINS"
+#: Set by ``drivetrain launch`` for its children: the launcher already warned about the
+#: plugins, so each rank keeps the same warnings at debug level instead of repeating them.
+REPORTED_VARIABLE = "DRIVETRAIN_PLUGIN_PROBLEMS_REPORTED"
 
 # Registration hooks whose non-empty answer says what kind of plugin this is.
 KIND_OF_HOOK = {
@@ -53,10 +59,11 @@ class PluginStatus(str, Enum):
 
     ACTIVE = "active"  # loaded and used by the current run (or selected by the config)
     AVAILABLE = "available"  # loaded, its requirements are met, not in use
+    PARTIAL = "partial"  # loaded and usable, but some of what it registered was refused
     UNAVAILABLE = "unavailable"  # loaded, but a library it needs is missing
     BLOCKED = "blocked"  # named in DRIVETRAIN_BLOCK_PLUGINS, never imported
     DISABLED = "disabled"  # third-party while autoload is off, never imported
-    FAILED = "failed"  # import error, bad hook, incompatible API, duplicate name
+    FAILED = "failed"  # import error, bad hook, incompatible API, duplicate name, nothing valid registered
 
     def __str__(self) -> str:
         return self.value
@@ -81,7 +88,7 @@ class PluginRecord:
 
     @property
     def usable(self) -> bool:
-        return self.status in (PluginStatus.ACTIVE, PluginStatus.AVAILABLE)
+        return self.status in (PluginStatus.ACTIVE, PluginStatus.AVAILABLE, PluginStatus.PARTIAL)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -157,12 +164,19 @@ class PluginManager:
         self.infos: dict[str, PluginInfo] = {}
         self._entry_points = entry_points
         self._registrations: dict[str, dict[str, list[Any]]] = {}
+        self._refused: dict[str, list[str]] = {}  # plugin -> why each refused item was refused
         self._loaded = False
 
     # ---------------------------------------------------------------- loading
 
-    def load(self) -> PluginManager:
-        """Load every plugin once. Safe to call again: later calls do nothing."""
+    def load(self, strict: bool | None = None) -> PluginManager:
+        """Load every plugin once. Safe to call again: later calls do nothing.
+
+        Problems are recorded on each plugin's record (``drivetrain plugins list``) and
+        summed up in one :class:`PluginWarning`; the details are logged at debug level.
+        With ``strict`` (default: ``DRIVETRAIN_STRICT_PLUGINS``) any problem then raises
+        :class:`PluginLoadError` (see :meth:`raise_if_strict`).
+        """
         if self._loaded:
             return self
         self._loaded = True
@@ -176,16 +190,53 @@ class PluginManager:
         ordered = sorted(entry_points, key=lambda ep: (self._source_of(ep) != "built-in", ep.name))
         for entry_point in ordered:
             self._load_one(entry_point, blocked, no_autoload, explicit)
-        for name in sorted(explicit - set(self.records)):
-            self._warn(name, f"DRIVETRAIN_PLUGINS names {name!r}, but no installed plugin has that name")
+        for variable, names in ((EXPLICIT_PLUGINS_VARIABLE, explicit), (BLOCK_VARIABLE, blocked)):
+            unknown = sorted(names - {r.name.split(" (")[0] for r in self.records.values()})
+            if unknown:  # a typo here must not pass unnoticed, but once is enough
+                installed = ", ".join(sorted(self.records))
+                self._notice(f"{variable} names {', '.join(map(repr, unknown))}, but no installed plugin has "
+                             f"that name (installed: {installed})", once=True)
         self._collect_registrations()
-        failed = [r for r in self.records.values() if r.status is PluginStatus.FAILED]
-        if failed and _env_flag(self.env, STRICT_VARIABLE):
-            details = "; ".join(f"{r.name}: {r.reason}" for r in failed)
-            raise PluginLoadError(
-                f"{len(failed)} plugin(s) failed to load and {STRICT_VARIABLE}=1: {details}"
-            )
+        self._warn_summary()
+        if strict if strict is not None else _env_flag(self.env, STRICT_VARIABLE):
+            self.raise_if_strict(force=True)
         return self
+
+    def problems(self) -> list[PluginRecord]:
+        """The records of plugins that failed or had registrations refused."""
+        return [r for r in self.records.values() if r.status in (PluginStatus.FAILED, PluginStatus.PARTIAL)]
+
+    def raise_if_strict(self, force: bool = False) -> None:
+        """Raise :class:`PluginLoadError` when a plugin has a problem and strict mode is on."""
+        problems = self.problems()
+        if problems and (force or _env_flag(self.env, STRICT_VARIABLE)):
+            details = "; ".join(f"{r.name}: {r.reason}" for r in problems)
+            raise PluginLoadError(
+                f"{len(problems)} plugin(s) failed to load or were refused in part and {STRICT_VARIABLE}=1: "
+                f"{details}; see `drivetrain plugins list`"
+            )
+
+    def _warn_summary(self) -> None:
+        """One line for every problem together: a broken plugin must not flood every command."""
+        problems = self.problems()
+        if not problems:
+            return
+        failed = [r.name for r in problems if r.status is PluginStatus.FAILED]
+        partial = [r.name for r in problems if r.status is PluginStatus.PARTIAL]
+        parts = []
+        if failed:
+            parts.append(f"{len(failed)} plugin(s) skipped ({', '.join(failed)})")
+        if partial:
+            parts.append(f"{len(partial)} with registrations refused ({', '.join(partial)})")
+        self._notice(f"{' and '.join(parts)}; `drivetrain plugins list` shows why")
+
+    def _notice(self, message: str, once: bool = False) -> None:
+        if _env_flag(self.env, REPORTED_VARIABLE):
+            logger.debug("%s", message)
+        elif once:
+            _warn_once(message)
+        else:
+            _warn_line(message)
 
     @staticmethod
     def _source_of(entry_point: Any) -> str:
@@ -208,10 +259,13 @@ class PluginManager:
         if record.name in self.records:
             first = self.records[record.name]
             record.name = f"{record.name} ({record.distribution})"
+            # Blocking by name would block the first one too, so the fix is never to block.
+            owner = "a built-in plugin" if first.source == "built-in" else f"the plugin of {first.distribution}"
             self._fail(
                 record,
-                f"duplicate plugin name {entry_point.name!r}: {first.distribution} already provides it; "
-                f"uninstall one of them or block it with {BLOCK_VARIABLE}={entry_point.name}",
+                f"duplicate plugin name {entry_point.name!r}, already taken by {owner}; this one is refused: "
+                f"uninstall {record.distribution} (pip uninstall {record.distribution}) or ask its author "
+                "to rename its entry point",
             )
             return
         self.records[record.name] = record
@@ -281,20 +335,26 @@ class PluginManager:
         record.status = PluginStatus.FAILED
         record.reason = reason
         self.records.setdefault(record.name, record)
-        self._warn(record.name, reason)
-
-    @staticmethod
-    def _warn(name: str, reason: str) -> None:
-        warnings.warn(f"drivetrain plugin {name!r} skipped: {reason}", PluginWarning, stacklevel=3)
+        logger.debug("drivetrain plugin %r skipped: %s", record.name, reason)
 
     # ------------------------------------------------------------ registration
 
     def _collect_registrations(self) -> None:
-        """Call every registration hook once, plugin by plugin, keeping who said what."""
-        for hook_name in ("drivetrain_public_names", "drivetrain_fallback_names", "drivetrain_distributed_types",
-                          "drivetrain_enum_members", *KIND_OF_HOOK):
-            caller = getattr(self.hooks.hook, hook_name)
-            for impl in caller.get_hookimpls():
+        """Call every registration hook once, plugin by plugin, keeping who said what.
+
+        Each item is checked on its own (:mod:`drivetrain.registration`): one of the wrong
+        type, with junk fields, or claiming a name another plugin registered first is refused
+        with the reason, and the plugin keeps the rest. Plugins are asked in load order, so
+        built-ins claim their names before any third-party plugin can.
+        """
+        order = {name: index for index, name in enumerate(self.records)}
+        offered: dict[str, int] = {}
+        for hook_name in registration.ITEM_TYPE:
+            caller = getattr(self.hooks.hook, hook_name, None)
+            if caller is None:  # a hook this version of the specs does not declare
+                continue
+            claimed: dict[str, str] = {}  # identity -> plugin that registered it first
+            for impl in sorted(caller.get_hookimpls(), key=lambda i: order[i.plugin_name]):
                 record = self.records[impl.plugin_name]
                 if record.status is PluginStatus.FAILED:
                     continue
@@ -305,12 +365,68 @@ class PluginManager:
                     continue
                 if not answer:
                     continue
+                problem = registration.answer_problem(hook_name, answer)
+                if problem:
+                    offered[record.name] = offered.get(record.name, 0) + 1
+                    self._refuse(record, f"{hook_name} {problem}")
+                    continue
+                items = list(answer.items() if isinstance(answer, dict) else answer)
+                offered[record.name] = offered.get(record.name, 0) + len(items)
+                kept = [item for item in items if self._accept(hook_name, record, item, claimed)]
+                if not kept:
+                    continue
                 self._registrations.setdefault(hook_name, {})[record.name] = (
-                    answer if isinstance(answer, dict) else list(answer)
+                    dict(kept) if isinstance(answer, dict) else kept
                 )
                 kind = KIND_OF_HOOK.get(hook_name)
                 if kind and kind not in record.kinds:
                     record.kinds.append(kind)
+        for plugin_name, reasons in self._refused.items():
+            record = self.records[plugin_name]
+            text = "refused: " + "; ".join(reasons)
+            kept = sum(len(by_plugin.get(plugin_name, ())) for by_plugin in self._registrations.values())
+            if record.status is PluginStatus.FAILED:
+                continue
+            if kept == 0 and offered.get(plugin_name):
+                self._unregister_failed(record, f"nothing it registered is valid: {text}")
+            elif record.status is PluginStatus.AVAILABLE:
+                record.status, record.reason = PluginStatus.PARTIAL, text
+            else:
+                record.reason = f"{record.reason}; {text}" if record.reason else text
+
+    def _accept(self, hook_name: str, record: PluginRecord, item: Any, claimed: dict[str, str]) -> bool:
+        """Whether one registered item is kept; a refused one is recorded with the reason."""
+        problem = registration.item_problem(hook_name, item)
+        if problem:
+            self._refuse(record, problem)
+            return False
+        taken = [(identity, claimed[identity]) for identity in registration.identities(hook_name, item)
+                 if identity in claimed]
+        # Built-ins load first and are one distribution: they are never refused for a name,
+        # and a fix never suggests blocking one.
+        if taken and record.source != "built-in":
+            identity, owner = taken[0]
+            label = registration.item_label(hook_name, item)
+            if self.records[owner].source == "built-in":
+                fix = (f"a third-party plugin cannot replace a built-in one; rename it in {record.distribution}, "
+                       f"or remove that plugin (pip uninstall {record.distribution})")
+            else:
+                fix = (f"uninstall one of them (pip uninstall {record.distribution}) or block this one "
+                       f"({BLOCK_VARIABLE}={record.name})")
+            source = "built-in " if self.records[owner].source == "built-in" else ""
+            self._refuse(record, f"{label}: the name {identity!r} is taken by {source}plugin {owner!r}; {fix}")
+            return False
+        for identity in registration.identities(hook_name, item):
+            claimed.setdefault(identity, record.name)
+        return True
+
+    def _refuse(self, record: PluginRecord, reason: str) -> None:
+        self._refused.setdefault(record.name, []).append(reason)
+        logger.debug("drivetrain plugin %r: refused %s", record.name, reason)
+
+    def refused(self, plugin_name: str) -> list[str]:
+        """Why each item plugin ``plugin_name`` registered was refused (empty when none was)."""
+        return list(self._refused.get(plugin_name, ()))
 
     def _unregister_failed(self, record: PluginRecord, reason: str) -> None:
         module = self.modules.pop(record.name, None)
@@ -344,6 +460,29 @@ class PluginManager:
             raise PluginSelectionError(f"{what} {name!r} cannot be used: {record.reason}")
         return self.modules[name]
 
+    def resolve_factory(self, plugin_name: str, spec: Any, what: str) -> Any:
+        """Import the object a descriptor's ``factory`` names, or say which plugin to fix.
+
+        ``what`` names the descriptor in the message (``"tracker 'wandb'"``).
+        """
+        try:
+            return resolve(spec.factory)
+        except Exception as exc:
+            record = self.records.get(plugin_name)
+            info = self.infos.get(plugin_name)
+            distribution = record.distribution if record else "?"
+            if info is not None and (info.requires or info.install_hint):
+                fix = info.how_to_install()
+            elif record is not None and record.source == "built-in":
+                fix = "reinstall drivetrain (pip install --force-reinstall drivetrain)"
+            else:
+                fix = (f"reinstall or upgrade {distribution} (pip install -U {distribution}), or block the plugin "
+                       f"with {BLOCK_VARIABLE}={plugin_name}")
+            raise PluginSelectionError(
+                f"{what} of plugin {plugin_name!r} ({distribution}) cannot be loaded: {spec.factory!r} failed with "
+                f"{type(exc).__name__}: {exc}; {fix}"
+            ) from exc
+
     def mark_active(self, names: Iterable[str]) -> None:
         for name in names:
             record = self.records.get(name)
@@ -358,13 +497,33 @@ class PluginManager:
 
 
 _default_manager: PluginManager | None = None
+_warned: set[str] = set()
 
 
-def get_plugin_manager() -> PluginManager:
-    """The process-wide plugin manager, loaded on first use."""
+def _warn_line(message: str) -> None:
+    """A :class:`PluginWarning` printed as one line (no source line under it)."""
+    warnings.warn_explicit(message, PluginWarning, filename="drivetrain", lineno=0, module="drivetrain")
+
+
+def _warn_once(message: str) -> None:
+    """Warn about a setting once per process, however many managers load."""
+    if message not in _warned:
+        _warned.add(message)
+        _warn_line(message)
+
+
+def get_plugin_manager(check_strict: bool = True) -> PluginManager:
+    """The process-wide plugin manager, loaded on first use.
+
+    With ``DRIVETRAIN_STRICT_PLUGINS=1`` and a broken plugin, every call raises
+    :class:`PluginLoadError`, unless ``check_strict`` is false (``drivetrain plugins list``
+    shows everything first, then fails).
+    """
     global _default_manager
     if _default_manager is None:
-        _default_manager = PluginManager().load()
+        _default_manager = PluginManager().load(strict=False)
+    if check_strict:
+        _default_manager.raise_if_strict()
     return _default_manager
 
 

@@ -335,9 +335,13 @@ class Trackers:
                 init_kwargs: dict[str, dict[str, Any]]) -> GeneralTracker | None:
         if isinstance(choice, GeneralTracker):
             return choice if self._logs_here(choice) else None
-        from .plugin_api import resolve
-
-        factory = resolve(choice.spec.factory)
+        try:
+            factory = self.manager.resolve_factory(choice.plugin, choice.spec, f"tracker {choice.name!r}")
+        except Exception as exc:
+            if choice.explicit:
+                raise
+            logger.warning("log_with='all' leaves out the %r tracker: %s", choice.name, exc)
+            return None
         if not self._logs_here(factory):
             return None
         kwargs = dict(init_kwargs.get(choice.name, {}))

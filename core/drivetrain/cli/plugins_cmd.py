@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
-from ..plugin_manager import PluginManager, PluginRecord, PluginStatus, get_plugin_manager
+from ..errors import PluginLoadError
+from ..plugin_manager import STRICT_VARIABLE, PluginManager, PluginRecord, PluginStatus, get_plugin_manager
 from ..version import PLUGIN_API_VERSION, __version__
 
 JSON_SCHEMA_VERSION = 1
@@ -63,12 +65,25 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _strict_exit(manager: PluginManager) -> int:
+    """After listing everything: 1 with one line per problem in strict mode, else 0."""
+    try:
+        manager.raise_if_strict()
+    except PluginLoadError:
+        for record in manager.problems():
+            print(f"drivetrain: error: plugin {record.name!r} is {record.status}: {record.reason}", file=sys.stderr)
+        print(f"drivetrain: error: {len(manager.problems())} plugin problem(s) and {STRICT_VARIABLE}=1",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def run_list(args: argparse.Namespace) -> int:
-    manager = get_plugin_manager()
+    manager = get_plugin_manager(check_strict=False)
     data = listing(manager, args.detect)
     if args.json:
         print(json.dumps(data, indent=2))
-        return 0
+        return _strict_exit(manager)
     rows = [["NAME", "STATUS", "SOURCE", "KINDS", "VERSION", "NOTE"]]
     for plugin in data["plugins"]:
         note = plugin["reason"] or plugin["description"]
@@ -89,11 +104,11 @@ def run_list(args: argparse.Namespace) -> int:
         print(_table(rows))
         print(f"\nplatform: {data['detection']['platform'] or 'none'}")
         print(f"cluster environment: {data['detection']['cluster_environment'] or 'none (single process)'}")
-    return 0
+    return _strict_exit(manager)
 
 
 def run_info(args: argparse.Namespace) -> int:
-    manager = get_plugin_manager()
+    manager = get_plugin_manager(check_strict=False)
     record = manager.records.get(args.name)
     if record is None:
         known = ", ".join(sorted(manager.records))
