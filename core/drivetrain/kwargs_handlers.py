@@ -131,6 +131,17 @@ class TorchDynamoPlugin(KwargsHandler):
     def __post_init__(self) -> None:
         self.backend = str(getattr(self.backend, "value", self.backend)).lower()
 
+    def compile_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``torch.compile`` besides ``backend`` that these options set."""
+        kwargs: dict[str, Any] = {"fullgraph": self.fullgraph}
+        if self.mode:
+            kwargs["mode"] = self.mode
+        if self.dynamic is not None:
+            kwargs["dynamic"] = self.dynamic
+        if self.options:
+            kwargs["options"] = self.options
+        return kwargs
+
 
 __all__ = [
     "KwargsHandler", "AutocastKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",

@@ -8,13 +8,7 @@ import torch
 
 
 def compile_model(model: torch.nn.Module, options: Any) -> torch.nn.Module:
-    kwargs: dict[str, Any] = {"backend": options.backend, "fullgraph": options.fullgraph}
-    if options.mode:
-        kwargs["mode"] = options.mode
-    if options.dynamic is not None:
-        kwargs["dynamic"] = options.dynamic
-    if options.options:
-        kwargs["options"] = options.options
+    kwargs: dict[str, Any] = {"backend": options.backend, **options.compile_kwargs()}
     if options.use_regional_compilation:
         # Compile each repeated block once instead of the whole model: faster to compile.
         for module in model.modules():
