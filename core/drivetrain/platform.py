@@ -58,6 +58,11 @@ class Platform:
         """Bytes currently allocated on the current device, when the platform can tell."""
         return None
 
+    def free_memory(self, index: int) -> int | None:
+        """Bytes free on device ``index`` of this platform, for device maps
+        (``get_max_memory``); ``None`` when its devices are the host's memory (the CPU)."""
+        return None
+
     def supports_autocast(self, dtype: torch.dtype) -> bool:
         """Whether ``torch.autocast(self.device_type, dtype)`` works here."""
         return dtype in (torch.bfloat16, torch.float16)

@@ -54,6 +54,9 @@ class CudaPlatform(Platform):
     def memory_allocated(self) -> int | None:
         return torch.cuda.memory_allocated()
 
+    def free_memory(self, index: int) -> int | None:
+        return torch.cuda.mem_get_info(index)[0]
+
     def supports_autocast(self, dtype: torch.dtype) -> bool:
         if dtype == torch.bfloat16:
             return torch.cuda.is_bf16_supported()
