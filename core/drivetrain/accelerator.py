@@ -172,8 +172,8 @@ class Accelerator:
             return plugin
         if steps == 1:
             steps = environment.read_int("GRADIENT_ACCUMULATION_STEPS", default=1)
-        if steps < 1:
-            raise ConfigError(f"gradient_accumulation_steps must be at least 1, got {steps}")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigError(f"gradient_accumulation_steps must be a whole number of at least 1, not {steps!r}")
         return GradientAccumulationPlugin(num_steps=steps)
 
     def _setup_dynamo(self, backend: str | None, plugin: TorchDynamoPlugin | None) -> None:

@@ -56,19 +56,18 @@ class Requests:
 def requests_from_env(manager: PluginManager, env: Mapping[str, str] | None = None) -> Requests:
     """Read ``DRIVETRAIN_*`` (and ``ACCELERATE_*``) variables.
 
-    ``DRIVETRAIN_USE_<NAME>=true`` selects the strategy ``name`` (so Accelerate's
-    ``ACCELERATE_USE_<NAME>`` works unchanged for any strategy a plugin offers).
+    ``DRIVETRAIN_USE_<NAME>=true`` selects the strategy or platform ``name`` (so Accelerate's
+    ``ACCELERATE_USE_<NAME>`` works unchanged for any a plugin offers); one that names nothing
+    installed is an error (see :mod:`drivetrain.use_variables`).
     """
-    strategy = environment.read("STRATEGY", env=env)
-    if strategy is None:
-        for _plugin, spec in manager.registrations("drivetrain_register_strategies"):
-            if environment.read_bool(f"USE_{spec.name.upper()}", env=env):
-                strategy = spec.name
-                break
+    from .use_variables import use_requests
+
+    use_strategy, use_platform = use_requests(manager, env)  # an error when one names nothing installed
+    strategy = environment.read("STRATEGY", env=env) or use_strategy
     variables = os.environ if env is None else env
     cpu_given = any(name in variables for name in environment.names_of("USE_CPU"))
     return Requests(
-        platform=environment.read("PLATFORM", env=env),
+        platform=environment.read("PLATFORM", env=env) or use_platform,
         cpu=environment.read_bool("USE_CPU", env=env) if cpu_given else None,
         strategy=strategy,
         mixed_precision=environment.read("MIXED_PRECISION", env=env),
@@ -179,6 +178,10 @@ def not_loaded_hint(manager: PluginManager, name: str | None = None) -> str:
     return "; ".join(hints)
 
 
+def _plural(kind: str) -> str:
+    return kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+
+
 def _named(manager: PluginManager, hook: str, kind: str, name: str) -> list[tuple[str, Any]]:
     """The descriptors called ``name``; an error naming the installed ones when there is none."""
     pairs = manager.registrations(hook)
@@ -188,7 +191,7 @@ def _named(manager: PluginManager, hook: str, kind: str, name: str) -> list[tupl
         hint = not_loaded_hint(manager, name)
         if hint:
             raise PluginSelectionError(f"no loaded plugin offers the {kind} {name!r}: {hint} (loaded: {known})")
-        raise PluginSelectionError(f"unknown {kind} {name!r}; installed {kind}s: {known}")
+        raise PluginSelectionError(f"unknown {kind} {name!r}; installed {_plural(kind)}: {known}")
     return found
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -53,6 +54,16 @@ def summarize(error, errors_dir: str | None = None) -> str:
     return failure_summary(error, "drivetrain launch", recorded_failures(errors_dir) if errors_dir else None)
 
 
+def _quiet_agent() -> None:
+    """Only errors from torch's launcher and agent: its loggers set their own level, so each is set."""
+    import torch.distributed.elastic.agent.server.local_elastic_agent  # noqa: F401  (creates its loggers)
+    import torch.distributed.launcher.api  # noqa: F401
+
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def launch_torchrun(args: argparse.Namespace) -> int:
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -60,6 +71,8 @@ def launch_torchrun(args: argparse.Namespace) -> int:
     from drivetrain.launchers import ERRORS_DIR_VARIABLE
 
     os.environ.setdefault("DRIVETRAIN_RDZV_ID", str(uuid.uuid4()))
+    if getattr(args, "quiet", None):
+        _quiet_agent()
     torch_args = torchrun.get_args_parser().parse_args(torchrun_arguments(args))
     with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors:
         os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it

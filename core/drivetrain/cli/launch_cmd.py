@@ -13,6 +13,7 @@ import sys
 from typing import Any, Sequence
 
 from ..errors import ConfigError, LaunchError
+from . import launch_checks
 
 # Options whose value the children read from a DRIVETRAIN_* variable.
 _CHILD_VARIABLES = {
@@ -66,7 +67,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     resources.add_argument("--machine-rank", type=int)
     resources.add_argument("--main-process-ip")
     resources.add_argument("--main-process-port", type=int)
-    resources.add_argument("--rdzv-backend", help="rendezvous: static (default) or c10d")
+    resources.add_argument("--rdzv-backend", help="rendezvous: " + ", ".join(launch_checks.RDZV_BACKENDS)
+                           + " (default static)")
     resources.add_argument("--rdzv-conf", help="extra rendezvous options, key=value,...")
     resources.add_argument("--max-restarts", type=int, default=0)
     resources.add_argument("--monitor-interval", type=float, default=0.1)
@@ -77,6 +79,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     resources.add_argument("--role", help="name of the workers' role in the elastic agent's logs")
     resources.add_argument("--num-cpu-threads-per-process", type=int,
                            help="OMP_NUM_THREADS of each process (torchrun's default is 1)")
+    resources.add_argument("-q", "--quiet", action="store_true", default=None,
+                           help="only errors from the launcher and its agent (no start-up notes)")
     script = parser.add_argument_group("What to run")
     script.add_argument("-m", "--module", action="store_true", help="run the target as a module (python -m)")
     script.add_argument("--no-python", action="store_true", help="the target is an executable, not a Python script")
@@ -159,6 +163,10 @@ def merge_config(args: argparse.Namespace, parser: argparse.ArgumentParser | Non
     return args
 
 
+def _installed_precisions(manager: Any) -> list[str]:
+    return ["no", *dict.fromkeys(spec.name for _p, spec in manager.registrations("drivetrain_register_precisions"))]
+
+
 def requests_for(args: argparse.Namespace, manager: Any) -> Any:
     """The run's choice as asked: command line, then environment variables, then the file."""
     from ..selection import Requests, requests_from_config, requests_from_env
@@ -183,8 +191,8 @@ def _default_num_processes(args: argparse.Namespace, manager: Any, requests: Any
 
 
 def _defaults(args: argparse.Namespace) -> None:
-    args.num_machines = args.num_machines or 1
-    args.num_processes = args.num_processes or args.num_machines
+    args.num_machines = 1 if args.num_machines is None else args.num_machines
+    args.num_processes = args.num_machines if args.num_processes is None else args.num_processes
     args.machine_rank = args.machine_rank or 0
     args.rdzv_backend = args.rdzv_backend or "static"
     if args.num_processes < 1 or args.num_machines < 1:
@@ -319,7 +327,13 @@ def launch_parsed(args: argparse.Namespace, parser: argparse.ArgumentParser | No
 
     manager = get_plugin_manager()
     parser = parser or build_parser()
+    given = launch_checks.given_on_command_line(args)
+    launch_checks.check_numbers(args, given)  # the command line's mistakes first, before reading the file
     merge_config(args, parser)
+    launch_checks.check_numbers(args, given)
+    launch_checks.check_choices(args, given)
+    launch_checks.check_precision(args, _installed_precisions(manager))
+    launch_checks.check_target(args)
     requests = requests_for(args, manager)
     if args.num_processes is None:
         args.num_processes = _default_num_processes(args, manager, requests)

@@ -240,8 +240,8 @@ def _block(key: str, value: Any, owner: Owner, where: str) -> dict[str, Any]:
 
 def check_combinations(config: Config, schema: Schema, where: str = "config") -> None:
     """Impossible combinations of values, each reported with the keys involved."""
-    for key in ("num_processes", "num_machines"):
-        if getattr(config, key) < 1:
+    for key in ("num_processes", "num_machines", "gradient_accumulation_steps"):
+        if getattr(config, key) is not None and getattr(config, key) < 1:
             raise ConfigError(f"{where}: key {key!r} must be at least 1, not {getattr(config, key)}")
     if config.num_processes % config.num_machines:
         raise ConfigError(f"{where}: num_processes ({config.num_processes}) must be a multiple of num_machines "
