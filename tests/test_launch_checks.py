@@ -51,12 +51,14 @@ def launch(monkeypatch, tmp_path, capsys):
     (("--timeout", "-5"), "--timeout must be greater than 0, not -5"),
     (("--timeout", "0"), "--timeout must be greater than 0, not 0"),
     (("--monitor-interval", "0"), "--monitor-interval must be greater than 0, not 0"),
-    (("--mixed-precision", "fp7"), "--mixed-precision is 'fp7'; installed plugins offer: no, fp16, bf16"),
+    (("--mixed-precision", "fp7"), "--mixed-precision is 'fp7'; installed plugins offer: no, "),
 ])
 def test_a_bad_option_is_one_line_before_anything_starts(launch, argv, message):
     code, err = launch(*argv)
     assert code == 2 and err.startswith("drivetrain: error: " + message), err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    if "--mixed-precision" in argv:
+        assert {"fp16", "bf16"} <= set(err.split("offer: ")[1].strip().split(", ")), err
 
 
 @pytest.mark.parametrize("key, value, message", [
