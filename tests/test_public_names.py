@@ -28,9 +28,9 @@ LATER: dict[str, str] = {
         "BnbQuantizationConfig", "get_grad_scaler", "get_mixed_precision_context_manager", "has_4bit_bnb_layers",
         "load_and_quantize_model")},
     **{f"drivetrain.utils:{n}": _FP8 for n in (
-        "AORecipeKwargs", "FP8RecipeKwargs", "MSAMPRecipeKwargs", "TERecipeKwargs", "apply_fp8_autowrap",
-        "check_cuda_fp8_capability", "contextual_fp8_autocast", "convert_model", "convert_model_to_fp8_ao",
-        "filter_first_and_last_linear_layers", "has_ao_layers", "has_transformer_engine_layers", "torchao_required")},
+        "FP8RecipeKwargs", "MSAMPRecipeKwargs", "TERecipeKwargs", "apply_fp8_autowrap",
+        "contextual_fp8_autocast", "convert_model",
+        "has_transformer_engine_layers", "torchao_required")},
     **{f"drivetrain.utils:{n}": _ND for n in (
         "AbstractTrainStep", "BertTrainStep", "GPTTrainStep", "T5TrainStep", "MegatronEngine",
         "MegatronLMDummyDataLoader", "MegatronLMDummyScheduler", "MegatronLMOptimizerWrapper", "MegatronLMPlugin",
@@ -43,8 +43,7 @@ LATER: dict[str, str] = {
         "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION", "install_xla", "prepare_tpu", "check_cuda_p2p_ib_support",
         "get_gpu_info", "set_numa_affinity")},
     **{f"drivetrain.utils:{n}": _HERE for n in (
-        "DeepSpeedEngineWrapper", "GatheredParameters", "HfDeepSpeedConfig", "compile_regions_deepspeed",
-        "deepspeed_required", "map_pytorch_optim_to_deepspeed", "prepare_deepspeed_cmd_env",
+        "compile_regions_deepspeed", "map_pytorch_optim_to_deepspeed", "prepare_deepspeed_cmd_env",
         "compile_regions_fsdp2", "disable_fsdp_ram_efficient_loading", "enable_fsdp_ram_efficient_loading",
         "fsdp2_apply_ac", "fsdp2_canonicalize_names", "fsdp2_load_full_state_dict", "fsdp2_prepare_model",
         "fsdp2_switch_optimizer_parameters", "get_fsdp2_grad_scaler", "load_fsdp_model", "load_fsdp_optimizer",

@@ -113,3 +113,23 @@ def drivetrain_env_report():
     except Exception as exc:  # the report must never fail
         lines.append(EnvReportLine("NCCL", f"unknown ({exc})"))
     return lines
+
+
+@hookimpl
+def drivetrain_public_names():
+    return {"utils.is_cuda_available": "drivetrain_cuda.plugin:is_cuda_available",
+            "utils.is_rocm_available": "drivetrain_cuda.plugin:is_rocm_available"}
+
+
+def is_cuda_available() -> bool:
+    """Whether torch sees a CUDA (or ROCm) device."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def is_rocm_available() -> bool:
+    """Whether torch is a ROCm build and sees a device."""
+    import torch
+
+    return torch.version.hip is not None and torch.cuda.is_available()

@@ -172,6 +172,10 @@ def drivetrain_public_names():
         "get_active_deepspeed_plugin": "drivetrain_deepspeed.options:get_active_deepspeed_plugin",
         "DeepSpeedOptimizerWrapper": "drivetrain_deepspeed.engine:DeepSpeedOptimizerWrapper",
         "DeepSpeedSchedulerWrapper": "drivetrain_deepspeed.engine:DeepSpeedSchedulerWrapper",
+        # Accelerate's `accelerate.utils` helpers for DeepSpeed
+        **{f"utils.{name}": f"drivetrain_deepspeed.compat:{name}" for name in (
+            "is_deepspeed_available", "deepspeed_required", "GatheredParameters", "HfDeepSpeedConfig",
+            "DeepSpeedEngineWrapper")},
     }
 
 

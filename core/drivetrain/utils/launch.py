@@ -36,7 +36,7 @@ class PrepareForLaunch:
             world_size = int(os.environ.get("WORLD_SIZE", "1"))
             os.environ.update(LOCAL_RANK=str(index), RANK=str(index), WORLD_SIZE=str(world_size),
                               DRIVETRAIN_DEBUG_MODE="1")
-        elif str(self.distributed_type).startswith("MULTI_") or self.distributed_type != DistributedType.NO:
+        elif self.distributed_type != DistributedType.NO:
             processes_per_node = int(os.environ.get("NPROC", os.environ.get("LOCAL_WORLD_SIZE", "1")))
             node_rank = int(os.environ.get("NODE_RANK", "0"))
             os.environ["LOCAL_RANK"] = str(index)
