@@ -163,3 +163,106 @@ def test_fp8_trains_like_bf16():
     reference = _train(Accelerator(mixed_precision="bf16"), steps=60)
     assert fp8[-1] < 0.6 * fp8[0], fp8
     assert abs(fp8[-1] - reference[-1]) < 0.25 * reference[0], (fp8, reference)
+
+
+# ------------------------------------------------------------------ Transformer Engine and MS-AMP (contract)
+
+
+HAS_TE = importlib.util.find_spec("transformer_engine") is not None
+HAS_MSAMP = importlib.util.find_spec("msamp") is not None
+
+
+def test_te_recipe_from_arguments_and_launch_variables(monkeypatch):
+    from drivetrain import FP8RecipeKwargs, TERecipeKwargs
+
+    recipe = TERecipeKwargs()
+    assert (recipe.fp8_format, recipe.margin, recipe.interval, recipe.amax_history_len) == ("HYBRID", 0, 1, 1024)
+    assert recipe.amax_compute_algo == "most_recent" and recipe.use_autocast_during_eval is False
+    for name, value in (("FORMAT", "e4m3"), ("MARGIN", "2"), ("AMAX_HISTORY_LEN", "16"),
+                        ("AMAX_COMPUTE_ALGO", "max"), ("OVERRIDE_LINEAR_PRECISION", "false,true,false"),
+                        ("USE_AUTOCAST_DURING_EVAL", "true")):
+        monkeypatch.setenv(f"ACCELERATE_FP8_{name}", value)
+    recipe = TERecipeKwargs(margin=3)
+    assert (recipe.fp8_format, recipe.margin, recipe.amax_history_len, recipe.amax_compute_algo) == ("E4M3", 3, 16, "max")
+    assert recipe.override_linear_precision == (False, True, False) and recipe.use_autocast_during_eval
+    with pytest.raises(DrivetrainError, match="fp8_format must be one of"):
+        TERecipeKwargs(fp8_format="E3M4")
+    with pytest.raises(DrivetrainError, match="MSAMPRecipeKwargs"):
+        FP8RecipeKwargs(backend="MSAMP")
+    assert FP8RecipeKwargs().precision_backend == "te"
+
+
+def test_msamp_recipe_levels(monkeypatch):
+    from drivetrain import MSAMPRecipeKwargs
+
+    assert MSAMPRecipeKwargs().opt_level == "O2"
+    monkeypatch.setenv("ACCELERATE_FP8_OPT_LEVEL", "o1")
+    assert MSAMPRecipeKwargs().opt_level == "O1"
+    with pytest.raises(DrivetrainError, match="O1 or O2"):
+        MSAMPRecipeKwargs(opt_level="O3")
+
+
+def test_every_accelerate_fp8_launch_option_parses():
+    from drivetrain.cli.launch_cmd import build_parser
+
+    args = build_parser().parse_args([
+        "--mixed_precision", "fp8", "--fp8_backend", "te", "--fp8_format", "e5m2", "--fp8_margin", "1",
+        "--fp8_interval", "2", "--fp8_amax_history_len", "8", "--fp8_amax_compute_algo", "max",
+        "--fp8_override_linear_precision", "false,false,true", "--fp8_opt_level", "o1",
+        "--fp8_use_autocast_during_eval", "--fp8_enable_fsdp_float8_all_gather", "false",
+        "--fp8_pad_inner_dim", "true", "train.py"])
+    assert (args.precision_backend, args.fp8_format, args.fp8_opt_level) == ("te", "E5M2", "O1")
+    from drivetrain.plugin_manager import get_plugin_manager
+
+    env = {}
+    for answer in get_plugin_manager().hooks.hook.drivetrain_launch_environment(args=args):
+        env.update(answer or {})
+    assert env["ACCELERATE_FP8_FORMAT"] == "E5M2" and env["ACCELERATE_FP8_AMAX_HISTORY_LEN"] == "8"
+    assert env["ACCELERATE_FP8_OPT_LEVEL"] == "O1" and env["ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL"] == "true"
+    assert env["ACCELERATE_FP8_OVERRIDE_LINEAR_PRECISION"] == "false,false,true"
+
+
+@pytest.mark.skipif(HAS_TE and torch.cuda.is_available(), reason="Transformer Engine can run here")
+def test_te_backend_refused_with_what_it_needs():
+    from drivetrain import TERecipeKwargs
+
+    with pytest.raises(DrivetrainError, match=r"te: .*(transformer-engine|compute capability 8.9)"):
+        Accelerator(mixed_precision="fp8", kwargs_handlers=[TERecipeKwargs()])
+
+
+@pytest.mark.skipif(HAS_MSAMP and torch.cuda.is_available(), reason="MS-AMP can run here")
+def test_msamp_backend_refused_with_what_it_needs():
+    from drivetrain import MSAMPRecipeKwargs
+
+    with pytest.raises(DrivetrainError, match=r"msamp: .*(MS-AMP|compute capability 8.9)"):
+        Accelerator(mixed_precision="fp8", kwargs_handlers=[MSAMPRecipeKwargs()])
+
+
+def test_probes_answer_through_utils():
+    from drivetrain.utils import (check_cuda_fp8_capability, is_fp8_available, is_msamp_available,
+                                  is_torchao_available, is_transformer_engine_available,
+                                  is_transformer_engine_mxfp8_available)
+
+    assert is_torchao_available() is HAS_TORCHAO
+    assert is_transformer_engine_available() is HAS_TE and is_msamp_available() is HAS_MSAMP
+    if not torch.cuda.is_available():
+        assert check_cuda_fp8_capability() is False
+        assert is_fp8_available() is HAS_TORCHAO  # emulated by torchao on the CPU
+    if not HAS_TE:
+        assert is_transformer_engine_mxfp8_available() is False
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not (HAS_TE and torch.cuda.is_available()), reason="needs Transformer Engine and a CUDA GPU "
+                    "of compute capability 8.9 or newer")
+def test_te_swaps_layers_and_trains():  # pragma: no cover - needs the hardware
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("the GPU has no float8 units (compute capability < 8.9)")
+    from drivetrain import TERecipeKwargs
+    from drivetrain.utils import has_transformer_engine_layers
+
+    accelerator = Accelerator(mixed_precision="fp8", kwargs_handlers=[TERecipeKwargs()])
+    assert accelerator.fp8_backend == "TE"
+    losses = _train(accelerator, steps=60)
+    assert has_transformer_engine_layers(accelerator._models[0])
+    assert losses[-1] < 0.6 * losses[0], losses

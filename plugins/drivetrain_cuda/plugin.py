@@ -117,7 +117,8 @@ def drivetrain_env_report():
 
 @hookimpl
 def drivetrain_public_names():
-    return {"utils.is_cuda_available": "drivetrain_cuda.plugin:is_cuda_available",
+    return {"utils.check_cuda_fp8_capability": "drivetrain_cuda.fp8:check_cuda_fp8_capability",
+            "utils.is_cuda_available": "drivetrain_cuda.plugin:is_cuda_available",
             "utils.is_rocm_available": "drivetrain_cuda.plugin:is_rocm_available"}
 
 

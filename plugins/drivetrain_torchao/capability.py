@@ -7,9 +7,6 @@ import os
 
 from drivetrain.plugin_api import Probe
 
-#: CUDA compute capability of the first GPUs with float8 tensor cores (Ada, Hopper).
-FP8_COMPUTE_CAPABILITY = (8, 9)
-
 
 def environment_flag(name: str, default: bool) -> bool:
     """A boolean launch variable (``ACCELERATE_<name>`` or ``DRIVETRAIN_<name>``)."""
@@ -25,12 +22,11 @@ def is_torchao_available() -> bool:
 
 
 def check_cuda_fp8_capability() -> bool:
-    """Whether the current CUDA device has float8 tensor cores (compute capability >= 8.9)."""
-    import torch
+    """The cuda plugin's answer (through the public names), ``False`` without that plugin."""
+    import drivetrain.utils
 
-    if not torch.cuda.is_available():
-        return False
-    return torch.cuda.get_device_capability() >= FP8_COMPUTE_CAPABILITY
+    check = getattr(drivetrain.utils, "check_cuda_fp8_capability", None)
+    return bool(check()) if check is not None else False
 
 
 def probe() -> Probe:

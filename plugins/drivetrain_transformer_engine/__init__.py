@@ -1,0 +1,1 @@
+"""fp8 through NVIDIA Transformer Engine (``pip install 'drivetrain[te]'``)."""
