@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from . import environment
+from .accelerator_members import AccelerateMembers
 from .errors import ConfigError, DrivetrainError
 from .kwargs_handlers import (
     AutocastKwargs,
@@ -53,7 +54,7 @@ def _strategy_option_attributes() -> set[str]:
             for argument in spec.accelerator_arguments if argument.endswith("_plugin")}
 
 
-class Accelerator:
+class Accelerator(AccelerateMembers):
     """Prepare a model, its optimizer, scheduler and data for the run this process is in.
 
     Arguments are Accelerate's. A strategy plugin may accept more keyword arguments (those
