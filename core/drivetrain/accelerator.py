@@ -246,6 +246,56 @@ class Accelerator(AccelerateMembers):
     def is_last_process(self) -> bool:
         return self.state.is_last_process
 
+    # Ranks of composable parallelism. A strategy that lays processes out on a device mesh
+    # answers them through its run extension; otherwise each process is its own data shard.
+
+    def _mesh_attribute(self, name: str, default: Any) -> Any:
+        try:
+            return self.run.extension_attribute(name)
+        except AttributeError:
+            return default
+
+    @property
+    def parallelism_config(self) -> Any:
+        return self._mesh_attribute("parallelism_config", None)
+
+    @property
+    def torch_device_mesh(self) -> Any:
+        return self._mesh_attribute("torch_device_mesh", None)
+
+    @property
+    def is_composable_parallelism_enabled(self) -> bool:
+        return bool(self._mesh_attribute("is_composable_parallelism_enabled", False))
+
+    @property
+    def data_parallel_rank(self) -> int:
+        return self.run.data_parallel_rank
+
+    @property
+    def data_parallel_shard_rank(self) -> int:
+        return self._mesh_attribute("data_parallel_shard_rank", 0)
+
+    @property
+    def tensor_parallel_rank(self) -> int:
+        return self._mesh_attribute("tensor_parallel_rank", 0)
+
+    @property
+    def context_parallel_rank(self) -> int:
+        return self._mesh_attribute("context_parallel_rank", 0)
+
+    @property
+    def pipeline_parallel_rank(self) -> int:
+        return self._mesh_attribute("pipeline_parallel_rank", 0)
+
+    def maybe_context_parallel(self, buffers: list[Any] | None = None, buffer_seq_dims: list[int] | None = None,
+                               no_restore_buffers: set[Any] | None = None) -> contextlib.AbstractContextManager:
+        """Split ``buffers`` over the context-parallel processes inside the block (a no-op
+        when the run has no such dimension)."""
+        enter = self._mesh_attribute("maybe_context_parallel", None)
+        if enter is None:
+            return contextlib.nullcontext()
+        return enter(buffers=buffers, buffer_seq_dims=buffer_seq_dims, no_restore_buffers=no_restore_buffers)
+
     @property
     def use_distributed(self) -> bool:
         return self.state.use_distributed
@@ -439,10 +489,19 @@ class Accelerator(AccelerateMembers):
         if device_placement is None:
             device_placement = self.device_placement
         config = self.dataloader_config
+        dispatch_batches = config.dispatch_batches
+        if self.run.data_parallel_size != self.num_processes:
+            # Peers that share a batch (tensor/context parallel) read the same shard; the main
+            # process's dispatching cuts batches by process index instead.
+            if dispatch_batches:
+                raise ConfigError("dispatch_batches cannot be used when processes share batches (tensor or context "
+                                  "parallelism); set DataLoaderConfiguration(dispatch_batches=False)")
+            dispatch_batches = False
         prepared = prepare_data_loader(
-            data_loader, self.device, num_processes=self.num_processes, process_index=self.process_index,
-            split_batches=config.split_batches, put_on_device=device_placement, rng_types=list(self.rng_types),
-            dispatch_batches=config.dispatch_batches, even_batches=config.even_batches,
+            data_loader, self.device, num_processes=self.run.data_parallel_size,
+            process_index=self.run.data_parallel_rank, split_batches=config.split_batches,
+            put_on_device=device_placement, rng_types=list(self.rng_types),
+            dispatch_batches=dispatch_batches, even_batches=config.even_batches,
             slice_fn_for_dispatch=slice_fn_for_dispatch, use_seedable_sampler=config.use_seedable_sampler,
             data_seed=config.data_seed, non_blocking=config.non_blocking,
             use_stateful_dataloader=config.use_stateful_dataloader,

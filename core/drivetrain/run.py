@@ -37,6 +37,9 @@ class Run:
         extensions: objects returned by ``drivetrain_configure_run`` whose public
             attributes ``AcceleratorState`` and the ``Accelerator`` expose (Accelerate's
             backend-specific attributes such as ``state.deepspeed_plugin``).
+        data_parallel: ``(rank, size)`` of this process among the groups of processes that
+            read different batches, set by a strategy whose other processes share a batch
+            (tensor- or context-parallel peers); ``None``: every process reads its own.
     """
 
     def __init__(self, manager: PluginManager, selection: Selection, platform: Platform) -> None:
@@ -48,9 +51,20 @@ class Run:
         self.state: Any = None
         self.accelerator_state: Any = None
         self.extensions: list[Any] = []
+        self.data_parallel: tuple[int, int] | None = None
         self._extra: list[str] = []
         self._callers: dict[str, pluggy.HookCaller] = {}
         self._collectives: Collectives | None = None
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """Which share of the data this process reads (its process index unless a strategy says)."""
+        return self.data_parallel[0] if self.data_parallel is not None else self.state.process_index
+
+    @property
+    def data_parallel_size(self) -> int:
+        """How many shares the data is split into (the process count unless a strategy says)."""
+        return self.data_parallel[1] if self.data_parallel is not None else self.state.num_processes
 
     @property
     def active_plugins(self) -> list[str]:

@@ -332,6 +332,7 @@ class AcceleratorState:
         # `state.deepspeed_plugin`) belongs to that state, not to this one.
         run.options.clear()
         run.extensions.clear()
+        run.data_parallel = None
         run.accelerator_state = self
         self.dynamo_plugin = dynamo_plugin
         self.plugins: dict[str, Any] = {key: value for key, value in backend_plugins.items() if value is not None}

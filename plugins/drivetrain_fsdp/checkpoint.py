@@ -48,6 +48,12 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
 
+def handles(model: Any, run: Any) -> bool:
+    """Whether ``model`` is this run's to save: sharded by FSDP, or filed in the fsdp runtime
+    by a strategy that composes it (a model split by tensor parallelism alone)."""
+    return version_of(model) is not None or any(known is model for known in runtime_of(run).models)
+
+
 # ------------------------------------------------------------------ reading DCP safely
 
 
@@ -168,7 +174,7 @@ def _gather_options(run: Any, model: Any, config: Any = None) -> Any:
 
 def full_model_state_dict(model: Any, run: Any) -> dict[str, Any] | None:
     """The whole model's weights, gathered (complete on the main process)."""
-    if version_of(model) is None:
+    if not handles(model, run):
         return None
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
@@ -230,7 +236,7 @@ def _optimizer_state(model: Any, inner: Any, options: Any = None) -> dict[str, A
 
 
 def save_model(model: Any, index: int, directory: str, run: Any, safe_serialization: bool) -> list[str] | None:
-    if version_of(model) is None:
+    if not handles(model, run):
         return None
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
@@ -249,7 +255,7 @@ def save_model(model: Any, index: int, directory: str, run: Any, safe_serializat
 
 
 def load_model(model: Any, index: int, directory: str, run: Any) -> bool | None:
-    if version_of(model) is None:
+    if not handles(model, run):
         return None
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 

@@ -249,22 +249,42 @@ def _check_meta(model: torch.nn.Module, options: FullyShardedDataParallelPlugin,
 # --------------------------------------------------------------------------- wrapping
 
 
-def wrap_model(model: torch.nn.Module, run: Any) -> torch.nn.Module:
-    """Shard ``model`` with the run's options; remember what replaced its parameters."""
+def parameters_by_name(model: torch.nn.Module) -> list[tuple[str, Any]]:
+    return [(clean_name(name), parameter) for name, parameter in model.named_parameters(remove_duplicate=False)]
+
+
+def wrap_model(model: torch.nn.Module, run: Any, mesh: Any = None,
+               before: list[tuple[str, Any]] | None = None) -> torch.nn.Module:
+    """Shard ``model`` with the run's options; remember what replaced its parameters.
+
+    A strategy that composes FSDP2 with other dimensions passes its own ``mesh`` (1-D
+    shards, or 2-D replicas × shards) and the model's parameters ``before`` it transformed
+    them (``parameters_by_name``), so optimizers created earlier still find theirs.
+    """
     if version_of(model) is not None:
         return model  # prepared twice
     runtime = runtime_of(run)
     options = runtime.options
     ensure_process_group(run)
-    before = [(clean_name(name), parameter) for name, parameter in model.named_parameters(remove_duplicate=False)]
+    before = parameters_by_name(model) if before is None else before
     with quiet():
         if options.fsdp_version == 1:
+            if mesh is not None:
+                raise ConfigError("sharding over a given device mesh needs FSDP2; set fsdp_version to 2")
             wrapped = _wrap_v1(model, run, options)
         else:
-            wrapped = _wrap_v2(model, run, runtime, options)
+            wrapped = _wrap_v2(model, run, runtime, options, mesh)
     _remember_replacements(runtime, wrapped, before, options)
     runtime.add_model(wrapped)
     return wrapped
+
+
+def adopt(model: torch.nn.Module, run: Any, before: list[tuple[str, Any]]) -> None:
+    """File a model another strategy transformed without sharding it (tensor parallelism
+    alone): optimizers created earlier are pointed at its new parameters, checkpoints save it."""
+    runtime = runtime_of(run)
+    _remember_replacements(runtime, model, before, runtime.options)
+    runtime.add_model(model)
 
 
 def _checkpointing_policy_check(options: FullyShardedDataParallelPlugin) -> None:
@@ -328,8 +348,8 @@ def _wrap_v1(model: torch.nn.Module, run: Any, options: FullyShardedDataParallel
     return wrapped
 
 
-def _wrap_v2(model: torch.nn.Module, run: Any, runtime: Runtime, options: FullyShardedDataParallelPlugin
-             ) -> torch.nn.Module:
+def _wrap_v2(model: torch.nn.Module, run: Any, runtime: Runtime, options: FullyShardedDataParallelPlugin,
+             mesh: Any = None) -> torch.nn.Module:
     from torch.distributed.fsdp import fully_shard
 
     _checkpointing_policy_check(options)
@@ -350,7 +370,9 @@ def _wrap_v2(model: torch.nn.Module, run: Any, runtime: Runtime, options: FullyS
     source = None
     if options.sync_module_states:
         source = _main_process_weights(model)
-    kwargs: dict[str, Any] = {"mesh": mesh_for(runtime, run, options.sharding_strategy, two_dims=True),
+    if mesh is None:
+        mesh = mesh_for(runtime, run, options.sharding_strategy, two_dims=True)
+    kwargs: dict[str, Any] = {"mesh": mesh,
                               "reshard_after_forward": options.reshard_after_forward}
     policy = precision_policy(options, 2)
     if policy is not None:

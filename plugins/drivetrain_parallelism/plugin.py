@@ -1,0 +1,159 @@
+"""The ``parallelism_config`` strategy: ND parallelism on a torch ``DeviceMesh`` of
+``dp_replicate × dp_shard × cp × tp`` processes: tensor parallelism (``parallelize_module``
+with the model's plan), FSDP2 over the sharded data-parallel dimensions, HSDP across
+replicas, context parallelism (ring attention, where torch has the kernels).
+
+Selected by ``Accelerator(parallelism_config=ParallelismConfig(...))`` (or
+``torch_tp_plugin=TorchTensorParallelPlugin(...)``), ``drivetrain launch
+--use-parallelism-config`` (sizes as ``--parallelism-config-*``),
+``ACCELERATE_USE_PARALLELISM_CONFIG=true``, or ``strategy: parallelism_config`` with a
+``parallelism_config:`` block in the config file.
+
+Sharding and checkpoints are the fsdp plugin's code (FSDP2, DCP), given this strategy's mesh.
+Importing this module is cheap (no torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, StrategySpec, hookimpl
+
+# The model is the user's own module once composed, sharded by FSDP2 (or split by TP alone):
+# the fsdp plugin's hooks for optimizers, accumulation and checkpoints (DCP) serve it as they are.
+from drivetrain_fsdp.plugin import (  # noqa: F401 (hook implementations of this plugin too)
+    drivetrain_get_state_dict,
+    drivetrain_load_model_state,
+    drivetrain_load_optimizer_state,
+    drivetrain_make_grad_scaler,
+    drivetrain_no_sync,
+    drivetrain_save_model_state,
+    drivetrain_save_optimizer_state,
+    drivetrain_sync_in_backward,
+    drivetrain_unwrap_model,
+    drivetrain_wrap_optimizer,
+)
+
+from .config import CP_COMM_STRATEGIES, ENV
+
+PLUGIN_INFO = PluginInfo(api_version="1.2", description="ND parallelism: data × sharded data × tensor × context "
+                                                        "(ParallelismConfig)")
+
+NAME = "parallelism_config"
+SECTION = "parallelism_config"
+
+# config key (Accelerate's, also the launch option) -> (ParallelismConfig field, type, choices, default, help)
+CONFIG_KEYS: dict[str, tuple[str, type, Any, Any, str]] = {
+    "parallelism_config_dp_replicate_size": ("dp_replicate_size", int, None, 1,
+                                             "replicas of the (sharded) model that average gradients (HSDP)"),
+    "parallelism_config_dp_shard_size": ("dp_shard_size", int, None, 1,
+                                         "processes that shard parameters, gradients and optimizer state (FSDP2)"),
+    "parallelism_config_tp_size": ("tp_size", int, None, 1, "processes that split each layer (tensor parallelism)"),
+    "parallelism_config_cp_size": ("cp_size", int, None, 1,
+                                   "processes that split each sequence (context parallelism; GPUs only)"),
+    "parallelism_config_cp_comm_strategy": ("cp_comm_strategy", str, CP_COMM_STRATEGIES, "allgather",
+                                            "how context parallelism exchanges keys and values: allgather or alltoall"),
+}
+
+
+@hookimpl
+def drivetrain_register_strategies():
+    return [StrategySpec(
+        name=NAME, config_section=SECTION, accelerator_arguments=("parallelism_config", "torch_tp_plugin"),
+        places_models=True,
+        description="ND parallelism on a device mesh: dp_replicate × dp_shard (FSDP2) × cp × tp",
+    )]
+
+
+@hookimpl
+def drivetrain_register_config_sections():
+    fields = tuple(ConfigField(key, type=kind, default=default, choices=choices, help=text, env=ENV[option],
+                               ask=True)
+                   for key, (option, kind, choices, default, text) in CONFIG_KEYS.items())
+    return [ConfigSection(SECTION, fields=fields, enabled_when=NAME.upper(),
+                          description="ND parallelism: sizes of the device mesh")]
+
+
+@hookimpl
+def drivetrain_add_launch_arguments(parser):
+    group = parser.add_argument_group("ParallelismConfig", "ND parallelism (also read from parallelism_config: in the "
+                                                           "config file)")
+    group.add_argument("--use-parallelism-config", dest="strategy", action="store_const", const=NAME,
+                       help="lay processes out as dp_replicate × dp_shard × cp × tp (same as --strategy "
+                            "parallelism_config)")
+    for key, (_option, kind, choices, _default, text) in CONFIG_KEYS.items():
+        group.add_argument("--" + key.replace("_", "-"), dest=key, type=kind, default=None, choices=choices,
+                           help=text)
+
+
+@hookimpl
+def drivetrain_launch_environment(args):
+    """The layout's variables, checked against the job's process count before it starts."""
+    config = getattr(args, "config", None)
+    block = config.sections.get(SECTION) if config is not None else None
+    if getattr(args, "strategy", None) != NAME:
+        if isinstance(block, dict) and block:
+            from drivetrain.errors import ConfigError
+
+            raise ConfigError(f"the config file has a {SECTION}: block but the run's strategy is "
+                              f"{getattr(args, 'strategy', None)!r}; add `strategy: {NAME}` (FSDP options still apply "
+                              "from fsdp_config:) or remove the block")
+        return None
+    import os
+
+    from .config import ParallelismConfig
+
+    env = dict(os.environ)
+    for key, (option, *_rest) in CONFIG_KEYS.items():
+        value = getattr(args, key, None)
+        if value is None and isinstance(block, dict):
+            value = block.get(key)
+        if value is not None:
+            env[ENV[option]] = str(value)
+            env.pop("DRIVETRAIN_" + ENV[option], None)
+    layout = ParallelismConfig.from_environment(env)
+    processes = getattr(args, "num_processes", None)
+    if processes:
+        layout.validate(int(processes))  # refuse before any process starts
+    return layout.environment()
+
+
+@hookimpl
+def drivetrain_public_names():
+    names = {name: f"drivetrain_parallelism.config:{name}"
+             for name in ("ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig",
+                          "TorchTensorParallelPlugin")}
+    names["parallelism_config.ParallelismConfig"] = "drivetrain_parallelism.config:ParallelismConfig"
+    return names
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@hookimpl
+def drivetrain_configure_run(run):
+    from .runtime import configure
+
+    return configure(run).extension
+
+
+@hookimpl
+def drivetrain_wrap_model(model, run, evaluation_mode):
+    from .wrap import wrap_model
+
+    return wrap_model(model, run)
+
+
+@hookimpl
+def drivetrain_clip_grad_norm(parameters, max_norm, norm_type, run):
+    from .wrap import clip_grad_norm
+
+    return clip_grad_norm(parameters, max_norm, norm_type)
+
+
+@hookimpl
+def drivetrain_clip_grad_value(parameters, clip_value, run):
+    from drivetrain.errors import DrivetrainError
+
+    raise DrivetrainError("gradients split over a device mesh cannot be clipped by value; use "
+                          "accelerator.clip_grad_norm_ instead")

@@ -1,0 +1,223 @@
+"""The parallelism_config strategy: ParallelismConfig's contract in-process, ND layouts on real
+processes (tests/scripts/check_parallelism.py: TP=2 on 2 processes; FSDP2 × TP and HSDP on 4)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from drivetrain.errors import ConfigError
+from launching import assert_ok, launch
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith(("PARALLELISM_CONFIG_", "FSDP_", "DRIVETRAIN_", "ACCELERATE_")):
+            monkeypatch.delenv(key)
+    return monkeypatch
+
+
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16))
+
+
+# ------------------------------------------------------------------ the layout
+
+
+def test_sizes_names_and_environment(clean_env):
+    from drivetrain import ParallelismConfig, TorchContextParallelConfig, TorchTensorParallelConfig
+
+    config = ParallelismConfig(dp_replicate_size=2, dp_shard_size=2, tp_size=2)
+    assert (config.cp_size, config.total_size, config.data_parallel_size, config.non_data_parallel_size) == (1, 8, 4, 2)
+    assert config.active_mesh_dims == ["dp_replicate", "dp_shard", "tp"]
+    assert config.dp_dim_names == ["dp_replicate", "dp_shard"] and config.non_dp_dim_names == ["tp"]
+    assert config.fsdp_dim_names == ["dp_replicate", "dp_shard_cp"] and config.fsdp_enabled
+    assert isinstance(config.tp_handler, TorchTensorParallelConfig) and config.cp_handler is None
+    clean_env.setenv("PARALLELISM_CONFIG_TP_SIZE", "4")
+    clean_env.setenv("DRIVETRAIN_PARALLELISM_CONFIG_CP_SIZE", "2")
+    clean_env.setenv("PARALLELISM_CONFIG_CP_COMM_STRATEGY", "alltoall")
+    from_env = ParallelismConfig()
+    assert (from_env.dp_replicate_size, from_env.dp_shard_size, from_env.tp_size, from_env.cp_size) == (1, 1, 4, 2)
+    assert from_env.cp_handler == TorchContextParallelConfig(cp_comm_strategy="alltoall")
+    assert ParallelismConfig(tp_size=2).tp_size == 2  # arguments win over the environment
+    assert ParallelismConfig.from_environment({}).total_size == 1
+    env = ParallelismConfig(dp_shard_size=2, cp_size=2).environment()
+    assert env["PARALLELISM_CONFIG_DP_SHARD_SIZE"] == env["DRIVETRAIN_PARALLELISM_CONFIG_DP_SHARD_SIZE"] == "2"
+    assert env["PARALLELISM_CONFIG_CP_COMM_STRATEGY"] == "alltoall"  # still in the environment
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(tp_size=0), "tp_size must be at least 1, got 0"),
+    (dict(dp_shard_size="two"), "dp_shard_size='two' is not a whole number"),
+    (dict(cp_size=True), "must be a whole number of processes"),
+    (dict(cp_handler="ring"), "cp_handler must be a TorchContextParallelConfig"),
+])
+def test_bad_layouts_are_refused(clean_env, kwargs, message):
+    from drivetrain import ParallelismConfig
+
+    with pytest.raises(ConfigError, match=message):
+        ParallelismConfig(**kwargs)
+
+
+def test_handlers_need_their_dimension(clean_env):
+    from drivetrain import ParallelismConfig, TorchContextParallelConfig
+
+    with pytest.raises(ConfigError, match="cp_handler was given but cp_size is 1"):
+        ParallelismConfig(cp_handler=TorchContextParallelConfig())
+    with pytest.raises(ConfigError, match="cp_comm_strategy 'ring' is not one of"):
+        TorchContextParallelConfig(cp_comm_strategy="ring")
+
+
+def test_sizes_must_cover_the_processes(clean_env):
+    from drivetrain import ParallelismConfig
+
+    with pytest.raises(ConfigError) as refused:
+        ParallelismConfig(dp_shard_size=2, tp_size=2).validate(6)
+    assert str(refused.value) == ("ParallelismConfig dp_replicate_size=1 × dp_shard_size=2 × cp_size=1 × tp_size=2 = 4 "
+                                  "processes, but the run has 6; change the sizes so their product is 6")
+
+
+def test_public_names_at_accelerates_paths(clean_env):
+    import drivetrain
+    import drivetrain.utils
+    from drivetrain.parallelism_config import ParallelismConfig
+    from drivetrain.plugin_manager import get_plugin_manager
+    from drivetrain.selection import requests_from_env
+
+    assert drivetrain.ParallelismConfig is ParallelismConfig is drivetrain.utils.ParallelismConfig
+    for name in ("TorchTensorParallelConfig", "TorchContextParallelConfig", "TorchTensorParallelPlugin"):
+        assert getattr(drivetrain.utils, name).__module__ == "drivetrain_parallelism.config"
+    manager = get_plugin_manager()
+    assert requests_from_env(manager, {"ACCELERATE_USE_PARALLELISM_CONFIG": "true"}).strategy == "parallelism_config"
+    spec = {s.name: s for _p, s in manager.registrations("drivetrain_register_strategies")}["parallelism_config"]
+    assert spec.accelerator_arguments == ("parallelism_config", "torch_tp_plugin") and not spec.automatic
+
+
+# ------------------------------------------------------------------ refusals and plans
+
+
+def test_context_parallelism_is_refused_on_the_cpu(clean_env):
+    from drivetrain import ParallelismConfig
+    from drivetrain_parallelism.runtime import check_platform
+
+    with pytest.raises(ConfigError, match=r"^context parallelism \(cp_size > 1\) runs attention as ring attention "
+                                          r".*CUDA only.*set cp_size to 1 on the CPU, or run on GPUs$"):
+        check_platform(ParallelismConfig(cp_size=2), "cpu")
+    check_platform(ParallelismConfig(cp_size=2), "cuda")  # torch has the kernels there
+
+
+def test_tensor_parallel_plan_from_the_model_or_the_user(clean_env):
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from drivetrain import ParallelismConfig, TorchTensorParallelConfig
+    from drivetrain_parallelism.wrap import _expanded, plan_of
+
+    class Layout:  # what plan_of reads from the runtime
+        config = ParallelismConfig(tp_size=2)
+
+    model = tiny_llama()
+    plan = _expanded(model, plan_of(model, Layout()), 2)  # transformers' own plan, `*` as the layer index
+    assert type(plan["model.layers.1.self_attn.q_proj"]) is ColwiseParallel
+    assert type(plan["model.layers.0.mlp.down_proj"]) is RowwiseParallel
+    assert "lm_head" in plan and "model.embed_tokens" in plan
+    Layout.config = ParallelismConfig(tp_size=2, tp_handler=TorchTensorParallelConfig(tp_plan={"lm_head": "diagonal"}))
+    with pytest.raises(ConfigError, match="tensor-parallel style 'diagonal' is not supported"):
+        _expanded(model, plan_of(model, Layout()), 2)
+    with pytest.raises(ConfigError, match=r"names 'model.blocks.\*.q', which matches no module"):
+        _expanded(model, {"model.blocks.*.q": "colwise"}, 2)
+    with pytest.raises(ConfigError, match=r"lm_head.weight has shape \(64, 32\), which does not split evenly over "
+                                          r"tp_size=3"):
+        _expanded(model, {"lm_head": "colwise"}, 3)
+    Layout.config = ParallelismConfig(tp_size=2)
+    with pytest.raises(ConfigError, match="Sequential carries none"):
+        plan_of(torch.nn.Sequential(torch.nn.Linear(2, 2)), Layout())
+
+
+@pytest.fixture
+def private_group():
+    import torch.distributed as dist
+
+    existed = dist.is_initialized()
+    yield
+    if dist.is_initialized() and not existed:
+        dist.destroy_process_group()
+
+
+@pytest.mark.usefixtures("fresh_state", "private_group")
+def test_one_process_layout_and_refused_sizes(clean_env):
+    from drivetrain import Accelerator, ParallelismConfig, TorchTensorParallelPlugin
+    from drivetrain.state import AcceleratorState
+
+    with pytest.raises(ConfigError, match="= 2 processes, but the run has 1"):
+        Accelerator(parallelism_config=ParallelismConfig(tp_size=2))
+    AcceleratorState._reset_state()
+    with pytest.raises(ConfigError, match="pass parallelism_config or torch_tp_plugin, not both"):
+        Accelerator(parallelism_config=ParallelismConfig(), torch_tp_plugin=TorchTensorParallelPlugin())
+    AcceleratorState._reset_state()
+    accelerator = Accelerator(parallelism_config=ParallelismConfig())
+    assert accelerator.torch_device_mesh.mesh_dim_names[:4] == ("dp_replicate", "dp_shard", "cp", "tp")
+    assert (accelerator.data_parallel_rank, accelerator.tensor_parallel_rank, accelerator.data_parallel_shard_rank) == (
+        0, 0, 0)
+    model = accelerator.prepare(torch.nn.Linear(4, 2))
+    assert model(torch.ones(1, 4)).shape == (1, 2)
+    AcceleratorState._reset_state()
+    plain = Accelerator()  # without a layout: every process is its own data shard
+    assert plain.torch_device_mesh is None and not plain.is_composable_parallelism_enabled
+    assert (plain.data_parallel_rank, plain.tensor_parallel_rank, plain.pipeline_parallel_rank) == (0, 0, 0)
+    with plain.maybe_context_parallel(buffers=[torch.zeros(2)], buffer_seq_dims=[0]):
+        pass
+
+
+def _launch_env(argv, tmp_path, config_text="{}\n"):
+    from drivetrain.cli.launch_cmd import build_parser, child_environment, merge_config, resolve_choice
+    from drivetrain.plugin_manager import get_plugin_manager
+
+    path = tmp_path / "config.yaml"
+    path.write_text(config_text)
+    parser = build_parser()
+    args = parser.parse_args(["--config-file", str(path), *argv, "script.py"])
+    merge_config(args, parser)
+    args.num_processes = args.num_processes or 4
+    args.num_machines, args.machine_rank, args.nproc_per_node = 1, 0, args.num_processes
+    selection = resolve_choice(args, get_plugin_manager())
+    return child_environment(args, selection)
+
+
+def test_launch_options_and_config_block(clean_env, tmp_path):
+    env = _launch_env(["--cpu", "--num_processes", "4", "--use_parallelism_config",
+                       "--parallelism_config_dp_shard_size", "2", "--parallelism-config-tp-size", "2"], tmp_path)
+    assert env["DRIVETRAIN_STRATEGY"] == "parallelism_config"
+    assert env["PARALLELISM_CONFIG_DP_SHARD_SIZE"] == "2" and env["PARALLELISM_CONFIG_TP_SIZE"] == "2"
+    block = ("strategy: parallelism_config\nparallelism_config:\n  parallelism_config_dp_replicate_size: 2\n"
+             "  parallelism_config_dp_shard_size: 2\n")
+    env = _launch_env(["--cpu", "--num_processes", "4"], tmp_path, block)
+    assert env["PARALLELISM_CONFIG_DP_REPLICATE_SIZE"] == env["DRIVETRAIN_PARALLELISM_CONFIG_DP_SHARD_SIZE"] == "2"
+    with pytest.raises(ConfigError, match="= 4 processes, but the run has 2"):
+        _launch_env(["--cpu", "--num_processes", "2"], tmp_path, block)
+    with pytest.raises(ConfigError, match="has a parallelism_config: block but the run's strategy is 'fsdp'"):
+        _launch_env(["--cpu", "--num_processes", "4"], tmp_path,
+                    "distributed_type: FSDP\nparallelism_config:\n  parallelism_config_tp_size: 2\n")
+
+
+# ------------------------------------------------------------------ real processes
+
+
+@pytest.mark.multiprocess
+def test_tensor_parallel_on_two_processes(tmp_path):
+    result = launch("check_parallelism.py", str(tmp_path), "1,1,2", num_processes=2, timeout=400)
+    assert_ok(result)
+    assert "CHECK-PARALLELISM-OK" in result.stdout
+
+
+@pytest.mark.multiprocess
+def test_fsdp_times_tp_and_hsdp_on_four_processes(tmp_path):
+    result = launch("check_parallelism.py", str(tmp_path), "1,2,2", "2,2,1", num_processes=4, timeout=600)
+    assert_ok(result)
+    assert "CHECK-PARALLELISM-OK" in result.stdout
