@@ -456,3 +456,40 @@ def test_config_file_with_auto_values_through_deepspeeds_launcher(deepspeed_ops,
                     env={**deepspeed_ops, "HF_HOME": str(tmp_path / "hf")})
     assert_ok(result)
     assert result.stdout.count("CHECK-DEEPSPEED-CONFIG-OK") == 2, result.stdout
+
+
+ONE_PROCESS_SCRIPT = """
+import torch
+from drivetrain import Accelerator, DeepSpeedPlugin
+plugin = DeepSpeedPlugin(zero_stage=2)
+plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = 8
+accelerator = Accelerator(deepspeed_plugin=plugin)
+model = torch.nn.Linear(4, 2)
+model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+accelerator.backward(model(torch.randn(8, 4, device=accelerator.device)).sum())
+optimizer.step()
+print("ONE-PROCESS-DEEPSPEED-OK", accelerator.num_processes, accelerator.distributed_type, flush=True)
+"""
+
+
+@needs_deepspeed
+@pytest.mark.multiprocess
+@pytest.mark.timeout(900)
+def test_one_process_under_plain_torchrun_joins_the_agents_rendezvous(deepspeed_ops, tmp_path):
+    # Its group used to open a private tcp:// address, which under torchrun waits for the
+    # agent's store at that address: forever. It must join torchrun's own rendezvous.
+    script = tmp_path / "one.py"
+    script.write_text(ONE_PROCESS_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
+    env.update(deepspeed_ops, HF_HOME=str(tmp_path / "hf"))
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # torchrun's default static rendezvous (not --standalone): the agent's store serves the workers
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
+                             "--master-port", str(port), str(script)], capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert_ok(result)
+    assert "ONE-PROCESS-DEEPSPEED-OK 1 DEEPSPEED" in result.stdout, result.stdout

@@ -21,6 +21,7 @@ import os
 import socket
 import sys
 import weakref
+from datetime import timedelta
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
@@ -64,17 +65,27 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+#: How long a one-process group may take to form: it waits for nobody, so longer means a fault.
+SINGLE_PROCESS_SETUP = timedelta(seconds=60)
+
+
 def ensure_process_group(run: Any) -> None:
-    """DeepSpeed needs a process group and ``LOCAL_RANK`` even for one process."""
+    """DeepSpeed needs a process group and ``LOCAL_RANK`` even for one process.
+
+    A process that a launcher started (torchrun, srun, mpirun with ``-n 1``) joins the
+    rendezvous that launcher prepared (``env://``): under torchrun that is the agent's store,
+    and a private ``tcp://`` address there would wait for a store that never answers. Only a
+    process no launcher started gets a private address on a free port.
+    """
     import torch.distributed as dist
 
+    # A cluster-environment plugin recognised a launcher, and that launcher named a rendezvous.
+    launched = run.selection.cluster_plugin is not None and bool(os.environ.get("MASTER_PORT"))
     run.selection.cluster.export()  # RANK, LOCAL_RANK, WORLD_SIZE, MASTER_* (never overrides)
     if dist.is_available() and dist.is_initialized():
         return
-    from drivetrain.state import DEFAULT_TIMEOUT
-
-    run.call("drivetrain_init_distributed", timeout=DEFAULT_TIMEOUT, backend=None,
-             init_method=f"tcp://127.0.0.1:{_free_port()}")
+    run.call("drivetrain_init_distributed", timeout=SINGLE_PROCESS_SETUP, backend=None,
+             init_method=None if launched else f"tcp://127.0.0.1:{_free_port()}")
 
 
 def is_engine(obj: Any) -> bool:
