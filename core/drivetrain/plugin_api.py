@@ -25,6 +25,18 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 LazyRef = Union[str, Callable[..., Any]]
 
 
+def bool_argument(text: str) -> bool:
+    """The ``type=`` of a launch option that takes a boolean (``true/false``, ``1/0``, ``yes/no``)."""
+    import argparse
+
+    from .environment import parse_bool
+
+    try:
+        return parse_bool(text, "value")
+    except Exception:
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false") from None
+
+
 def resolve(ref: LazyRef) -> Any:
     """Import the object a ``"module:attribute"`` reference names (callables pass through)."""
     if not isinstance(ref, str):

@@ -1,0 +1,132 @@
+"""The megatron_lm strategy's contract: options, launch options, selection, and the refusal that
+names what a Megatron-LM train step needs and this machine lacks (see drivetrain_megatron/engine.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from drivetrain.errors import ConfigError
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith(("MEGATRON_LM_", "DRIVETRAIN_", "ACCELERATE_")):
+            monkeypatch.delenv(key)
+    return monkeypatch
+
+
+def test_options_defaults_environment_and_checks(clean_env):
+    from drivetrain import MegatronLMPlugin
+
+    plugin = MegatronLMPlugin()
+    assert (plugin.tp_degree, plugin.pp_degree, plugin.num_micro_batches, plugin.gradient_clipping) == (1, 1, 1, 1.0)
+    assert not (plugin.sequence_parallelism or plugin.recompute_activations or plugin.use_distributed_optimizer)
+    clean_env.setenv("MEGATRON_LM_TP_DEGREE", "2")
+    clean_env.setenv("DRIVETRAIN_MEGATRON_LM_SEQUENCE_PARALLELISM", "true")
+    clean_env.setenv("MEGATRON_LM_RECOMPUTE_ACTIVATIONS", "1")
+    plugin = MegatronLMPlugin(pp_degree=2)
+    assert (plugin.tp_degree, plugin.pp_degree, plugin.sequence_parallelism, plugin.recompute_activations) == (
+        2, 2, True, True)
+    assert plugin.megatron_lm_default_args["tensor_model_parallel_size"] == 2
+    assert plugin.megatron_lm_default_args["recompute_granularity"] == "selective"
+    assert plugin.data_parallel_degree(8) == 2
+    with pytest.raises(ConfigError, match=r"tp_degree=2 × pp_degree=2 = 4 does not divide the 6 processes"):
+        plugin.data_parallel_degree(6)
+    assert plugin.environment()["MEGATRON_LM_SEQUENCE_PARALLELISM"] == "true"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(tp_degree=0), "tp_degree must be at least 1"),
+    (dict(tp_degree=1, sequence_parallelism=True), "sequence_parallelism .* needs tp_degree > 1"),
+    (dict(gradient_clipping="strong"), "gradient_clipping is 'strong', which is not a number"),
+    (dict(lr_decay_style="step"), "lr_decay_style 'step' is not one of"),
+    (dict(num_layers_per_virtual_pipeline_stage=2), "needs pp_degree > 1"),
+])
+def test_bad_options_are_refused(clean_env, kwargs, message):
+    from drivetrain import MegatronLMPlugin
+
+    with pytest.raises(ConfigError, match=message):
+        MegatronLMPlugin(**kwargs)
+
+
+def test_names_enum_and_selection(clean_env):
+    import drivetrain.utils
+    from drivetrain import DistributedType
+    from drivetrain.plugin_manager import get_plugin_manager
+    from drivetrain.selection import requests_from_env
+
+    assert DistributedType.MEGATRON_LM == "MEGATRON_LM"
+    for name in ("MegatronLMPlugin", "MegatronEngine", "GPTTrainStep", "BertTrainStep", "T5TrainStep",
+                 "MegatronLMDummyDataLoader", "MegatronLMDummyScheduler", "avg_losses_across_data_parallel_group",
+                 "gather_across_data_parallel_groups"):
+        assert getattr(drivetrain.utils, name).__module__.startswith("drivetrain_megatron.")
+    manager = get_plugin_manager()
+    assert requests_from_env(manager, {"ACCELERATE_USE_MEGATRON_LM": "true"}).strategy == "megatron_lm"
+    loader = drivetrain.utils.MegatronLMDummyDataLoader(data_path=["corpus"], seq_length=128)
+    assert loader.set_megatron_data_args() == {"data_path": ["corpus"], "seq_length": 128}
+    assert drivetrain.utils.MegatronLMDummyScheduler(None, total_num_steps=10, warmup_num_steps=2).total_num_steps == 10
+
+
+def test_refusal_names_what_is_missing(clean_env):
+    from drivetrain_megatron.engine import missing_requirements, refusal
+
+    missing = missing_requirements("cpu")
+    assert any("CUDA devices (this run's platform is 'cpu'" in item for item in missing)
+    assert any("megatron.training" in item for item in missing)  # Megatron-LM's package is not on PyPI
+    message = str(refusal("cpu"))
+    assert message.startswith("the megatron_lm strategy needs ") and "ParallelismConfig(tp_size=...)" in message
+    from drivetrain import GPTTrainStep
+
+    with pytest.raises(ConfigError, match="GPTTrainStep: the megatron_lm strategy needs"):
+        GPTTrainStep(None, None)
+
+
+@pytest.mark.usefixtures("fresh_state")
+def test_accelerator_refuses_on_the_cpu_before_training(clean_env):
+    from drivetrain import Accelerator, MegatronLMPlugin
+
+    with pytest.raises(ConfigError, match=r"the megatron_lm strategy needs .*CUDA devices"):
+        Accelerator(cpu=True, megatron_lm_plugin=MegatronLMPlugin())
+
+
+def test_launch_options_are_checked_before_any_process_starts(clean_env, tmp_path):
+    from drivetrain.cli.launch_cmd import build_parser, child_environment, merge_config, resolve_choice
+    from drivetrain.plugin_manager import get_plugin_manager
+
+    (tmp_path / "config.yaml").write_text("{}\n")
+    parser = build_parser()
+    args = parser.parse_args(["--config-file", str(tmp_path / "config.yaml"), "--cpu", "--num_processes", "2",
+                              "--use_megatron_lm", "--megatron_lm_tp_degree", "2",
+                              "--megatron-lm-sequence-parallelism", "true", "script.py"])
+    merge_config(args, parser)
+    args.num_machines, args.machine_rank, args.nproc_per_node = 1, 0, 2
+    assert args.megatron_lm_tp_degree == 2 and args.megatron_lm_sequence_parallelism is True
+    selection = resolve_choice(args, get_plugin_manager())
+    assert selection.strategy.name == "megatron_lm"
+    with pytest.raises(ConfigError, match=r"needs .*CUDA devices \(this run's platform is 'cpu'"):
+        child_environment(args, selection)
+
+
+def test_data_parallel_helpers_on_megatron_core_groups(clean_env):
+    parallel_state = pytest.importorskip("megatron.core.parallel_state", reason="megatron-core is not installed")
+    import torch.distributed as dist
+
+    from drivetrain import avg_losses_across_data_parallel_group, gather_across_data_parallel_groups
+
+    existed = dist.is_initialized()
+    if not existed:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=1)
+        averaged = avg_losses_across_data_parallel_group([torch.tensor(2.0), torch.tensor(4.0)])
+        assert torch.equal(averaged, torch.tensor([2.0, 4.0]))
+        gathered = gather_across_data_parallel_groups({"a": torch.arange(3), "b": torch.tensor(1.0)})
+        assert torch.equal(gathered["a"], torch.arange(3)) and gathered["b"].shape == (1,)
+    finally:
+        parallel_state.destroy_model_parallel()
+        if not existed:
+            dist.destroy_process_group()
