@@ -27,26 +27,19 @@ LATER: dict[str, str] = {
     **{f"drivetrain.utils:{n}": _BIG_MODEL for n in (
         "BnbQuantizationConfig", "get_grad_scaler", "get_mixed_precision_context_manager", "has_4bit_bnb_layers",
         "load_and_quantize_model")},
-    **{f"drivetrain.utils:{n}": _FP8 for n in (
-        "FP8RecipeKwargs", "MSAMPRecipeKwargs", "TERecipeKwargs", "apply_fp8_autowrap",
-        "contextual_fp8_autocast", "convert_model",
-        "has_transformer_engine_layers", "torchao_required")},
+    **{f"drivetrain.utils:{n}": _FP8 for n in ("torchao_required",)},
     **{f"drivetrain.utils:{n}": _ND for n in (
-        "AbstractTrainStep", "BertTrainStep", "GPTTrainStep", "T5TrainStep", "MegatronEngine",
-        "MegatronLMDummyDataLoader", "MegatronLMDummyScheduler", "MegatronLMOptimizerWrapper", "MegatronLMPlugin",
-        "MegatronLMSchedulerWrapper", "add_model_config_to_megatron_parser", "avg_losses_across_data_parallel_group",
-        "gather_across_data_parallel_groups", "megatron_lm_initialize", "megatron_lm_prepare_data_loader",
-        "megatron_lm_prepare_model_optimizer_scheduler", "megatron_lm_prepare_optimizer",
-        "megatron_lm_prepare_scheduler", "get_model_tp_size",
+        "MegatronLMOptimizerWrapper", "MegatronLMSchedulerWrapper", "add_model_config_to_megatron_parser",
+        "megatron_lm_initialize", "megatron_lm_prepare_data_loader", "megatron_lm_prepare_model_optimizer_scheduler",
+        "megatron_lm_prepare_optimizer", "megatron_lm_prepare_scheduler", "get_model_tp_size",
         "DeepSpeedSequenceParallelConfig")},
     **{f"drivetrain.utils:{n}": _PLATFORMS for n in (
         "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION", "install_xla", "prepare_tpu", "check_cuda_p2p_ib_support",
         "get_gpu_info", "set_numa_affinity")},
     **{f"drivetrain.utils:{n}": _HERE for n in (
         "compile_regions_deepspeed", "map_pytorch_optim_to_deepspeed", "prepare_deepspeed_cmd_env",
-        "compile_regions_fsdp2", "disable_fsdp_ram_efficient_loading", "enable_fsdp_ram_efficient_loading",
-        "fsdp2_apply_ac", "fsdp2_canonicalize_names", "fsdp2_load_full_state_dict", "fsdp2_prepare_model",
-        "fsdp2_switch_optimizer_parameters", "get_fsdp2_grad_scaler", "load_fsdp_model", "load_fsdp_optimizer",
+        "fsdp2_apply_ac", "fsdp2_load_full_state_dict", "fsdp2_prepare_model",
+        "fsdp2_switch_optimizer_parameters", "load_fsdp_model", "load_fsdp_optimizer",
         "save_fsdp_model", "save_fsdp_optimizer", "prepare_sagemager_args_inputs")},
     "drivetrain.tracking:register_tracker_class": _HERE,
     "drivetrain.checkpointing:save_accelerator_state": _HERE,

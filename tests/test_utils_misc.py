@@ -169,3 +169,27 @@ def test_hf_deepspeed_config_answers_questions(tmp_path):
     assert config.get_value("zero_optimization.stage") == 2 and config.get_value("a.b", 5) == 5
     config.del_config_sub_tree("zero_optimization.offload_optimizer")
     assert config.get_value("zero_optimization.offload_optimizer") is None
+
+
+def test_fsdp_helpers_from_the_fsdp_plugin(monkeypatch):
+    from drivetrain.utils import (
+        compile_regions_fsdp2,
+        disable_fsdp_ram_efficient_loading,
+        enable_fsdp_ram_efficient_loading,
+        fsdp2_canonicalize_names,
+        get_fsdp2_grad_scaler,
+    )
+
+    monkeypatch.delenv("FSDP_CPU_RAM_EFFICIENT_LOADING", raising=False)
+    monkeypatch.delenv("DRIVETRAIN_FSDP_CPU_RAM_EFFICIENT_LOADING", raising=False)
+    enable_fsdp_ram_efficient_loading()
+    assert os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "true"
+    assert os.environ["DRIVETRAIN_FSDP_CPU_RAM_EFFICIENT_LOADING"] == "true"
+    disable_fsdp_ram_efficient_loading()
+    assert os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "false"
+    names = fsdp2_canonicalize_names({"_orig_mod.layers.0._checkpoint_wrapped_module.weight": 1})
+    assert names == {"layers.0.weight": 1}
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    compile_regions_fsdp2(model, backend="eager")
+    assert all(layer._compiled_call_impl is not None for layer in model)
+    assert isinstance(get_fsdp2_grad_scaler(enabled=False), torch.amp.GradScaler)

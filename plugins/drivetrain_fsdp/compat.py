@@ -1,0 +1,57 @@
+"""Accelerate's FSDP helpers at ``drivetrain.utils``: RAM-efficient loading switches, name
+canonicalisation, regional compilation before sharding, the grad scaler."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from drivetrain import environment
+
+from .options import ENV
+
+_RAM_EFFICIENT = ENV["cpu_ram_efficient_loading"]
+
+
+def _set_both(variable: str, value: str) -> None:
+    # drivetrain's name and Accelerate's, so neither reader disagrees with the other
+    os.environ[environment.own_name(variable)] = value
+    os.environ[variable] = value
+
+
+def enable_fsdp_ram_efficient_loading() -> None:
+    """Only the main process loads real weights (``from_pretrained`` under FSDP); the others
+    receive them when the model is sharded."""
+    _set_both(_RAM_EFFICIENT, "true")
+
+
+def disable_fsdp_ram_efficient_loading() -> None:
+    """Every process loads the full weights itself."""
+    _set_both(_RAM_EFFICIENT, "false")
+
+
+def fsdp2_canonicalize_names(named_params: dict[str, Any]) -> dict[str, Any]:
+    """The names without the segments wrappers add (``_orig_mod.``, ``_checkpoint_wrapped_module.``,
+    ``_fsdp_wrapped_module.``), as the user's model names them."""
+    from .wrap import clean_name
+
+    return {clean_name(name): value for name, value in named_params.items()}
+
+
+def compile_regions_fsdp2(module: Any, **compile_kwargs: Any) -> None:
+    """Compile each repeated block of ``module`` in place (``Module.compile``), so that sharding
+    it afterwards keeps the compiled blocks as the units it shards."""
+    from drivetrain.utils.other import _repeated_blocks
+
+    for container in list(module.modules()):
+        if _repeated_blocks(container):
+            for block in container:
+                block.compile(**compile_kwargs)
+
+
+def get_fsdp2_grad_scaler(**kwargs: Any) -> Any:
+    """A gradient scaler for fp16 with FSDP2: torch's, whose unscale step handles ``DTensor``
+    gradients sharded across processes."""
+    import torch
+
+    return torch.amp.GradScaler(**kwargs)
