@@ -715,8 +715,8 @@ class Accelerator(AccelerateMembers):
                 sampler.even_batches = value
 
     def save(self, obj: Any, f: str | os.PathLike, safe_serialization: bool = False) -> None:
-        """Save ``obj`` once per machine set-up (on the main process only)."""
-        if not self.is_main_process:
+        """Save ``obj`` on the main process (on each node's main one with ``save_on_each_node``)."""
+        if not self._saves_files_here():
             return
         if safe_serialization:
             from safetensors.torch import save_file
@@ -724,6 +724,12 @@ class Accelerator(AccelerateMembers):
             save_file(obj, os.fspath(f), metadata={"format": "pt"})
         else:
             torch.save(obj, f)
+
+    def _saves_files_here(self) -> bool:
+        """Whether ``save``/``save_model`` write on this process: ``ProjectConfiguration.save_on_each_node``."""
+        if self.project_configuration.save_on_each_node:
+            return self.is_local_main_process
+        return self.is_main_process
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and load these objects (anything with ``state_dict``/``load_state_dict``) with the state."""
@@ -753,7 +759,7 @@ class Accelerator(AccelerateMembers):
             weights = [self.get_state_dict(model, unwrap=True) for model in models]
             for hook in self._save_model_state_pre_hook.values():
                 hook(models, weights, output_dir)
-        directory = str(save_run_state(self, output_dir, safe_serialization, weights))
+        directory = str(save_run_state(self, output_dir, safe_serialization, weights, save_model_func_kwargs))
         self._tell_published_checkpoints()  # the previous save's, or this one's when committed in place
         return directory
 
@@ -778,8 +784,15 @@ class Accelerator(AccelerateMembers):
         if self.trackers:
             self.trackers.on_checkpoint(event, os.fspath(directory))
 
-    def load_state(self, input_dir: str | os.PathLike | None = None, **load_model_func_kwargs: Any) -> str:
-        """Restore a checkpoint written by :meth:`save_state` (the newest one when none is named)."""
+    def load_state(self, input_dir: str | os.PathLike | None = None, load_kwargs: dict[str, Any] | None = None,
+                   **load_model_func_kwargs: Any) -> str:
+        """Restore a checkpoint written by :meth:`save_state` (the newest one when none is named).
+
+        ``load_model_func_kwargs`` go to the model's load function (``strict``, ``assign``;
+        a strategy's engine takes its own); ``map_location`` (here or in ``load_kwargs``)
+        places the tensors of registered objects. Every file is verified against its
+        checksum and every state checked against its object before anything changes.
+        """
         from .checkpointing.run_state import finish_commit, input_directory, load_run_state
 
         finish_commit(self)
@@ -788,7 +801,7 @@ class Accelerator(AccelerateMembers):
             directory = str(input_directory(self, input_dir))
             for hook in self._load_model_state_pre_hook.values():
                 hook(list(self._models), directory)
-        directory = str(load_run_state(self, input_dir, strict=load_model_func_kwargs.get("strict", True)))
+        directory = str(load_run_state(self, input_dir, options=load_model_func_kwargs, load_kwargs=load_kwargs))
         self._tell_checkpoint("load", directory)
         return directory
 
@@ -824,7 +837,7 @@ class Accelerator(AccelerateMembers):
         if os.path.isfile(save_directory):
             raise ConfigError(f"save_model needs a directory, and {save_directory} is a file")
         state = self.get_state_dict(model, unwrap=True)
-        if self.is_main_process:
+        if self._saves_files_here():
             with FileJobs() as jobs:  # shards side by side
                 write_model_files(state, save_directory, max_shard_size=max_shard_size,
                                   safe_serialization=safe_serialization, jobs=jobs)

@@ -559,7 +559,7 @@ def drivetrain_get_state_dict(model: Any, run: Run, unwrap: bool) -> dict[str, A
 
 @hookspec(firstresult=True)
 def drivetrain_save_model_state(
-    model: Any, index: int, directory: str, run: Run, safe_serialization: bool
+    model: Any, index: int, directory: str, run: Run, safe_serialization: bool, options: dict[str, Any]
 ) -> Sequence[str] | None:
     """Write the state of the ``index``-th prepared model into a checkpoint directory.
 
@@ -568,18 +568,25 @@ def drivetrain_save_model_state(
     Return the file names written (relative to ``directory``) by this process, or ``None``
     to let the core write a safetensors file of ``drivetrain_get_state_dict`` on the main
     process. Do not sync the files: the core's commit fsyncs every file a process
-    returns, after ``save_state`` has returned.
+    returns, after ``save_state`` has returned, and records their checksums in the manifest.
+    ``options`` (API 1.2) are ``save_state``'s extra keyword arguments, meant for the
+    strategy's own model-save function (DeepSpeed's ``save_checkpoint``).
     """
 
 
 @hookspec(firstresult=True)
-def drivetrain_load_model_state(model: Any, index: int, directory: str, run: Run, manifest: dict[str, Any]) -> bool | None:
+def drivetrain_load_model_state(model: Any, index: int, directory: str, run: Run, manifest: dict[str, Any],
+                                options: dict[str, Any]) -> bool | None:
     """Read the state of the ``index``-th prepared model from a checkpoint directory.
 
     *firstresult*. ``manifest`` is the checkpoint's manifest (who wrote it, world size,
     files). Return ``True`` when loaded, ``None`` to let the core read the file it wrote.
     Raise :class:`drivetrain.errors.CheckpointError` when the checkpoint cannot be read by
-    this strategy, with the reason.
+    this strategy, with the reason. Every file the manifest lists has been checked against
+    its checksum before this is called. Read pickles only through
+    ``drivetrain.plugin_api.safe_torch_load``, and check shapes and dtypes before changing
+    the model: a failed load must leave it as it was. ``options`` (API 1.2) are
+    ``load_state``'s model keyword arguments (``strict``, ``map_location``, ...).
     """
 
 

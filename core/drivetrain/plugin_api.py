@@ -297,3 +297,15 @@ class EnvReportLine:
 
     key: str
     value: str
+
+
+def safe_torch_load(path: Any, allowed: Sequence[Any] = (), map_location: Any = "cpu") -> Any:
+    """Read a ``torch.save`` file without running code: the only way a plugin reads a pickle.
+
+    ``torch.load(weights_only=True)`` with ``allowed`` (the plain data classes the file's
+    writer is known to store) added to its allow-list; anything else, or a damaged file, is
+    a ``CheckpointError`` naming the file. Imported lazily: discovery never imports torch.
+    """
+    from .checkpointing.safe_load import safe_torch_load as load
+
+    return load(path, allowed, map_location)

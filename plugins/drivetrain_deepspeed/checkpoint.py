@@ -9,17 +9,23 @@ The optimizer's state is part of the engine checkpoint, so the optimizer hooks o
 An engine without optimizer (a frozen teacher) has nothing but weights: the core writes its
 full weights (gathered under ZeRO-3) as for any model, and they are loaded back here.
 
-DeepSpeed's checkpoint files are pickles (``torch.save``), unlike the rest of a drivetrain
-checkpoint: load only checkpoints you trust.
+DeepSpeed's checkpoint files are pickles (``torch.save``). DeepSpeed reads them through its
+engine's ``checkpoint_engine``; while ``load_state`` runs, that is replaced by one whose
+``load`` is drivetrain's safe loader (``weights_only=True`` with an allow-list of the few
+plain data classes DeepSpeed stores), so a file naming anything else is refused and never
+runs code. Every file is also verified against the manifest's checksums before DeepSpeed
+reads it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from drivetrain.errors import CheckpointError
+from drivetrain.plugin_api import safe_torch_load
 
 from .engine import is_engine, is_zero3, load_full_state_dict, trains
 
@@ -30,13 +36,70 @@ def engine_directory(index: int) -> str:
     return f"deepspeed_model_{index}"
 
 
-def save_engine(engine: Any, index: int, directory: str, run: Any) -> list[str] | None:
-    """Write a trained engine's checkpoint; returns the files (listed by the main process)."""
+# The classes DeepSpeed pickles into its model and optimizer state files besides tensors and
+# containers (found with torch.serialization.get_unsafe_globals_in_checkpoint on checkpoints
+# of ZeRO stages 0-3, fp32 and bf16): small data holders, safe to rebuild from plain data.
+_SAFE_TYPES = (
+    ("deepspeed.runtime.fp16.loss_scaler", "LossScaler"),
+    ("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler"),
+    ("deepspeed.runtime.zero.config", "ZeroStageEnum"),
+    ("deepspeed.utils.tensor_fragment", "fragment_address"),
+)
+
+
+def safe_types() -> list[Any]:
+    import importlib
+
+    found = []
+    for module, name in _SAFE_TYPES:
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):  # another DeepSpeed version: it cannot store what it lacks
+            pass
+    return found
+
+
+class _SafeCheckpointEngine:
+    """DeepSpeed's checkpoint engine with ``load`` replaced by drivetrain's safe loader."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._allowed = safe_types()
+
+    def load(self, path: str, map_location: Any = None) -> Any:
+        return safe_torch_load(path, self._allowed, map_location)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@contextlib.contextmanager
+def safe_loading(engine: Any) -> Iterator[None]:
+    """Every file the engine reads inside the block goes through the safe loader."""
+    original = getattr(engine, "checkpoint_engine", None)
+    if original is None:
+        raise CheckpointError("this DeepSpeed engine has no checkpoint_engine to read through safely; "
+                              "upgrade deepspeed (drivetrain[deepspeed])")
+    engine.checkpoint_engine = _SafeCheckpointEngine(original)
+    try:
+        yield
+    finally:
+        engine.checkpoint_engine = original
+
+
+def save_engine(engine: Any, index: int, directory: str, run: Any,
+                options: Mapping[str, Any] | None = None) -> list[str] | None:
+    """Write a trained engine's checkpoint; returns the files (listed by the main process).
+
+    ``options`` are ``save_state``'s extra keyword arguments, passed to
+    ``engine.save_checkpoint`` as Accelerate does (``client_state``, ``exclude_frozen_parameters``).
+    """
     if not is_engine(engine) or not trains(engine):
         return None
     name = engine_directory(index)
     target = Path(directory) / name
-    engine.save_checkpoint(str(target), tag=TAG, client_state={}, save_latest=True)  # tools read "latest"
+    kwargs = {"client_state": {}, "save_latest": True, **dict(options or {})}  # tools read "latest"
+    engine.save_checkpoint(str(target), tag=TAG, **kwargs)
     run.state.wait_for_everyone()  # every process's partition is on disk before the main one lists them
     if not run.state.is_main_process:
         return []
@@ -52,8 +115,13 @@ def _writer(manifest: Mapping[str, Any]) -> str:
     return ", ".join(sorted(plugins)) or "an unknown run"
 
 
-def load_engine(engine: Any, index: int, directory: str, run: Any, manifest: Mapping[str, Any]) -> bool | None:
-    """Restore an engine from ``save_engine``'s files (or a frozen ZeRO-3 engine's weights)."""
+def load_engine(engine: Any, index: int, directory: str, run: Any, manifest: Mapping[str, Any],
+                options: Mapping[str, Any] | None = None) -> bool | None:
+    """Restore an engine from ``save_engine``'s files (or a frozen ZeRO-3 engine's weights).
+
+    ``options`` are ``load_state``'s model keyword arguments, passed to
+    ``engine.load_checkpoint`` as Accelerate does (``strict`` means ``load_module_strict``).
+    """
     if not is_engine(engine):
         return None
     if not trains(engine):
@@ -70,8 +138,20 @@ def load_engine(engine: Any, index: int, directory: str, run: Any, manifest: Map
             f"{directory} was saved by {saved_world} processes and its DeepSpeed ZeRO optimizer state is split "
             f"{saved_world} ways; resume it with {saved_world} processes (or convert it with DeepSpeed's universal "
             "checkpoint tools and load it through DeepSpeed)")
-    path, _client_state = engine.load_checkpoint(str(target), tag=TAG, load_module_strict=True,
-                                                 load_optimizer_states=True, load_lr_scheduler_states=True)
+    kwargs = {"load_module_strict": True, "load_optimizer_states": True, "load_lr_scheduler_states": True}
+    options = dict(options or {})
+    if "strict" in options:
+        kwargs["load_module_strict"] = bool(options.pop("strict"))
+    options.pop("map_location", None)  # DeepSpeed places its states itself
+    kwargs.update(options)
+    try:
+        with safe_loading(engine):
+            path, _client_state = engine.load_checkpoint(str(target), tag=TAG, **kwargs)
+    except CheckpointError:
+        raise
+    except TypeError as error:
+        raise CheckpointError(f"load_state() passed arguments DeepSpeed's load_checkpoint does not take ({error}); "
+                              "drop them") from None
     if path is None:
         raise CheckpointError(f"DeepSpeed could not load its checkpoint from {target}")
     return True

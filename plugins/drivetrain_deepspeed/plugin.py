@@ -293,21 +293,21 @@ def drivetrain_get_state_dict(model, run, unwrap):
 
 
 @hookimpl
-def drivetrain_save_model_state(model, index, directory, run, safe_serialization):
+def drivetrain_save_model_state(model, index, directory, run, safe_serialization, options):
     if not _mine(run):
         return None
     from .checkpoint import save_engine
 
-    return save_engine(model, index, directory, run)
+    return save_engine(model, index, directory, run, options)
 
 
 @hookimpl
-def drivetrain_load_model_state(model, index, directory, run, manifest):
+def drivetrain_load_model_state(model, index, directory, run, manifest, options):
     if not _mine(run):
         return None
     from .checkpoint import load_engine
 
-    return load_engine(model, index, directory, run, manifest)
+    return load_engine(model, index, directory, run, manifest, options)
 
 
 @hookimpl

@@ -23,7 +23,8 @@ from ..errors import CheckpointError
 
 MANIFEST = "manifest.json"
 # 2: state trees may list several tensor files (tree format 2); format 1 is still read.
-FORMAT_VERSION = 2
+# 3: the manifest records a checksum of every file; formats 1 and 2 load unverified.
+FORMAT_VERSION = 3
 TEMP_PREFIX = ".tmp-"
 TRASH_PREFIX = ".old-"
 AUTOMATIC_NAME = re.compile(r"^checkpoint_(\d+)$")

@@ -12,7 +12,9 @@ from typing import Any, Callable
 import torch
 
 from ..errors import CheckpointError
+from .checksums import Recorder, Verifier, bytes_digest, file_digest
 from .io_pool import FileJobs
+from .safe_load import safe_torch_load
 from .safetensors_io import read_metadata, read_safetensors, write_safetensors
 
 SAFE_WEIGHTS = "model.safetensors"
@@ -69,12 +71,13 @@ def _shards(state_dict: dict[str, torch.Tensor], limit: int) -> list[dict[str, t
 
 def write_model_files(state_dict: dict[str, torch.Tensor], directory: str | os.PathLike,
                       max_shard_size: int | str = "10GB", safe_serialization: bool = True,
-                      fsync: bool = True, jobs: FileJobs | None = None) -> list[str]:
+                      fsync: bool = True, jobs: FileJobs | None = None, recorder: Recorder | None = None) -> list[str]:
     """Write weights (sharded when larger than ``max_shard_size``) into ``directory``.
 
     Each file is written under a temporary name and renamed, so a reader never sees half a
     file. With ``jobs`` the shards are written on its threads and are in place only after
-    ``jobs.wait()``. Returns the names written.
+    ``jobs.wait()``. With ``recorder`` each file's checksum is recorded. Returns the names
+    written.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -90,7 +93,7 @@ def write_model_files(state_dict: dict[str, torch.Tensor], directory: str | os.P
     metadata = {"format": "pt"}
     if aliases and len(shards) == 1:
         metadata[ALIASES_KEY] = json.dumps(aliases)
-    writes = [runner.submit(_write_shard, shard, directory, name, safe_serialization, metadata, fsync)
+    writes = [runner.submit(_write_shard, shard, directory, name, safe_serialization, metadata, fsync, recorder)
               for name, shard in zip(names, shards)]
     written = list(names)
     if len(shards) > 1:
@@ -98,43 +101,50 @@ def write_model_files(state_dict: dict[str, torch.Tensor], directory: str | os.P
         total = sum(t.numel() * t.element_size() for t in tensors.values())
         index = {"metadata": {"total_size": total, "aliases": aliases}, "weight_map": weight_map}
         # Queued after the shards (the pool runs jobs in order), and written only when they all are.
-        runner.submit(_write_index, writes, directory / index_name, index)
+        runner.submit(_write_index, writes, directory / index_name, index, recorder)
         written.append(index_name)
     if jobs is None:
         runner.wait()
     return written
 
 
-def _write_index(shard_writes: list[Any], path: Path, index: dict[str, Any]) -> None:
+def _write_index(shard_writes: list[Any], path: Path, index: dict[str, Any], recorder: Recorder | None = None) -> None:
     for write in shard_writes:
         write.result()  # a shard that failed leaves no index pointing at it
     temporary = path.parent / f".{path.name}.partial"
-    temporary.write_text(json.dumps(index, indent=2, sort_keys=True))
+    document = json.dumps(index, indent=2, sort_keys=True).encode("utf-8")
+    temporary.write_bytes(document)
     os.replace(temporary, path)
+    if recorder is not None:
+        recorder.record(path, bytes_digest(document))
 
 
 def _write_shard(shard: dict[str, torch.Tensor], directory: Path, name: str, safe_serialization: bool,
-                 metadata: dict[str, str], fsync: bool) -> None:
+                 metadata: dict[str, str], fsync: bool, recorder: Recorder | None = None) -> None:
     temporary = directory / f".{name}.partial"
     if safe_serialization:
-        write_safetensors(temporary, shard, metadata=metadata, fsync=fsync)
+        write_safetensors(temporary, shard, metadata=metadata, fsync=fsync, recorder=recorder,
+                          record_as=directory / name)
     else:
         torch.save({k: v.contiguous() for k, v in shard.items()}, temporary)
+        if recorder is not None:
+            recorder.record(directory / name, file_digest(temporary))
     os.replace(temporary, directory / name)
 
 
-def _load_file(path: Path) -> dict[str, torch.Tensor]:
+def _load_file(path: Path, verifier: Verifier | None = None) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
-        state = read_safetensors(path)
+        state = read_safetensors(path, verifier=verifier)
         aliases = json.loads(read_metadata(path).get(ALIASES_KEY, "{}"))
         for alias, target in aliases.items():
             state[alias] = state[target]
         return state
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # weights_only refuses anything that would run code
-        raise CheckpointError(f"{path} cannot be read safely ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0] if str(error) else ''}); only tensors are accepted") from None
+    if verifier is not None:
+        verifier.verify_file(path)
+    state = safe_torch_load(path)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} holds {type(state).__name__}, not a dict of tensors; it is not a weights file")
+    return state
 
 
 def read_model_files(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -142,14 +152,15 @@ def read_model_files(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
     return read_model_files_later(checkpoint)()
 
 
-def read_model_files_later(checkpoint: str | os.PathLike, jobs: FileJobs | None = None
-                           ) -> Callable[[], dict[str, torch.Tensor]]:
+def read_model_files_later(checkpoint: str | os.PathLike, jobs: FileJobs | None = None,
+                           verifier: Verifier | None = None) -> Callable[[], dict[str, torch.Tensor]]:
     """Start reading weights (each file on ``jobs``' threads); call the result for the state dict.
 
-    Which files to read is decided at once, so a missing or damaged index fails here.
+    Which files to read is decided at once, so a missing or damaged index fails here. With
+    ``verifier`` each file is checked against its recorded checksum as it is read.
     """
-    files, aliases = _weight_files(Path(checkpoint))
-    futures = [(jobs or FileJobs(threads=1)).submit(_load_file, file) for file in files]
+    files, aliases = _weight_files(Path(checkpoint), verifier)
+    futures = [(jobs or FileJobs(threads=1)).submit(_load_file, file, verifier) for file in files]
 
     def finish() -> dict[str, torch.Tensor]:
         state: dict[str, torch.Tensor] = {}
@@ -162,13 +173,13 @@ def read_model_files_later(checkpoint: str | os.PathLike, jobs: FileJobs | None 
     return finish
 
 
-def _weight_files(path: Path) -> tuple[list[Path], dict[str, str]]:
+def _weight_files(path: Path, verifier: Verifier | None = None) -> tuple[list[Path], dict[str, str]]:
     """The files holding a checkpoint's weights, and the aliases its index declares."""
     if path.is_file():
-        return _read_index(path) if path.name.endswith(".index.json") else ([path], {})
+        return _read_index(path, verifier) if path.name.endswith(".index.json") else ([path], {})
     for index in (SAFE_INDEX, TORCH_INDEX):
         if (path / index).exists():
-            return _read_index(path / index)
+            return _read_index(path / index, verifier)
     for single in (SAFE_WEIGHTS, TORCH_WEIGHTS):
         if (path / single).exists():
             return [path / single], {}
@@ -176,9 +187,12 @@ def _weight_files(path: Path) -> tuple[list[Path], dict[str, str]]:
                           f"or {TORCH_INDEX}")
 
 
-def _read_index(index: Path) -> tuple[list[Path], dict[str, str]]:
+def _read_index(index: Path, verifier: Verifier | None = None) -> tuple[list[Path], dict[str, str]]:
     try:
-        document = json.loads(index.read_text())
+        raw = index.read_bytes()
+        if verifier is not None:
+            verifier.check(index, bytes_digest(raw))
+        document = json.loads(raw)
         weight_map: dict[str, str] = document["weight_map"]
         aliases = dict(document.get("metadata", {}).get("aliases", {}))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:

@@ -22,7 +22,7 @@ import torch
 from .. import __version__, environment
 from ..errors import CheckpointError
 from ..version import PLUGIN_API_VERSION
-from . import commit, layout
+from . import checksums, commit, compatibility, layout
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
 from .model_files import read_model_files_later, write_model_files
 from .safetensors_io import read_safetensors, write_safetensors
@@ -109,12 +109,13 @@ def _gradients(accelerator: Accelerator, skip: set[int]) -> dict[str, torch.Tens
 
 
 def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_serialization: bool,
-                              weights: list[Any] | None) -> list[str]:
-    """Write what this process owns into ``directory``; returns the file names.
+                              weights: list[Any] | None, options: dict[str, Any]) -> dict[str, str]:
+    """Write what this process owns into ``directory``; returns each file's name and checksum.
 
     Strategy plugins write their models and optimizers first; the core then writes the
-    rest on a few threads, split into files small enough to keep every thread busy.
-    Nothing is synced here: the commit does that (see ``commit.py``).
+    rest on a few threads, split into files small enough to keep every thread busy, hashing
+    each file as it writes it (the files plugins wrote are hashed afterwards, on the same
+    threads). Nothing is synced here: the commit does that (see ``commit.py``).
     """
     run, main = accelerator.run, accelerator.is_main_process
     rank = accelerator.process_index
@@ -126,7 +127,7 @@ def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_se
         if weights is not None and index >= len(weights):
             continue  # a pre-hook took this model's weights out: it saves them itself
         files = run.call("drivetrain_save_model_state", model=model, index=index, directory=str(directory),
-                         safe_serialization=safe_serialization)
+                         safe_serialization=safe_serialization, options=dict(options))
         if files is None:
             state = weights[index] if weights is not None else accelerator.get_state_dict(model, unwrap=True)
             if main:
@@ -152,24 +153,31 @@ def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_se
                                       "iteration": accelerator.project_configuration.iteration}))
     trees.append((f"random_states_{rank}", rng_state(run.platform)))
     grads = _gradients(accelerator, skip=strategy_written) if not accelerator.sync_gradients else {}
+    recorder = checksums.Recorder()
     with FileJobs() as jobs:
+        plugin_files = {name: jobs.submit(checksums.file_digest, directory / name) for name in written}
         total = sum(tensor_bytes(state) for _i, state in model_states) + sum(tensor_bytes(t) for _n, t in trees)
         limit = shard_bytes(total, jobs.threads)
         for index, state in model_states:
-            written += _write_model(state, directory, index, safe_serialization, jobs, limit)
+            written += _write_model(state, directory, index, safe_serialization, jobs, limit, recorder)
         for name, tree in trees:
-            written += save_tree(tree, directory / name, jobs=jobs, shard_bytes=limit)
+            written += save_tree(tree, directory / name, jobs=jobs, shard_bytes=limit, recorder=recorder)
         if grads:
-            jobs.submit(write_safetensors, directory / f"gradients_{rank}.safetensors", grads, fsync=False)
+            jobs.submit(write_safetensors, directory / f"gradients_{rank}.safetensors", grads, fsync=False,
+                        recorder=recorder)
             written.append(f"gradients_{rank}.safetensors")
-    return written
+    digests = {}
+    for name in written:
+        digest = plugin_files[name].result() if name in plugin_files else recorder.get(directory / name)
+        digests[name] = digest if digest is not None else checksums.file_digest(directory / name)
+    return digests
 
 
 def _write_model(state: dict[str, Any], directory: Path, index: int, safe_serialization: bool, jobs: FileJobs,
-                 limit: int) -> list[str]:
+                 limit: int, recorder: checksums.Recorder) -> list[str]:
     subdir = f"model_{index}"
     files = write_model_files(state, directory / subdir, max_shard_size=limit, safe_serialization=safe_serialization,
-                              fsync=False, jobs=jobs)
+                              fsync=False, jobs=jobs, recorder=recorder)
     return [f"{subdir}/{name}" for name in files]
 
 
@@ -180,7 +188,7 @@ def _publisher_rank(accelerator: Accelerator) -> int:
     return 0
 
 
-def _manifest(accelerator: Accelerator, files: list[str]) -> dict[str, Any]:
+def _manifest(accelerator: Accelerator, files: dict[str, str]) -> dict[str, Any]:
     return {
         "kind": KIND,
         "drivetrain_version": __version__,
@@ -192,7 +200,9 @@ def _manifest(accelerator: Accelerator, files: list[str]) -> dict[str, Any]:
         "counts": {"models": len(accelerator._models), "optimizers": len(accelerator._optimizers),
                    "schedulers": len(accelerator._schedulers), "dataloaders": len(accelerator._dataloaders),
                    "custom": len(accelerator._custom_objects)},
-        "files": sorted(set(files)),
+        "files": sorted(files),
+        "checksum_algorithm": checksums.ALGORITHM,
+        "checksums": dict(sorted(files.items())),
     }
 
 
@@ -201,7 +211,7 @@ def _publication(accelerator: Accelerator, results: list[tuple[list[str], Any, i
     me, config = accelerator.process_index, accelerator.project_configuration
     group = [rank for rank, (_files, _error, publisher) in enumerate(results) if publisher == me]
     return commit.Publication(
-        manifest=_manifest(accelerator, [name for rank in group for name in results[rank][0]]),
+        manifest=_manifest(accelerator, {name: digest for rank in group for name, digest in results[rank][0].items()}),
         other_ranks=[rank for rank in group if rank != me],
         keep=config.total_limit if config.automatic_checkpoint_naming else None,
         on_published=accelerator._on_checkpoint_saved,
@@ -209,13 +219,31 @@ def _publication(accelerator: Accelerator, results: list[tuple[list[str], Any, i
     )
 
 
+def agreed_directory(accelerator: Accelerator, directory: Path, action: str, token: str = "") -> str:
+    """Check that every process names the same checkpoint directory; returns the main process's ``token``.
+
+    One object gather (bounded by the process group's timeout): processes that each pass
+    their own directory (a ``tempfile.mkdtemp()`` per process) would otherwise each write
+    part of a checkpoint, or wait forever for each other's files.
+    """
+    if accelerator.num_processes == 1:
+        return token
+    gathered = accelerator.state.collectives.all_gather_object((str(directory), token))
+    paths = [path for path, _token in gathered]
+    if len(set(paths)) > 1:
+        shown = ", ".join(f"rank {rank}: {path}" for rank, path in enumerate(paths[:4]))
+        raise CheckpointError(f"{action} got a different directory on each process ({shown}{' ...' if len(paths) > 4 else ''}); "
+                              "pass the same path on every process (choose it on the main process and broadcast it)")
+    return gathered[0][1]
+
+
 def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | None, safe_serialization: bool,
-                   weights: list[Any] | None) -> Path:
+                   weights: list[Any] | None, options: dict[str, Any] | None = None) -> Path:
     """Write a checkpoint and start its commit; returns the directory it will have.
 
     Returns once every process has written its files. The commit (sync, manifest, rename,
     rotation) then runs in the background unless ``DRIVETRAIN_CHECKPOINT_BACKGROUND=0``;
-    :func:`finish_commit` waits for it.
+    :func:`finish_commit` waits for it. ``options`` go to the strategy's model-save hook.
     """
     finish_commit(accelerator)
     final = output_directory(accelerator, output_dir).absolute()
@@ -223,7 +251,7 @@ def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | Non
     if config.automatic_checkpoint_naming and final.exists():
         raise CheckpointError(f"checkpoint {final} already exists; set ProjectConfiguration(iteration=...) past it")
     state = accelerator.state
-    token = state.collectives.broadcast_object_list([layout.new_token()], src=0)[0]
+    token = agreed_directory(accelerator, final, "save_state()", layout.new_token())
     temporary = layout.temporary_dir_for(final, token)
     publisher = _publisher_rank(accelerator)
     if publisher == accelerator.process_index:
@@ -231,9 +259,9 @@ def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | Non
     state.wait_for_everyone()
     error = None
     try:
-        files = _write_this_process_files(accelerator, temporary, safe_serialization, weights)
+        files = _write_this_process_files(accelerator, temporary, safe_serialization, weights, options or {})
     except Exception as exc:  # reported to every process below, so nobody waits forever
-        files, error = [], f"{type(exc).__name__}: {exc}"
+        files, error = {}, f"{type(exc).__name__}: {exc}"
     results = state.collectives.all_gather_object((files, error, publisher))
     failures = [(rank, err) for rank, (_f, err, _p) in enumerate(results) if err]
     if failures:
@@ -243,7 +271,7 @@ def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | Non
         details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
         raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
     publication = _publication(accelerator, results) if publisher == accelerator.process_index else None
-    plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=files,
+    plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=list(files),
                              fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication)
     background = environment.read_bool("CHECKPOINT_BACKGROUND", default=True)
     commit.start(plan, background=background)
@@ -283,19 +311,84 @@ def _count_problem(manifest: dict[str, Any], accelerator: Accelerator) -> str | 
     return "; ".join(different) or None
 
 
-def _read_model_later(directory: Path, index: int, jobs: FileJobs | None = None) -> Callable[[], dict[str, torch.Tensor]]:
+def _read_model_later(directory: Path, index: int, jobs: FileJobs | None = None,
+                      verifier: checksums.Verifier | None = None) -> Callable[[], dict[str, torch.Tensor]]:
     path = directory / f"model_{index}"
     if not path.exists():
         raise CheckpointError(f"{path} is missing: the checkpoint holds fewer models than were prepared")
-    return read_model_files_later(path, jobs)
+    return read_model_files_later(path, jobs, verifier)
 
 
-def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None, strict: bool = True) -> Path:
+_MODEL_OPTIONS = ("strict", "assign", "map_location")
+_LOAD_OPTIONS = ("map_location", "weights_only", "mmap")
+
+
+def load_options(accelerator: Accelerator, model_options: dict[str, Any], load_kwargs: dict[str, Any] | None
+                 ) -> tuple[dict[str, Any], torch.device | str]:
+    """Check ``load_state``'s keyword arguments; returns the model ones and where object states go.
+
+    As in Accelerate, ``load_model_func_kwargs`` are for the model's load function
+    (``strict``, ``assign``; ``map_location`` places the other states) and ``load_kwargs``
+    are what ``torch.load`` would take. Nothing here is a pickle, so ``weights_only`` and
+    ``mmap`` change nothing; an unknown name is an error rather than silently dropped.
+    """
+    unknown = sorted(set(model_options) - set(_MODEL_OPTIONS))
+    if unknown and not accelerator.run.hook("drivetrain_load_model_state").get_hookimpls():
+        raise CheckpointError(f"load_state() got {unknown}, which loading a model does not take; it takes "
+                              f"{list(_MODEL_OPTIONS)} (and load_kwargs={{...}} for {list(_LOAD_OPTIONS)})")
+    load_kwargs = dict(load_kwargs or {})
+    unknown = sorted(set(load_kwargs) - set(_LOAD_OPTIONS))
+    if unknown:
+        raise CheckpointError(f"load_state(load_kwargs=...) got {unknown}; it takes {list(_LOAD_OPTIONS)}")
+    location = load_kwargs.get("map_location", model_options.get("map_location")) or "cpu"
+    if location == "on_device":
+        location = accelerator.device
+    if not isinstance(location, (str, torch.device)):
+        raise CheckpointError(f"map_location={location!r} is not supported: pass a device, 'cpu' or 'on_device'")
+    return model_options, location
+
+
+def _gather_failure(accelerator: Accelerator, error: str | None, what: str) -> None:
+    """Fail every process when any failed (a collective: every process calls it)."""
+    if accelerator.num_processes == 1:
+        return
+    errors = accelerator.state.collectives.all_gather_object(error)
+    failures = [(rank, message) for rank, message in enumerate(errors) if message]
+    if failures:
+        rank, message = failures[0]
+        raise CheckpointError(message if rank == accelerator.process_index else
+                              f"{what} failed on process {rank}: {message}")
+
+
+def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None, strict: bool = True,
+                   options: dict[str, Any] | None = None, load_kwargs: dict[str, Any] | None = None) -> Path:
     """Read a checkpoint, check all of it, then restore it into the prepared objects.
 
-    The caller has waited for a pending commit (:func:`finish_commit`) already.
+    Phase 1 reads every file this process needs, verifies each against its checksum, and
+    checks every state against the object it is for; it ends with one gather, so a failure
+    on any process fails all of them before anything changed. Phase 2 copies. The caller has
+    waited for a pending commit (:func:`finish_commit`) already.
     """
+    options = dict(options or {})
+    options.setdefault("strict", strict)
+    options, location = load_options(accelerator, options, load_kwargs)
     directory = input_directory(accelerator, input_dir).absolute()
+    agreed_directory(accelerator, directory, "load_state()")
+    try:
+        read = _read_and_check(accelerator, directory, options, location)
+        error = None
+    except CheckpointError as exc:
+        read, error = None, str(exc)
+        if accelerator.num_processes == 1:
+            raise
+    _gather_failure(accelerator, error, f"loading {directory}")
+    assert read is not None
+    _restore(accelerator, directory, read, options)
+    return directory
+
+
+def _read_and_check(accelerator: Accelerator, directory: Path, options: dict[str, Any],
+                    location: torch.device | str) -> dict[str, Any]:
     manifest = layout.read_manifest(directory)
     if manifest.get("kind") != KIND:
         raise CheckpointError(f"{directory} is a {manifest.get('kind')!r} checkpoint, not a run state written by save_state")
@@ -303,37 +396,47 @@ def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None
     if problem:
         raise CheckpointError(f"{directory} does not match what was prepared ({problem}); prepare the same objects "
                               "before load_state()")
+    verifier = checksums.Verifier.for_manifest(directory, manifest)
     run, rank = accelerator.run, accelerator.process_index
     resized = manifest.get("world_size") != accelerator.num_processes
 
-    # Phase 1: read and check everything (files side by side on a few threads).
+    # Read everything (files side by side on a few threads), verifying checksums as the bytes pass.
     with FileJobs() as jobs:
         pending_models: dict[int, Callable[[], dict[str, torch.Tensor]]] = {}
         if not run.hook("drivetrain_load_model_state").get_hookimpls():
             for index in range(len(accelerator._models)):
-                pending_models[index] = _read_model_later(directory, index, jobs)
+                pending_models[index] = _read_model_later(directory, index, jobs, verifier)
         pending_trees: dict[str, Callable[[], Any]] = {}
         for name, objects in (("optimizer", accelerator._optimizers), ("scheduler", accelerator._schedulers),
                               ("dataloader", accelerator._dataloaders),
                               ("custom_checkpoint", accelerator._custom_objects)):
             for index, obj in enumerate(objects):
                 prefix = directory / f"{name}_{index}"
+                device = location if name == "custom_checkpoint" else "cpu"
                 if (prefix.with_suffix(".json")).exists():
-                    pending_trees[f"{name}_{index}"] = load_tree_later(prefix, jobs=jobs)
+                    pending_trees[f"{name}_{index}"] = load_tree_later(prefix, device, jobs=jobs, verifier=verifier)
                 elif name == "custom_checkpoint":
                     raise CheckpointError(f"{prefix}.json is missing: register the same objects before load_state()")
         for name in ("scaler", "accelerator"):
             if (directory / f"{name}.json").exists():
-                pending_trees[name] = load_tree_later(directory / name, jobs=jobs)
+                pending_trees[name] = load_tree_later(directory / name, jobs=jobs, verifier=verifier)
         rng_prefix = directory / f"random_states_{rank}"
-        pending_rng = load_tree_later(rng_prefix, jobs=jobs) if rng_prefix.with_suffix(".json").exists() else None
+        pending_rng = (load_tree_later(rng_prefix, jobs=jobs, verifier=verifier)
+                       if rng_prefix.with_suffix(".json").exists() else None)
         grads_file = directory / f"gradients_{rank}.safetensors"
-        pending_grads = jobs.submit(read_safetensors, grads_file) if grads_file.exists() and not resized else None
+        pending_grads = (jobs.submit(read_safetensors, grads_file, "cpu", verifier)
+                         if grads_file.exists() and not resized else None)
         jobs.wait()
         models = {index: finish() for index, finish in pending_models.items()}
         trees = {key: finish() for key, finish in pending_trees.items()}
         rng = pending_rng() if pending_rng is not None else None
         grads = pending_grads.result() if pending_grads is not None else None
+        # The files only plugins read (sharded and engine checkpoints), split across processes.
+        for path in verifier.share_of_rest(rank, accelerator.num_processes):
+            jobs.submit(verifier.verify_file, path)
+        jobs.wait()
+
+    # Check every state against its object before anything is changed.
     for key, tree in trees.items():
         if key.startswith("dataloader_") and resized and isinstance(tree, dict) and tree.get("num_processes") not in (
                 None, accelerator.num_processes) and tree.get("batches_yielded", tree.get("_num_yielded", 0)):
@@ -341,23 +444,57 @@ def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None
                 f"{directory} was saved mid-epoch by {manifest['world_size']} processes; it cannot resume that epoch "
                 f"on {accelerator.num_processes}: resume with {manifest['world_size']} processes, or from a "
                 "checkpoint saved at an epoch boundary")
-
-    # Phase 2: restore.
-    for index, model in enumerate(accelerator._models):
-        loaded = run.call("drivetrain_load_model_state", model=model, index=index, directory=str(directory),
-                          manifest=manifest)
-        if not loaded:
-            state_dict = models.get(index)
-            if state_dict is None:
-                state_dict = _read_model_later(directory, index)()
-            accelerator.unwrap_model(model).load_state_dict(state_dict, strict=strict)
-    for index, optimizer in enumerate(accelerator._optimizers):
-        loaded = run.call("drivetrain_load_optimizer_state", optimizer=optimizer, index=index, directory=str(directory),
-                          manifest=manifest)
-        if not loaded:
+    for index, state in models.items():
+        compatibility.check_model(state, accelerator.unwrap_model(accelerator._models[index]),
+                                  f"{directory}/model_{index}", bool(options.get("strict", True)))
+    if not run.hook("drivetrain_load_optimizer_state").get_hookimpls():
+        for index, optimizer in enumerate(accelerator._optimizers):
             if f"optimizer_{index}" not in trees:
                 raise CheckpointError(f"{directory}/optimizer_{index}.json is missing")
-            optimizer.load_state_dict(trees[f"optimizer_{index}"])
+            compatibility.check_optimizer(trees[f"optimizer_{index}"], optimizer, f"{directory}/optimizer_{index}")
+    for name, objects in (("scheduler", accelerator._schedulers), ("dataloader", accelerator._dataloaders),
+                          ("custom_checkpoint", accelerator._custom_objects)):
+        for index, obj in enumerate(objects):
+            if f"{name}_{index}" in trees and hasattr(obj, "state_dict"):
+                compatibility.check_tree(trees[f"{name}_{index}"], obj.state_dict(), f"{directory}/{name}_{index}")
+    if accelerator.scaler is not None and "scaler" in trees:
+        compatibility.check_tree(trees["scaler"], accelerator.scaler.state_dict(), f"{directory}/scaler")
+    if grads is not None:
+        for index, model in models.items():
+            own = dict(accelerator.unwrap_model(accelerator._models[index]).named_parameters())
+            compatibility.check_tree({k.partition(".")[2]: v for k, v in grads.items() if k.startswith(f"{index}.")},
+                                     {k: p.detach() for k, p in own.items()}, f"{grads_file}")
+    if rng is not None:
+        compatibility.check_rng(rng, rng_state(run.platform), str(rng_prefix) + ".json")
+    return {"manifest": manifest, "models": models, "trees": trees, "rng": rng, "grads": grads}
+
+
+def _restore(accelerator: Accelerator, directory: Path, read: dict[str, Any], options: dict[str, Any]) -> None:
+    """Copy what phase 1 read and checked. Strategy plugins go first: they check before they change."""
+    run, rank = accelerator.run, accelerator.process_index
+    manifest, models, trees, rng, grads = read["manifest"], read["models"], read["trees"], read["rng"], read["grads"]
+    left: list[int] = []
+    for index, model in enumerate(accelerator._models):
+        if not run.call("drivetrain_load_model_state", model=model, index=index, directory=str(directory),
+                        manifest=manifest, options=dict(options)):
+            left.append(index)
+    optimizers_left: list[int] = []
+    for index, optimizer in enumerate(accelerator._optimizers):
+        if not run.call("drivetrain_load_optimizer_state", optimizer=optimizer, index=index, directory=str(directory),
+                        manifest=manifest):
+            optimizers_left.append(index)
+    model_kwargs = {key: options[key] for key in ("strict", "assign") if key in options}
+    for index in left:
+        model = accelerator.unwrap_model(accelerator._models[index])
+        state_dict = models.get(index)
+        if state_dict is None:  # a strategy is active but left this model to the core
+            state_dict = _read_model_later(directory, index, verifier=checksums.Verifier.for_manifest(directory, manifest))()
+            compatibility.check_model(state_dict, model, f"{directory}/model_{index}", bool(model_kwargs.get("strict", True)))
+        model.load_state_dict(state_dict, **model_kwargs)
+    for index in optimizers_left:
+        if f"optimizer_{index}" not in trees:
+            raise CheckpointError(f"{directory}/optimizer_{index}.json is missing")
+        accelerator._optimizers[index].load_state_dict(trees[f"optimizer_{index}"])
     for name, objects in (("scheduler", accelerator._schedulers), ("dataloader", accelerator._dataloaders),
                           ("custom_checkpoint", accelerator._custom_objects)):
         for index, obj in enumerate(objects):
@@ -386,4 +523,3 @@ def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None
     match = layout.AUTOMATIC_NAME.match(directory.name)
     if config.automatic_checkpoint_naming and match:
         config.iteration = int(match.group(1)) + 1
-    return directory

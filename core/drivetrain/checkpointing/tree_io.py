@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError
+from .checksums import Recorder, Verifier, bytes_digest
 from .io_pool import FileJobs
 from .safetensors_io import read_safetensors, write_safetensors
 
@@ -109,12 +110,13 @@ def _split_files(tensors: dict[str, torch.Tensor], limit: int | None) -> list[di
 
 
 def save_tree(tree: Any, prefix: str | os.PathLike, fsync: bool = False, jobs: FileJobs | None = None,
-              shard_bytes: int | None = None) -> list[str]:
+              shard_bytes: int | None = None, recorder: Recorder | None = None) -> list[str]:
     """Write ``tree`` as ``<prefix>.json`` plus its tensors in safetensors files.
 
     Tensors go to ``<prefix>.safetensors``, or to ``<prefix>-00001-of-0000N.safetensors``
     files of about ``shard_bytes`` each. With ``jobs`` the tensor files are written on its
-    threads and are complete only after ``jobs.wait()``. Returns the file names.
+    threads and are complete only after ``jobs.wait()``. With ``recorder`` each file's
+    checksum is recorded as it is written. Returns the file names.
     """
     splitter = _Splitter()
     structure = splitter.split(tree, "")
@@ -127,33 +129,40 @@ def save_tree(tree: Any, prefix: str | os.PathLike, fsync: bool = False, jobs: F
     runner = jobs or FileJobs(threads=1)
     for name, group in zip(names, groups):
         runner.submit(write_safetensors, os.path.join(directory, name), group, metadata={"format": FORMAT},
-                      fsync=fsync)
+                      fsync=fsync, recorder=recorder)
     if jobs is None:
         runner.wait()
-    with open(prefix + ".json", "w", encoding="utf-8") as handle:
-        json.dump({"format": FORMAT, "files": names, "tree": structure}, handle)
+    document = json.dumps({"format": FORMAT, "files": names, "tree": structure}).encode("utf-8")
+    with open(prefix + ".json", "wb") as handle:
+        handle.write(document)
         handle.flush()
         if fsync:
             os.fsync(handle.fileno())
+    if recorder is not None:
+        recorder.record(prefix + ".json", bytes_digest(document))
     return [*names, stem + ".json"]
 
 
-def load_tree(prefix: str | os.PathLike, device: str | torch.device = "cpu") -> Any:
+def load_tree(prefix: str | os.PathLike, device: str | torch.device = "cpu", verifier: Verifier | None = None) -> Any:
     """Read what :func:`save_tree` wrote; a damaged file is an error naming it."""
-    return load_tree_later(prefix, device)()
+    return load_tree_later(prefix, device, verifier=verifier)()
 
 
 def load_tree_later(prefix: str | os.PathLike, device: str | torch.device = "cpu",
-                    jobs: FileJobs | None = None) -> Callable[[], Any]:
+                    jobs: FileJobs | None = None, verifier: Verifier | None = None) -> Callable[[], Any]:
     """Start reading a tree (its tensor files on ``jobs``' threads); call the result for the tree.
 
-    The JSON document is read and checked at once, so a missing or damaged one fails here.
+    The JSON document is read and checked at once, so a missing or damaged one fails here;
+    with ``verifier`` every file is checked against its recorded checksum as it is read.
     """
     prefix = os.fspath(prefix)
     path = prefix + ".json"
     try:
-        with open(path, encoding="utf-8") as handle:
-            document = json.load(handle)
+        with open(path, "rb") as handle:
+            raw = handle.read()
+        if verifier is not None:
+            verifier.check(path, bytes_digest(raw))
+        document = json.loads(raw)
     except FileNotFoundError:
         raise CheckpointError(f"{path} is missing from the checkpoint") from None
     except (OSError, ValueError) as error:
@@ -170,7 +179,7 @@ def load_tree_later(prefix: str | os.PathLike, device: str | torch.device = "cpu
         names = [os.path.basename(prefix) + ".safetensors"] if document.get("tensors") else []
     directory = os.path.dirname(prefix)
     files = [os.path.join(directory, name) for name in names]
-    futures = [(jobs or FileJobs(threads=1)).submit(read_safetensors, file, device) for file in files]
+    futures = [(jobs or FileJobs(threads=1)).submit(read_safetensors, file, device, verifier) for file in files]
 
     def finish() -> Any:
         tensors: dict[str, torch.Tensor] = {}

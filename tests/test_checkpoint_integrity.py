@@ -1,0 +1,225 @@
+"""Checkpoint integrity: checksums catch damaged files, nothing read runs code, a failed load changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from drivetrain import Accelerator
+from drivetrain.checkpointing.checksums import file_digest
+from drivetrain.errors import CheckpointError
+
+pytestmark = pytest.mark.usefixtures("fresh_state")
+
+
+class Net(torch.nn.Module):
+    def __init__(self, hidden=8):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 2))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Counter:
+    """A registered object whose state holds a tensor."""
+
+    def __init__(self, size=3):
+        self.values = torch.zeros(size)
+
+    def state_dict(self):
+        return {"values": self.values}
+
+    def load_state_dict(self, state):
+        self.values = state["values"].clone()
+
+
+def setup(hidden=8, steps=2, seed=0):
+    accelerator = Accelerator()
+    torch.manual_seed(seed)
+    model = Net(hidden)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    counter = Counter()
+    accelerator.register_for_checkpointing(counter)
+    for _ in range(steps):
+        accelerator.backward(model(torch.randn(3, 4, device=accelerator.device)).sum())
+        optimizer.step()
+        optimizer.zero_grad()
+    counter.values += steps
+    return accelerator, model, optimizer, counter
+
+
+def snapshot(model, optimizer, counter):
+    tensors = [p.detach().clone() for p in model.parameters()]
+    tensors += [v.clone() for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return tensors + [counter.values.clone()], [g["lr"] for g in optimizer.param_groups], torch.get_rng_state()
+
+
+def unchanged(before, model, optimizer, counter):
+    after = snapshot(model, optimizer, counter)
+    return (len(before[0]) == len(after[0]) and all(torch.equal(a, b) for a, b in zip(before[0], after[0]))
+            and before[1] == after[1] and torch.equal(before[2], after[2]))
+
+
+def saved(tmp_path, accelerator):
+    directory = Path(accelerator.save_state(tmp_path / "c"))
+    accelerator.wait_for_everyone()
+    return directory
+
+
+def flip(path: Path, offset_from_end: int, count: int = 16) -> None:
+    data = bytearray(path.read_bytes())
+    start = len(data) - offset_from_end
+    for i in range(start, start + count):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_manifest_records_a_checksum_of_every_file(tmp_path):
+    accelerator, *_ = setup()
+    directory = saved(tmp_path, accelerator)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["format_version"] == 3 and manifest["checksum_algorithm"] == "xxh3_128"
+    assert sorted(manifest["checksums"]) == manifest["files"]
+    for name, digest in manifest["checksums"].items():
+        assert file_digest(directory / name) == digest, name
+
+
+@pytest.mark.parametrize("victim", ["model_0/model.safetensors", "optimizer_0.safetensors"])
+def test_flipped_bytes_are_an_error_naming_the_file_and_change_nothing(tmp_path, victim):
+    accelerator, model, optimizer, counter = setup()
+    directory = saved(tmp_path, accelerator)
+    accelerator.backward(model(torch.randn(3, 4, device=accelerator.device)).sum())
+    optimizer.step()
+    before = snapshot(model, optimizer, counter)
+    flip(directory / victim, 40)  # inside the tensor data, the header stays valid
+    with pytest.raises(CheckpointError, match=f"{victim}.* does not match the checksum"):
+        accelerator.load_state(directory)
+    assert unchanged(before, model, optimizer, counter)
+
+
+def test_an_edited_learning_rate_of_the_same_size_is_caught(tmp_path):
+    accelerator, model, optimizer, counter = setup()
+    directory = saved(tmp_path, accelerator)
+    path = directory / "optimizer_0.json"
+    text = path.read_text()
+    assert '"lr": 0.01' in text
+    path.write_text(text.replace('"lr": 0.01', '"lr": 0.09'))
+    before = snapshot(model, optimizer, counter)
+    with pytest.raises(CheckpointError, match=r"optimizer_0\.json does not match the checksum"):
+        accelerator.load_state(directory)
+    assert unchanged(before, model, optimizer, counter)
+
+
+def test_format_2_checkpoints_without_checksums_still_load(tmp_path):
+    accelerator, model, optimizer, counter = setup()
+    directory = saved(tmp_path, accelerator)
+    expected = [p.detach().clone() for p in model.parameters()]
+    manifest = json.loads((directory / "manifest.json").read_text())
+    del manifest["checksums"], manifest["checksum_algorithm"]
+    (directory / "manifest.json").write_text(json.dumps(dict(manifest, format_version=2)))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.zero_()
+    accelerator.load_state(directory)
+    assert all(torch.equal(a, b) for a, b in zip(expected, model.parameters()))
+    # a format-3 manifest that lost its checksums is damaged, not old
+    (directory / "manifest.json").write_text(json.dumps(dict(manifest, format_version=3)))
+    with pytest.raises(CheckpointError, match="has no checksums"):
+        accelerator.load_state(directory)
+
+
+def test_a_different_hidden_size_changes_nothing_and_names_the_mismatch(tmp_path):
+    accelerator, *_ = setup(hidden=8)
+    directory = saved(tmp_path, accelerator)
+    accelerator.free_memory()
+    other, model, optimizer, counter = setup(hidden=16, seed=1)
+    before = snapshot(model, optimizer, counter)
+    with pytest.raises(CheckpointError, match=r"model_0 does not fit: net\.0\.weight is \(8, 4\) float32 in the "
+                                              r"checkpoint but \(16, 4\) float32 here"):
+        other.load_state(directory)
+    assert unchanged(before, model, optimizer, counter)
+    # non-strict loading skips missing keys but never a shape
+    with pytest.raises(CheckpointError, match="does not fit"):
+        other.load_state(directory, strict=False)
+    assert unchanged(before, model, optimizer, counter)
+
+
+def test_a_registered_object_that_does_not_fit_changes_nothing(tmp_path):
+    accelerator, model, optimizer, counter = setup()
+    directory = saved(tmp_path, accelerator)
+    counter.values = torch.zeros(5)
+    before = snapshot(model, optimizer, counter)
+    with pytest.raises(CheckpointError, match=r"custom_checkpoint_0 does not fit: \['values'\] is \(3,\) float32"):
+        accelerator.load_state(directory)
+    assert unchanged(before, model, optimizer, counter)
+
+
+def test_load_options_as_in_accelerate(tmp_path):
+    accelerator, model, optimizer, counter = setup()
+    directory = saved(tmp_path, accelerator)
+    with pytest.raises(CheckpointError, match=r"load_state\(\) got \['strictly'\]"):
+        accelerator.load_state(directory, strictly=True)
+    with pytest.raises(CheckpointError, match=r"load_kwargs=...\) got \['pickle_module'\]"):
+        accelerator.load_state(directory, load_kwargs={"pickle_module": pickle})
+    accelerator.load_state(directory, load_kwargs={"weights_only": True, "map_location": "cpu"}, strict=True,
+                           assign=True)
+    assert counter.values.device.type == "cpu" and torch.equal(counter.values, torch.full((3,), 2.0))
+
+
+def test_the_safe_loader_refuses_code_and_accepts_allowed_types(tmp_path):
+    from drivetrain.plugin_api import safe_torch_load
+
+    marker = tmp_path / "ran"
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    evil = tmp_path / "evil.pt"
+    torch.save({"module": {"w": torch.ones(2)}, "x": Exploit()}, evil)
+    with pytest.raises(CheckpointError, match=r"evil\.pt cannot be read safely"):
+        safe_torch_load(evil)
+    assert not marker.exists()
+    with pytest.raises(CheckpointError, match="is missing"):
+        safe_torch_load(tmp_path / "absent.pt")
+
+
+def test_deepspeed_engine_files_are_read_through_the_safe_loader(tmp_path):
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    from drivetrain_deepspeed.checkpoint import safe_loading
+
+    class Engine:
+        checkpoint_engine = TorchCheckpointEngine()
+
+    engine = Engine()
+    good = tmp_path / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    torch.save({"optimizer_state_dict": {"loss_scaler": LossScaler(1.0), "zero_stage": ZeroStageEnum.gradients,
+                                         "param_slice_mappings": [{"w": fragment_address(numel=2, start=0)}],
+                                         "single_partition_of_fp32_groups": [torch.ones(2)]}}, good)
+    marker = tmp_path / "ran"
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    evil = tmp_path / "mp_rank_00_model_states.pt"
+    torch.save({"module": {"w": torch.ones(2)}, "hook": Exploit()}, evil)
+    with safe_loading(engine):
+        state = engine.checkpoint_engine.load(str(good), map_location=lambda storage, loc: storage)
+        assert state["optimizer_state_dict"]["zero_stage"] == ZeroStageEnum.gradients
+        with pytest.raises(CheckpointError, match=r"mp_rank_00_model_states\.pt cannot be read safely"):
+            engine.checkpoint_engine.load(str(evil), map_location="cpu")
+    assert not marker.exists()
+    assert isinstance(engine.checkpoint_engine, TorchCheckpointEngine)  # put back after the block
