@@ -99,7 +99,9 @@ def drivetrain_register_config_sections():
     return [ConfigSection(
         key="fp8_config",
         fields=(
-            ConfigField("backend", str, None, choices=("AO", "TE", "MSAMP"), help="fp8 implementation",
+            # Accelerate's key, kept for its files; drivetrain chooses by the top-level precision_backend
+            ConfigField("backend", str, None, choices=("AO", "TE", "MSAMP"),
+                        help="fp8 implementation as Accelerate names it (drivetrain selects by precision_backend)",
                         env="ACCELERATE_FP8_BACKEND"),
             ConfigField("fp8_format", str, "HYBRID", choices=("HYBRID", "E4M3", "E5M2"), env="ACCELERATE_FP8_FORMAT"),
             ConfigField("margin", int, 0, env="ACCELERATE_FP8_MARGIN"),
