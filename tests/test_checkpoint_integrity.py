@@ -39,6 +39,16 @@ class Counter:
         self.values = state["values"].clone()
 
 
+class Exploit:
+    """A pickle that would create ``marker`` when unpickled."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
 def setup(hidden=8, steps=2, seed=0):
     accelerator = Accelerator()
     torch.manual_seed(seed)
@@ -177,13 +187,8 @@ def test_the_safe_loader_refuses_code_and_accepts_allowed_types(tmp_path):
     from drivetrain.plugin_api import safe_torch_load
 
     marker = tmp_path / "ran"
-
-    class Exploit:
-        def __reduce__(self):
-            return (os.system, (f"touch {marker}",))
-
     evil = tmp_path / "evil.pt"
-    torch.save({"module": {"w": torch.ones(2)}, "x": Exploit()}, evil)
+    torch.save({"module": {"w": torch.ones(2)}, "x": Exploit(marker)}, evil)
     with pytest.raises(CheckpointError, match=r"evil\.pt cannot be read safely"):
         safe_torch_load(evil)
     assert not marker.exists()
@@ -209,13 +214,8 @@ def test_deepspeed_engine_files_are_read_through_the_safe_loader(tmp_path):
                                          "param_slice_mappings": [{"w": fragment_address(numel=2, start=0)}],
                                          "single_partition_of_fp32_groups": [torch.ones(2)]}}, good)
     marker = tmp_path / "ran"
-
-    class Exploit:
-        def __reduce__(self):
-            return (os.system, (f"touch {marker}",))
-
     evil = tmp_path / "mp_rank_00_model_states.pt"
-    torch.save({"module": {"w": torch.ones(2)}, "hook": Exploit()}, evil)
+    torch.save({"module": {"w": torch.ones(2)}, "hook": Exploit(marker)}, evil)
     with safe_loading(engine):
         state = engine.checkpoint_engine.load(str(good), map_location=lambda storage, loc: storage)
         assert state["optimizer_state_dict"]["zero_stage"] == ZeroStageEnum.gradients
