@@ -458,8 +458,9 @@ def backward(models: Sequence[Any], loss: torch.Tensor, kwargs: dict[str, Any]) 
     return True
 
 
-def clip_grad_norm(runtime: DeepSpeedRuntime, parameters: Sequence[Any], max_norm: float) -> torch.Tensor | None:
-    """DeepSpeed clips in its step with ``gradient_clipping``; this returns the norm it measured."""
+def clip_grad_norm(runtime: DeepSpeedRuntime, parameters: Sequence[Any], max_norm: float) -> Any:
+    """DeepSpeed clips in its step with ``gradient_clipping``; this returns the global norm it
+    measured in its last step, or ``False`` (the facade's ``None``) when it measured none."""
     engine = runtime.engine_of_parameters(parameters)
     if engine is None:
         return None
@@ -470,9 +471,18 @@ def clip_grad_norm(runtime: DeepSpeedRuntime, parameters: Sequence[Any], max_nor
                        "max_norm=%s given to clip_grad_norm_ is not used (set gradient_clipping instead)",
                        configured, max_norm)
     norm = engine.get_global_grad_norm()
+    if norm is None:
+        return False  # not measured (no step yet, or no clipping configured): no number to make up
     if isinstance(norm, torch.Tensor):
         return norm.detach()
-    return torch.tensor(float(norm) if norm is not None else 0.0)
+    return torch.tensor(float(norm))
+
+
+def compile_engine(engine: Any, options: Any) -> Any:
+    """Compile through the engine (``engine.compile``), which compiles its module in place and
+    keeps its own forward and backward hooks; the engine stays the prepared model."""
+    engine.compile(backend=options.backend, compile_kwargs=options.compile_kwargs())
+    return engine
 
 
 # ------------------------------------------------------------------ full weights

@@ -31,8 +31,9 @@ from .environment import probe_deepspeed_launcher
 from .launcher import MULTINODE_LAUNCHERS, applies
 from .options import DS_ACCELERATORS, OFFLOAD_DEVICES, OPTIONS
 
-# API 1.1: drivetrain_configure_run, and the accelerator/models given to prepare_objects/backward.
-PLUGIN_INFO = PluginInfo(api_version="1.1", description="DeepSpeed ZeRO stages 0-3 with CPU/NVMe offload",
+# API 1.2: drivetrain_compile_model and drivetrain_clip_grad_value (1.1: drivetrain_configure_run,
+# and the accelerator/models given to prepare_objects/backward).
+PLUGIN_INFO = PluginInfo(api_version="1.2", description="DeepSpeed ZeRO stages 0-3 with CPU/NVMe offload",
                          requires=("deepspeed>=0.14",), extra="deepspeed")
 
 NAME = "deepspeed"
@@ -278,6 +279,27 @@ def drivetrain_clip_grad_norm(parameters, max_norm, norm_type, run):
     from .engine import clip_grad_norm, runtime_of
 
     return clip_grad_norm(runtime_of(run), list(parameters), max_norm)
+
+
+@hookimpl(tryfirst=True)
+def drivetrain_clip_grad_value(parameters, clip_value, run):
+    if not _mine(run):
+        return None
+    from drivetrain.errors import DrivetrainError
+
+    # The engine stepped (and cleared the gradients) inside accelerator.backward, as in Accelerate.
+    raise DrivetrainError("DeepSpeed cannot clip gradients by value: its engine steps inside "
+                          "accelerator.backward; use accelerator.clip_grad_norm_ (gradient_clipping in the "
+                          "DeepSpeed config) instead")
+
+
+@hookimpl
+def drivetrain_compile_model(model, run, options):
+    if not _mine(run):
+        return None
+    from .engine import compile_engine, is_engine
+
+    return compile_engine(model, options) if is_engine(model) else None
 
 
 @hookimpl

@@ -8,7 +8,10 @@ DDP's, gradient accumulation is DeepSpeed's own and matches DDP's, ``save_state`
 ``load_state`` resume exactly (into a fresh engine and into the running one), and the full
 state dict loads into a plain model. Stage 3 also checks the 16-bit ``save_model``, fp32
 master weights under bf16, ``zero3_init_context``, MoE leaf modules, and two models with two
-``DeepSpeedPlugin``s (a ZeRO-2 student and a ZeRO-3 teacher). Prints CHECK-DEEPSPEED-OK.
+``DeepSpeedPlugin``s (a ZeRO-2 student and a ZeRO-3 teacher). Every stage also checks that
+``clip_grad_norm_`` returns the engine's real global norm of each step (``None`` before the
+first), that ``clip_grad_value_`` is refused, and that a dynamo backend compiles through the
+engine. Prints CHECK-DEEPSPEED-OK.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import sys
 
 import torch
 
-from drivetrain import Accelerator, DeepSpeedPlugin, DistributedType, get_active_deepspeed_plugin
+from drivetrain import Accelerator, DeepSpeedPlugin, DistributedType, TorchDynamoPlugin, get_active_deepspeed_plugin
+from drivetrain.errors import DrivetrainError
 from drivetrain.state import AcceleratorState, GradientState
 
 torch.set_num_threads(1)
@@ -74,8 +78,10 @@ def batch(step: int, rank: int, world: int):
     return x[share], y[share]
 
 
-def train(accelerator, model, optimizer, scheduler=None, steps=STEPS, first=0, accumulate=False, dtype=None):
-    """Per-step losses of this process (``accumulate``: inside ``accelerator.accumulate``)."""
+def train(accelerator, model, optimizer, scheduler=None, steps=STEPS, first=0, accumulate=False, dtype=None,
+          norms=None):
+    """Per-step losses of this process (``accumulate``: inside ``accelerator.accumulate``;
+    ``norms``: a list that gets ``clip_grad_norm_``'s answer after each backward)."""
     world, rank = accelerator.num_processes, accelerator.process_index
     losses = []
     for step in range(first, first + steps):
@@ -92,6 +98,8 @@ def train(accelerator, model, optimizer, scheduler=None, steps=STEPS, first=0, a
         else:
             loss = torch.nn.functional.mse_loss(model(x).float(), y)
             accelerator.backward(loss)
+            if norms is not None:  # DDP: the norm before the step; DeepSpeed: its step's (it stepped)
+                norms.append(float(accelerator.clip_grad_norm_(model.parameters(), 100.0)))
             optimizer.step()
             if scheduler is not None:
                 scheduler.step()
@@ -119,12 +127,13 @@ def ddp_reference():
     accelerator = fresh_accelerator()
     assert accelerator.distributed_type == "MULTI_CPU", accelerator.distributed_type
     model, optimizer = accelerator.prepare(*make())
-    losses = train(accelerator, model, optimizer)
+    norms = []
+    losses = train(accelerator, model, optimizer, norms=norms)
     weights = full_weights(accelerator, model)
     accumulated = fresh_accelerator(gradient_accumulation_steps=2)
     model2, optimizer2 = accumulated.prepare(*make())
     losses2 = train(accumulated, model2, optimizer2, steps=2 * STEPS, accumulate=True)
-    return losses, weights, losses2, full_weights(accumulated, model2)
+    return losses, weights, losses2, full_weights(accumulated, model2), norms
 
 
 # ------------------------------------------------------------------ DeepSpeed
@@ -143,7 +152,7 @@ def plugin(stage: int, offload: bool, **options) -> DeepSpeedPlugin:
     return DeepSpeedPlugin(hf_ds_config=config, zero_stage=3, offload_optimizer_device=offload_device, **options)
 
 
-def check_matches_ddp(stage, offload, reference_losses, reference_weights):
+def check_matches_ddp(stage, offload, reference_losses, reference_weights, reference_norms):
     accelerator = fresh_accelerator(deepspeed_plugin=plugin(stage, offload, gradient_clipping=100.0))
     assert accelerator.distributed_type == DistributedType.DEEPSPEED
     assert get_active_deepspeed_plugin(accelerator.state) is accelerator.deepspeed_plugin
@@ -157,14 +166,31 @@ def check_matches_ddp(stage, offload, reference_losses, reference_weights):
     assert config["train_micro_batch_size_per_gpu"] == BATCH, config
     assert config["train_batch_size"] == BATCH * accelerator.num_processes, config
     assert accelerator.unwrap_model(model) is model.module
-    losses = train(accelerator, model, optimizer)
+    assert accelerator.clip_grad_norm_(model.parameters(), 100.0) is None  # no step yet: no norm, not 0.0
+    norms = []
+    losses = train(accelerator, model, optimizer, norms=norms)
     torch.testing.assert_close(losses, reference_losses, rtol=1e-5, atol=1e-6)
-    norm = accelerator.clip_grad_norm_(model.parameters(), 100.0)
-    assert torch.isfinite(norm) and norm > 0, norm
+    torch.testing.assert_close(norms, reference_norms, rtol=1e-4, atol=1e-6)  # the engine's real global norm
+    try:
+        accelerator.clip_grad_value_(model.parameters(), 0.01)
+    except DrivetrainError as error:
+        assert "clip_grad_norm_" in str(error), error
+    else:
+        raise AssertionError("clip_grad_value_ did nothing under DeepSpeed instead of refusing")
     weights = full_weights(accelerator, model)
     if accelerator.is_main_process:
         assert_weights_close(weights, reference_weights, rtol=1e-5, atol=1e-6)
     return accelerator, model
+
+
+def check_compiled(stage, reference_losses):
+    """A dynamo backend compiles through the engine, which stays the prepared model and trains alike."""
+    accelerator = fresh_accelerator(deepspeed_plugin=plugin(stage, False, gradient_clipping=100.0),
+                                    dynamo_plugin=TorchDynamoPlugin(backend="eager"))
+    model, optimizer, _data = accelerator.prepare(*make(), loader(accelerator.num_processes))
+    assert type(model).__name__ == "DeepSpeedEngine" and model.is_compiled, type(model)
+    losses = train(accelerator, model, optimizer)
+    torch.testing.assert_close(losses, reference_losses, rtol=1e-5, atol=1e-6)
 
 
 def check_accumulation(stage, reference_losses, reference_weights):
@@ -317,15 +343,54 @@ def check_two_models(directory):
         assert_weights_close(reloaded, before, rtol=0, atol=0)
 
 
+def check_engine_files_never_run_code(stage, directory):
+    """A pickle that would run code, put in place of an engine file with its manifest fixed up, is refused."""
+    import json
+
+    from drivetrain.checkpointing.checksums import file_digest
+    from drivetrain.errors import CheckpointError
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    accelerator, model, optimizer, scheduler = resumable(stage, False, seed=0)
+    train(accelerator, model, optimizer, scheduler, steps=1)
+    path = os.path.join(directory, f"evil-zero{stage}")
+    accelerator.save_state(path, exclude_frozen_parameters=True)  # save_state's kwargs reach save_checkpoint
+    accelerator.wait_for_everyone()
+    marker = os.path.join(directory, f"pwned-{stage}")
+    state = os.path.join(path, "deepspeed_model_0", "state")
+    name = next(n for n in sorted(os.listdir(state)) if n.endswith("model_states.pt"))
+    if accelerator.is_main_process:
+        torch.save({"module": {}, "evil": Exploit()}, os.path.join(state, name))
+        manifest_path = os.path.join(path, "manifest.json")
+        manifest = json.load(open(manifest_path))
+        relative = f"deepspeed_model_0/state/{name}"
+        manifest["sizes"][relative] = os.path.getsize(os.path.join(state, name))
+        manifest["checksums"][relative] = file_digest(os.path.join(state, name))
+        json.dump(manifest, open(manifest_path, "w"))
+    accelerator.wait_for_everyone()
+    try:
+        accelerator.load_state(path)
+        raise AssertionError("an engine file that runs code was loaded")
+    except CheckpointError as error:
+        assert "cannot be read safely" in str(error), error
+    assert not os.path.exists(marker), "the pickle ran code"
+    accelerator.wait_for_everyone()
+
+
 def main() -> None:
     stage, directory = int(sys.argv[1]), sys.argv[2]
-    reference_losses, reference_weights, accumulated_losses, accumulated_weights = ddp_reference()
+    reference_losses, reference_weights, accumulated_losses, accumulated_weights, norms = ddp_reference()
+    check_compiled(stage, reference_losses)
     for offload in (False, True):
-        accelerator, model = check_matches_ddp(stage, offload, reference_losses, reference_weights)
+        accelerator, model = check_matches_ddp(stage, offload, reference_losses, reference_weights, norms)
         if stage == 3 and not offload:
             check_full_state_dict(accelerator, model)
         check_save_and_resume(stage, offload, directory)
     check_accumulation(stage, accumulated_losses, accumulated_weights)
+    check_engine_files_never_run_code(stage, directory)
     if stage == 3:
         check_save_16bit_model(stage, directory)
         check_zero3_construction_and_leaves(stage)
