@@ -271,6 +271,22 @@ def check_checkpoint_commit_across_processes(directory: str) -> None:
     assert all(torch.equal(a, b) for a, b in zip(saved, model.parameters()))
 
 
+def check_checkpoint_directories_must_agree(directory: str) -> None:
+    """Each process passing its own directory (a mkdtemp() per process) fails every process at once."""
+    from drivetrain.errors import CheckpointError
+
+    accelerator = fresh_accelerator()
+    accelerator.prepare(*make())
+    own = tempfile.mkdtemp(dir=directory)
+    for name, action in (("save_state", accelerator.save_state), ("load_state", accelerator.load_state)):
+        try:
+            action(own)
+            raise AssertionError(f"{name} into a different directory on each process was not refused")
+        except CheckpointError as error:
+            assert "different directory on each process" in str(error) and "rank 1" in str(error), error
+    assert os.listdir(own) == []  # nothing was written
+
+
 def main() -> None:
     directory = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()
     check_ddp_matches_one_process_on_the_combined_batch()
@@ -284,6 +300,7 @@ def main() -> None:
     check_comm_hooks_and_static_graph()
     check_save_profile_and_logging(directory)
     check_checkpoint_commit_across_processes(directory)
+    check_checkpoint_directories_must_agree(directory)
     accelerator = Accelerator()
     accelerator.wait_for_everyone()
     print(f"CHECK-TRAINING-OK rank {accelerator.process_index}", flush=True)
