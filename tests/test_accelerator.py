@@ -29,10 +29,11 @@ def make(seed=0, features=4):
     return model, torch.optim.SGD(model.parameters(), lr=0.1)
 
 
-def test_defaults_on_one_cpu_process():
+def test_defaults_on_one_process():
     accelerator = Accelerator()
     assert (accelerator.num_processes, accelerator.process_index, accelerator.is_main_process) == (1, 0, True)
-    assert accelerator.device == torch.device("cpu") and accelerator.distributed_type == "NO"
+    # the detected platform's first device: the CPU, or the one GPU of a GPU machine
+    assert accelerator.device.type == accelerator.run.selection.platform.name and accelerator.distributed_type == "NO"
     assert accelerator.mixed_precision == "no" and accelerator.gradient_accumulation_steps == 1
     assert not accelerator.use_distributed and accelerator.is_last_process
 
@@ -96,14 +97,15 @@ def test_duplicate_kwargs_handlers_are_refused():
 
 
 def test_gradient_accumulation_matches_the_big_batch():
-    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    accelerator = Accelerator(gradient_accumulation_steps=4)
+    x, y = torch.randn(16, 4).to(accelerator.device), torch.randn(16, 1).to(accelerator.device)
     reference, ref_opt = make()
+    reference.to(accelerator.device)
     ref_opt.zero_grad()
     torch.nn.functional.mse_loss(reference(x), y).backward()
     ref_opt.step()
 
     model, optimizer = make()
-    accelerator = Accelerator(gradient_accumulation_steps=4)
     model, optimizer = accelerator.prepare(model, optimizer)
     syncs = []
     for chunk_x, chunk_y in zip(x.chunk(4), y.chunk(4)):
@@ -125,7 +127,7 @@ def test_scheduler_waits_for_the_accumulation_window():
     rates = []
     for _ in range(4):
         with accelerator.accumulate(model):
-            accelerator.backward(model(torch.randn(2, 4)).sum())
+            accelerator.backward(model(torch.randn(2, 4).to(accelerator.device)).sum())
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
@@ -135,14 +137,15 @@ def test_scheduler_waits_for_the_accumulation_window():
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_trains_close_to_fp32(precision):
-    x, y = torch.randn(32, 4), torch.randn(32, 1)
+    accelerator = Accelerator(mixed_precision=precision)
+    x, y = torch.randn(32, 4).to(accelerator.device), torch.randn(32, 1).to(accelerator.device)
     reference, ref_opt = make()
+    reference.to(accelerator.device)
     for _ in range(5):
         ref_opt.zero_grad()
         torch.nn.functional.mse_loss(reference(x), y).backward()
         ref_opt.step()
     model, optimizer = make()
-    accelerator = Accelerator(mixed_precision=precision)
     assert accelerator.mixed_precision == precision
     model, optimizer = accelerator.prepare(model, optimizer)
     for _ in range(5):
@@ -159,7 +162,7 @@ def test_mixed_precision_trains_close_to_fp32(precision):
 
 def test_autocast_context_uses_the_run_precision():
     accelerator = Accelerator(mixed_precision="bf16")
-    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    a, b = torch.randn(4, 4).to(accelerator.device), torch.randn(4, 4).to(accelerator.device)
     with accelerator.autocast():
         assert (a @ b).dtype == torch.bfloat16
     with accelerator.autocast(AutocastKwargs(enabled=False)):
@@ -172,7 +175,7 @@ def test_fp16_overflow_skips_the_step_and_the_scheduler():
     accelerator = Accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=2.0**100)])
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     before = [p.detach().clone() for p in model.parameters()]
-    accelerator.backward(model(torch.randn(4, 4)).sum() * 1e4)
+    accelerator.backward(model(torch.randn(4, 4).to(accelerator.device)).sum() * 1e4)
     optimizer.step()
     scheduler.step()
     assert optimizer.step_was_skipped and accelerator.optimizer_step_was_skipped
@@ -183,7 +186,7 @@ def test_fp16_overflow_skips_the_step_and_the_scheduler():
 def test_clip_grad_value_is_asked_of_the_strategy_first(monkeypatch):
     accelerator = Accelerator()
     model, optimizer = accelerator.prepare(*make())
-    accelerator.backward(model(torch.randn(4, 4)).sum())
+    accelerator.backward(model(torch.randn(4, 4).to(accelerator.device)).sum())
     before = [p.grad.clone() for p in model.parameters()]
     asked = []
 
@@ -202,7 +205,7 @@ def test_clip_grad_norm_and_value():
     model, optimizer = make()
     accelerator = Accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=1024)])
     model, optimizer = accelerator.prepare(model, optimizer)
-    accelerator.backward(model(torch.randn(4, 4)).sum() * 10)
+    accelerator.backward(model(torch.randn(4, 4).to(accelerator.device)).sum() * 10)
     norm = accelerator.clip_grad_norm_(model.parameters(), 0.5)
     assert norm > 0.5  # the norm before clipping, unscaled
     total = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))
@@ -250,7 +253,7 @@ def test_dynamo_backend_compiles_the_prepared_model():
     accelerator = Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="eager"))
     prepared, optimizer = accelerator.prepare(model, optimizer)
     assert hasattr(prepared, "_orig_mod") and prepared._orig_mod is model
-    x = torch.randn(3, 4)
+    x = torch.randn(3, 4).to(accelerator.device)
     torch.testing.assert_close(prepared(x), model(x))
     assert accelerator.unwrap_model(prepared, keep_torch_compile=False) is model
 
@@ -300,7 +303,7 @@ def test_a_strategy_preparing_objects_together_still_gets_every_model_transform(
                      ("drivetrain_finalize_model", "Engine")]
     assert type(prepared._orig_mod) is Engine and prepared._orig_mod.module is model  # compiled
     assert accelerator._models == [prepared] and same_optimizer is optimizer
-    x = torch.randn(3, 4)
+    x = torch.randn(3, 4).to(accelerator.device)
     torch.testing.assert_close(prepared(x), model(x))
     assert accelerator.prepare(prepared) is prepared and len(calls) == 3  # prepared already: no transform again
 

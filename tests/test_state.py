@@ -41,7 +41,9 @@ def fresh_state(monkeypatch):
 
 def test_single_process_attributes():
     state = PartialState()
-    assert state.device == torch.device("cpu") and state.distributed_type == DistributedType.NO
+    # the detected platform's first device: the CPU, or the one GPU of a GPU machine
+    assert state.device.type == state.run.selection.platform.name and state.device.index in (None, 0)
+    assert state.distributed_type == DistributedType.NO
     assert (state.num_processes, state.process_index, state.local_process_index) == (1, 0, 0)
     assert state.is_main_process and state.is_local_main_process and state.is_last_process
     assert state.mixed_precision == "no" and state.debug is False and state.backend is None
@@ -145,7 +147,7 @@ def test_a_failed_selection_leaves_no_half_made_state(monkeypatch):
 def test_accelerator_state_forwards_and_keeps_backend_plugins():
     marker = object()
     state = AcceleratorState(mixed_precision="bf16", fsdp_plugin=marker, deepspeed_plugin=None)
-    assert state.mixed_precision == "bf16" and state.num_processes == 1 and state.device.type == "cpu"
+    assert state.mixed_precision == "bf16" and state.num_processes == 1 and state.device == PartialState().device
     assert state.fsdp_plugin is marker and state.deepspeed_plugin is None and state.megatron_lm_plugin is None
     assert AcceleratorState().__dict__ is state.__dict__ and state.initialized
     assert "Mixed precision type: bf16" in repr(state)
