@@ -32,7 +32,7 @@ def prepared(accelerator):
 
 
 def step(accelerator, model, optimizer):
-    accelerator.backward(model(torch.randn(8, 16)).pow(2).mean())
+    accelerator.backward(model(torch.randn(8, 16).to(accelerator.device)).pow(2).mean())
     optimizer.step()
     optimizer.zero_grad()
 

@@ -41,7 +41,7 @@ def trained(accelerator, steps=2, **prepare_extra):
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.9)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     for _ in range(steps):
-        accelerator.backward(model(torch.randint(0, 10, (3, 5))).sum())
+        accelerator.backward(model(torch.randint(0, 10, (3, 5)).to(accelerator.device)).sum())
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
@@ -79,10 +79,10 @@ def test_save_and_load_state_restore_everything(tmp_path):
     accelerator.wait_for_everyone()  # the commit (sync, rename) finishes in the background
     manifest = json.loads((Path(directory) / "manifest.json").read_text())
     assert manifest["world_size"] == 1 and manifest["counts"]["models"] == 1
-    assert "model_0/model.safetensors" in manifest["files"] and manifest["plugins"]["cpu"]
+    assert "model_0/model.safetensors" in manifest["files"] and manifest["plugins"][accelerator.run.selection.platform_plugin]
     expected_draw = torch.rand(3)
     trained_further = trained  # noqa: F841 - keep training to change everything
-    accelerator.backward(model(torch.randint(0, 10, (3, 5))).sum())
+    accelerator.backward(model(torch.randint(0, 10, (3, 5)).to(accelerator.device)).sum())
     optimizer.step()
     scheduler.step()
     with torch.no_grad():
@@ -105,7 +105,8 @@ def test_tied_weights_are_stored_once_and_stay_tied(tmp_path):
     assert state["head.weight"] is state["embed.weight"]
     fresh = Tied()
     load_checkpoint_in_model(fresh, tmp_path / "weights")
-    ids = torch.randint(0, 10, (2, 5))
+    fresh.to(accelerator.device)
+    ids = torch.randint(0, 10, (2, 5)).to(accelerator.device)
     torch.testing.assert_close(fresh(ids), model(ids))
     assert fresh.head.weight is fresh.embed.weight
 
@@ -120,7 +121,8 @@ def test_save_model_shards_with_an_index(tmp_path):
     assert len(shards) == 4 and shards[0] == "model-00001-of-00004.safetensors"
     fresh = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(4)])
     load_checkpoint_in_model(fresh, tmp_path / "sharded", strict=True, dtype=torch.float64)
-    x = torch.randn(2, 64, dtype=torch.float64)
+    fresh.to(accelerator.device)
+    x = torch.randn(2, 64, dtype=torch.float64).to(accelerator.device)
     torch.testing.assert_close(fresh(x), model.double()(x))
     accelerator.save_model(model, tmp_path / "bin", safe_serialization=False)
     assert (tmp_path / "bin" / "pytorch_model.bin").exists()
@@ -196,7 +198,7 @@ def test_truncated_or_corrupt_files_name_the_file_and_change_nothing(tmp_path):
     model, optimizer, _ = trained(accelerator)
     directory = Path(accelerator.save_state(tmp_path / "c"))
     accelerator.wait_for_everyone()
-    accelerator.backward(model(torch.randint(0, 10, (3, 5))).sum())
+    accelerator.backward(model(torch.randint(0, 10, (3, 5)).to(accelerator.device)).sum())
     optimizer.step()
     before = params(model)
     victim = directory / "optimizer_0.safetensors"
@@ -242,7 +244,7 @@ def test_mid_accumulation_save_keeps_pending_gradients(tmp_path):
     accelerator = Accelerator(gradient_accumulation_steps=2)
     model, optimizer, _ = trained(accelerator, steps=0)
     with accelerator.accumulate(model):
-        accelerator.backward(model(torch.randint(0, 10, (3, 5))).sum())
+        accelerator.backward(model(torch.randint(0, 10, (3, 5)).to(accelerator.device)).sum())
     assert not accelerator.sync_gradients
     grads = [p.grad.clone() for p in model.parameters()]
     directory = accelerator.save_state(tmp_path / "c")
