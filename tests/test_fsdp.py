@@ -162,7 +162,7 @@ def test_one_process_fsdp_trains_and_exposes_its_options(clean_env):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = accelerator.prepare(model, optimizer)
     assert type(next(model.parameters())).__name__ == "DTensor"
-    accelerator.backward(model(torch.randn(3, 4)).sum())
+    accelerator.backward(model(torch.randn(3, 4).to(accelerator.device)).sum())
     grads = [p.grad.full_tensor().clone() for p in model.parameters()]
     with pytest.raises(DrivetrainError, match=r"^FSDP cannot clip gradients by value; use "
                                               r"accelerator.clip_grad_norm_ instead$"):
