@@ -166,7 +166,7 @@ def test_one_process_layout_and_refused_sizes(clean_env):
     assert (accelerator.data_parallel_rank, accelerator.tensor_parallel_rank, accelerator.data_parallel_shard_rank) == (
         0, 0, 0)
     model = accelerator.prepare(torch.nn.Linear(4, 2))
-    assert model(torch.ones(1, 4)).shape == (1, 2)
+    assert model(torch.ones(1, 4, device=accelerator.device)).shape == (1, 2)
     AcceleratorState._reset_state()
     plain = Accelerator()  # without a layout: every process is its own data shard
     assert plain.torch_device_mesh is None and not plain.is_composable_parallelism_enabled
