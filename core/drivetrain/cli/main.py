@@ -15,7 +15,7 @@ from ..errors import DrivetrainError
 from ..version import __version__
 
 # command name -> module in drivetrain.cli that defines add_parser(subparsers)
-_BUILT_IN_COMMANDS = ("plugins", "launch", "config", "env", "test")
+_BUILT_IN_COMMANDS = ("plugins", "launch", "config", "env", "test", "estimate")
 
 
 def build_parser() -> argparse.ArgumentParser:

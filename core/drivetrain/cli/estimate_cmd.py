@@ -1,0 +1,126 @@
+"""``drivetrain estimate-memory``: how much memory a model needs, per dtype, without loading it.
+
+The model is built on the meta device (nothing allocated, nothing downloaded) from a local
+model folder or ``config.json`` (transformers), a timm model name, or ``module:Class``; its
+sizes come from the same computation device maps use (``compute_module_sizes``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+DTYPES = ("float32", "float16", "bfloat16", "int8", "int4")
+# Bytes per parameter relative to float32.
+_SHRINK = {"float32": 1, "float16": 2, "bfloat16": 2, "int8": 4, "int4": 8}
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "estimate-memory", help="Estimate the memory a model needs to load and to train, per dtype",
+        description="Build the model on the meta device (no download, no memory) and print its size per dtype.")
+    parser.add_argument("model_name", help="a local model folder or config.json (transformers), a timm model name, "
+                                           "or module:Class (built with no arguments)")
+    parser.add_argument("--library_name", "--library-name", choices=("transformers", "timm"), default=None,
+                        help="where the model comes from (default: guessed from model_name)")
+    parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=["float32", "float16", "int8", "int4"],
+                        help="dtypes to report (default: float32 float16 int8 int4)")
+    parser.add_argument("--trust_remote_code", "--trust-remote-code", action="store_true",
+                        help="allow a local model folder's own modeling code (transformers)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(handler=run_estimate)
+
+
+def build_empty_model(model_name: str, library_name: str | None = None, trust_remote_code: bool = False) -> Any:
+    """The model ``model_name`` names, on the meta device."""
+    from ..big_modeling import init_empty_weights
+
+    path = Path(model_name)
+    if library_name is None:
+        if ":" in model_name and not path.exists():
+            library_name = "class"
+        elif path.exists():
+            library_name = "transformers"
+        else:
+            library_name = "timm"
+    with init_empty_weights():
+        if library_name == "class":
+            module_name, _, class_name = model_name.partition(":")
+            try:
+                cls = getattr(importlib.import_module(module_name), class_name)
+            except (ImportError, AttributeError) as error:
+                raise ConfigError(f"cannot import {model_name} ({error}); give module:Class importable here") from None
+            return cls()
+        if library_name == "transformers":
+            return _transformers_model(path, trust_remote_code)
+        try:
+            import timm
+        except ImportError:
+            raise ConfigError(f"{model_name} is not a local folder or file, and timm is not installed to build it "
+                              "by name; pip install timm, or give a model folder") from None
+        return timm.create_model(model_name, pretrained=False)
+
+
+def _transformers_model(path: Path, trust_remote_code: bool) -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise ConfigError("building a model from a config needs transformers: pip install transformers") from None
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist; give a local model folder or config.json (nothing is downloaded)")
+    config = transformers.AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code,
+                                                     local_files_only=True)
+    for architecture in getattr(config, "architectures", None) or []:
+        cls = getattr(transformers, architecture, None)
+        if cls is not None:
+            return cls(config)
+    return transformers.AutoModel.from_config(config, trust_remote_code=trust_remote_code)
+
+
+def estimate(model: Any, dtypes: list[str]) -> list[dict[str, Any]]:
+    """Per dtype: bytes of the largest layer, of the whole model, and to train it with Adam."""
+    from ..utils.modeling import calculate_maximum_sizes
+
+    total, (largest, _) = calculate_maximum_sizes(model)
+    rows = []
+    for dtype in dtypes:
+        shrink = _SHRINK[dtype]
+        # Adam: weights, gradients and two moments; half precision keeps fp32 master weights,
+        # so both need 16 bytes per parameter. Quantised weights are not trained directly.
+        training = total * 4 if dtype in ("float32", "float16", "bfloat16") else None
+        rows.append({"dtype": dtype, "largest_layer": largest // shrink, "total_size": total // shrink,
+                     "training_with_adam": training})
+    return rows
+
+
+def human(size: int | None) -> str:
+    if size is None:
+        return "N/A"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{size:.2f} {unit}" if unit != "B" else f"{size} B"
+        size /= 1024
+    return str(size)
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    model = build_empty_model(args.model_name, args.library_name, getattr(args, "trust_remote_code", False))
+    rows = estimate(model, list(args.dtypes))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    headers = ("dtype", "Largest Layer", "Total Size", "Training using Adam")
+    table = [(r["dtype"], human(r["largest_layer"]), human(r["total_size"]), human(r["training_with_adam"]))
+             for r in rows]
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    print(f"Memory usage for loading {args.model_name}")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in table:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
+    return 0

@@ -1,0 +1,1 @@
+"""Quantised loading through bitsandbytes (``BnbQuantizationConfig``, ``load_and_quantize_model``)."""
