@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -169,8 +170,10 @@ def test_drivetrain_test_reports_a_failure(tmp_path):
 
 def test_debug_and_notebook_launchers_fork_real_workers(tmp_path):
     # In a fresh interpreter, as in a notebook: this test process may hold state of its own.
+    # CPU workers (gloo) even on a GPU machine: two workers cannot share one GPU
     result = subprocess.run([sys.executable, str(SCRIPTS / "check_launchers.py"), str(tmp_path), str(free_port())],
-                            capture_output=True, text=True, env=clean_env(HF_HOME=str(tmp_path / "hf")), timeout=240)
+                            capture_output=True, text=True,
+                            env=clean_env(HF_HOME=str(tmp_path / "hf"), DRIVETRAIN_USE_CPU="1"), timeout=240)
     assert_ok(result)
     assert "CHECK-LAUNCHERS-OK" in result.stdout
     read = lambda name: json.loads((tmp_path / name).read_text())  # noqa: E731
@@ -192,3 +195,32 @@ def test_launchers_refuse_a_process_that_already_has_a_group():
             "try:\n    debug_launcher(print)\nexcept ConfigError as error:\n    print('REFUSED', error)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=120)
     assert "REFUSED a torch.distributed process group already exists in this process" in result.stdout, result.stderr
+
+
+def test_the_rank_that_really_died_first_is_named_with_its_exit_code_and_last_line(tmp_path):
+    # Rank 1 leaves with os._exit (no exception, no record); rank 0's barrier breaks right after
+    # and rank 0 records that error. The parent's own view of the exits must win.
+    for _attempt in range(2):
+        result = launch("check_failure.py", "exit", env={"HF_HOME": str(tmp_path)}, timeout=180)
+        assert result.returncode == 1 and "UNREACHABLE" not in result.stdout
+        assert "2 process(es) failed; rank 1 failed first" in result.stderr, result.stderr
+        assert re.search(r"rank 1 \(local rank 1, pid \d+\) exited with code 3: fatal: rank 1 found the disk full",
+                         result.stderr), result.stderr
+        assert "To enable traceback see" not in result.stderr
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_launcher_ends_every_worker_with_one_line(tmp_path, how):
+    command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", "-q",
+               str(SCRIPTS / "check_failure.py"), "sleep"]
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=clean_env(HF_HOME=str(tmp_path)), start_new_session=True)
+    started = [launcher.stdout.readline(), launcher.stdout.readline()]
+    assert all(line.startswith("STARTED") for line in started), started
+    launcher.send_signal(how)
+    _out, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 128 + how, err
+    assert err.strip() == f"drivetrain launch: stopped by {how.name}; every worker was ended", err
+    time.sleep(1)
+    left = subprocess.run(["pgrep", "-f", f"{SCRIPTS / 'check_failure.py'} sleep"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", "workers outlived the launcher"

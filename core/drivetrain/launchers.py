@@ -25,45 +25,65 @@ from .errors import ConfigError, LaunchError
 __all__ = ["notebook_launcher", "debug_launcher", "failure_summary", "record_failure", "recorded_failures"]
 
 
+_TORCH_BOILERPLATE = "To enable traceback see"
+
+
 def failure_summary(error: Any, title: str = "drivetrain launch",
-                    recorded: Mapping[int, tuple[float, str]] | None = None) -> str:
+                    recorded: Mapping[int, tuple[float, str]] | None = None,
+                    exits: Mapping[int, tuple[float, int | None]] | None = None,
+                    last_lines: Mapping[int, str] | None = None) -> str:
     """One line per failed rank of a ``ChildFailedError``: which rank, how it ended and its error.
 
-    The rank that failed first is named first; the others usually stopped because of it.
-    ``recorded`` maps a rank to ``(time, error)`` its worker wrote itself; it adds ranks the
-    agent did not report and orders failures to the sub-second.
+    The rank that ended first is named first; the others usually stopped because of it.
+    ``exits`` maps a rank to ``(time, exit code or -signal)`` as its parent saw the process end
+    (:class:`~drivetrain.process_exits.ExitWatcher`): the truest order. ``recorded`` maps a rank
+    to ``(time, error)`` its worker wrote itself; ``last_lines`` to the last line it wrote to
+    stderr, the reason given when it recorded no error (``os._exit``, a signal).
     """
-    recorded = dict(recorded or {})
+    from .process_exits import describe_exit
+
+    recorded, exits, last_lines = dict(recorded or {}), dict(exits or {}), dict(last_lines or {})
     failures = dict(getattr(error, "failures", {}) or {})
     if not failures and not recorded:
         return f"{title}: {error}"
     ranks = sorted(set(failures) | set(recorded))
 
+    def code_of(rank: int) -> int | None:
+        if rank in exits and exits[rank][1] is not None:
+            return exits[rank][1]
+        return failures[rank].exitcode if rank in failures else None
+
     def order(rank: int) -> tuple:
+        code = code_of(rank)
+        # A rank that ended on its own comes before one killed by a signal (usually the launcher
+        # stopping the rest); then the earliest end the parent saw, then the earliest own record.
+        killed = code is not None and code < 0
+        if rank in exits:
+            return (0, exits[rank][0], killed, rank)
         if rank in recorded:
-            return (0, recorded[rank][0], rank)
-        failure = failures[rank]
-        # A rank that ended on its own (exit code > 0) comes before one the launcher killed
-        # (negative: a signal); then the earliest error (timestamps are in whole seconds).
-        return (1, (failure.exitcode or 0) < 0, failure.timestamp or float("inf"), rank)
+            return (1, killed, recorded[rank][0], rank)
+        return (2, killed, failures[rank].timestamp or float("inf"), rank)
 
     first_rank = min(ranks, key=order)
     lines = [f"{title}: {len(ranks)} process(es) failed; rank {first_rank} failed first"]
     for rank in [first_rank, *(r for r in ranks if r != first_rank)]:
         failure = failures.get(rank)
-        if rank in recorded:
-            reason = recorded[rank][1]
-        else:
+        code = code_of(rank)
+        reason = recorded[rank][1] if rank in recorded else ""
+        if not reason and failure is not None:
             message = failure.message
             if isinstance(message, dict):
                 message = message.get("message", "")
             text = [line.strip() for line in str(message or "").splitlines() if line.strip()]
-            reason = text[-1] if text else ""
-            if failure.exitcode is not None and failure.exitcode < 0:
-                stopped = "stopped by the launcher after another rank failed" if rank != first_rank else ""
-                reason = reason or stopped or f"killed by signal {-failure.exitcode}"
-        how = (f"(local rank {failure.local_rank}, pid {failure.pid}) exited with code {failure.exitcode}"
-               if failure is not None else "raised")
+            reason = text[-1] if text and _TORCH_BOILERPLATE not in text[-1] and "received by PID" not in text[-1] \
+                else ""
+        reason = reason or last_lines.get(rank, "")
+        if not reason and code is not None and code < 0 and rank != first_rank:
+            reason = "stopped by the launcher after another rank failed"
+        if failure is not None:
+            how = f"(local rank {failure.local_rank}, pid {failure.pid}) {describe_exit(code)}"
+        else:
+            how = describe_exit(code) if rank in exits else "raised"
         lines.append(f"  rank {rank} {how}: {reason or 'no error recorded (see its output above)'}")
     return "\n".join(lines)
 
@@ -96,6 +116,8 @@ def recorded_failures(errors: str) -> dict[int, tuple[float, str]]:
     """What :func:`record_failure` wrote: rank -> (time, error)."""
     found = {}
     for name in os.listdir(errors):
+        if not name.endswith(".json"):
+            continue
         try:
             with open(os.path.join(errors, name), encoding="utf-8") as handle:
                 data = json.load(handle)

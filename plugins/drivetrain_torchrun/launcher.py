@@ -47,11 +47,16 @@ def torchrun_arguments(args: argparse.Namespace) -> list[str]:
     return argv + _target(args)
 
 
-def summarize(error, errors_dir: str | None = None) -> str:
+def summarize(error, errors_dir: str | None = None, exits=None) -> str:
     """One line per failed rank: which rank, how it ended, and its error (first failure first)."""
     from drivetrain.launchers import failure_summary, recorded_failures
+    from drivetrain.process_exits import last_stderr_line
 
-    return failure_summary(error, "drivetrain launch", recorded_failures(errors_dir) if errors_dir else None)
+    if not errors_dir:
+        return failure_summary(error, "drivetrain launch")
+    ranks = set(getattr(error, "failures", {}) or {}) | set(exits or {})
+    return failure_summary(error, "drivetrain launch", recorded_failures(errors_dir), exits,
+                           {rank: last_stderr_line(errors_dir, rank) for rank in ranks})
 
 
 def _quiet_agent() -> None:
@@ -64,37 +69,88 @@ def _quiet_agent() -> None:
             logging.getLogger(name).setLevel(logging.ERROR)
 
 
+class _NoClosingNotes(logging.Filter):
+    """The agent notes each worker it stops; the launcher says it once instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not (message.startswith("Sending process") or "death signal" in message)
+
+
+def _stopped(signum: int) -> int:
+    import signal
+
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    print(f"drivetrain launch: stopped by {name}; every worker was ended", file=sys.stderr)
+    return 128 + signum
+
+
 def launch_torchrun(args: argparse.Namespace) -> int:
     from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     from drivetrain.launchers import ERRORS_DIR_VARIABLE
+    from drivetrain.process_exits import ExitWatcher
 
     os.environ.setdefault("DRIVETRAIN_RDZV_ID", str(uuid.uuid4()))
     if getattr(args, "quiet", None):
         _quiet_agent()
     torch_args = torchrun.get_args_parser().parse_args(torchrun_arguments(args))
-    with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors:
+    import torch.distributed.elastic.agent.server.api  # noqa: F401  (creates its logger)
+
+    notes = [logging.getLogger(name) for name in ("torch.distributed.elastic.multiprocessing.api",
+                                                  "torch.distributed.elastic.agent.server.api")]
+    quiet_stop = _NoClosingNotes()
+    for logger in notes:
+        logger.addFilter(quiet_stop)
+    with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors, ExitWatcher(errors) as watcher:
         os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it
         try:
             torchrun.run(torch_args)
         except ChildFailedError as error:
-            print(summarize(error, errors), file=sys.stderr)
+            watcher.__exit__()  # every end seen so far; nothing more is coming
+            print(summarize(error, errors, watcher.exits), file=sys.stderr)
             return 1
+        except SignalException as stop:  # Ctrl-C or SIGTERM: torch's agent has ended the workers
+            return _stopped(int(stop.sigval))
         finally:
             os.environ.pop(ERRORS_DIR_VARIABLE, None)
+            for logger in notes:
+                logger.removeFilter(quiet_stop)
     return 0
 
 
 def launch_single(args: argparse.Namespace) -> int:
+    import signal
+
     from drivetrain.launchers import ERRORS_DIR_VARIABLE, recorded_failures
+    from drivetrain.process_exits import describe_exit, last_stderr_line
 
     command = [sys.executable, *_target(args)] if not args.no_python else _target(args)
+    received: list[int] = []
     with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors:
-        result = subprocess.run(command, env={**os.environ, ERRORS_DIR_VARIABLE: errors})
+        child = subprocess.Popen(command, env={**os.environ, ERRORS_DIR_VARIABLE: errors})
+
+        def forward(signum, _frame):  # the child ends as the launcher was asked to
+            received.append(signum)
+            child.send_signal(signum)
+
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            code = child.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         recorded = recorded_failures(errors)
-    if result.returncode != 0:
-        reason = f"killed by signal {-result.returncode}" if result.returncode < 0 else f"exited with code {result.returncode}"
-        error = next(iter(recorded.values()), (0, ""))[1]
-        print(f"drivetrain launch: the process {reason}" + (f": {error}" if error else ""), file=sys.stderr)
-    return 1 if result.returncode < 0 else result.returncode
+        last = last_stderr_line(errors, 0)
+    if received:
+        return _stopped(received[0])
+    if code != 0:
+        error = next(iter(recorded.values()), (0, ""))[1] or last
+        print(f"drivetrain launch: the process {describe_exit(code)}" + (f": {error}" if error else ""),
+              file=sys.stderr)
+    return 1 if code < 0 else code

@@ -3,10 +3,14 @@
 ``crash``: rank 1 raises. ``hang SECONDS``: rank 1 never joins a barrier; rank 0 waits in it
 until the process group's timeout (InitProcessGroupKwargs(timeout=SECONDS)) ends the wait.
 ``hang-launch-timeout``: the same, with the timeout given to `drivetrain launch --timeout`.
+``exit``: rank 1 writes a line to stderr and leaves with ``os._exit(3)`` (no exception, no
+record); rank 0's next collective then breaks. ``sleep``: every rank says STARTED and sleeps
+(the launcher is stopped by a signal).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import timedelta
@@ -20,7 +24,15 @@ else:
     state = PartialState()
 state.wait_for_everyone()  # both are up
 
-if mode == "crash":
+if mode == "sleep":
+    print("STARTED", state.process_index, flush=True)
+    time.sleep(300)
+elif mode == "exit":
+    if state.process_index == 1:
+        print("fatal: rank 1 found the disk full", file=sys.stderr, flush=True)
+        os._exit(3)
+    state.wait_for_everyone()
+elif mode == "crash":
     if state.process_index == 1:
         raise ValueError("rank 1 crashed on purpose")
     state.wait_for_everyone()

@@ -19,6 +19,10 @@ def main() -> None:
         if len(sys.argv) < 3 or sys.argv[1] not in ("--script", "--module"):
             raise SystemExit("usage: python -m drivetrain.cli.child (--script PATH | --module NAME) [ARGS...]")
         kind, target, arguments = sys.argv[1], sys.argv[2], sys.argv[3:]
+        from drivetrain.launchers import ERRORS_DIR_VARIABLE
+        from drivetrain.process_exits import note_worker_start
+
+        note_worker_start(os.environ.get(ERRORS_DIR_VARIABLE))  # so the launcher can tell who ended first
         sys.argv = [target, *arguments]
         try:
             if kind == "--module":
@@ -26,6 +30,8 @@ def main() -> None:
             else:
                 sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
                 runpy.run_path(target, run_name="__main__")
+        except KeyboardInterrupt:  # Ctrl-C reaches every process: the launcher says it once
+            raise SystemExit(130) from None
         except BaseException as exc:
             from drivetrain.launchers import record_failure
 
