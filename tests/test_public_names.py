@@ -24,9 +24,7 @@ _HERE = "issue 14 (not yet done: plugin-owned helpers)"
 
 #: "module:name" -> the issue that brings it.
 LATER: dict[str, str] = {
-    **{f"drivetrain.utils:{n}": _BIG_MODEL for n in (
-        "BnbQuantizationConfig", "get_grad_scaler", "get_mixed_precision_context_manager", "has_4bit_bnb_layers",
-        "load_and_quantize_model")},
+    **{f"drivetrain.utils:{n}": _BIG_MODEL for n in ("get_grad_scaler", "get_mixed_precision_context_manager")},
     **{f"drivetrain.utils:{n}": _FP8 for n in ("torchao_required",)},
     **{f"drivetrain.utils:{n}": _ND for n in (
         "MegatronLMOptimizerWrapper", "MegatronLMSchedulerWrapper", "add_model_config_to_megatron_parser",
@@ -41,7 +39,6 @@ LATER: dict[str, str] = {
         "fsdp2_apply_ac", "fsdp2_load_full_state_dict", "fsdp2_prepare_model",
         "fsdp2_switch_optimizer_parameters", "load_fsdp_model", "load_fsdp_optimizer",
         "save_fsdp_model", "save_fsdp_optimizer", "prepare_sagemager_args_inputs")},
-    "drivetrain.tracking:register_tracker_class": _HERE,
     "drivetrain.checkpointing:save_accelerator_state": _HERE,
     "drivetrain.checkpointing:load_accelerator_state": _HERE,
 }

@@ -193,3 +193,40 @@ def test_fsdp_helpers_from_the_fsdp_plugin(monkeypatch):
     compile_regions_fsdp2(model, backend="eager")
     assert all(layer._compiled_call_impl is not None for layer in model)
     assert isinstance(get_fsdp2_grad_scaler(enabled=False), torch.amp.GradScaler)
+
+
+class NotATracker:
+    """register_tracker_class refuses classes that are not GeneralTracker subclasses."""
+
+
+def test_register_tracker_class_makes_log_with_select_it(fresh_state):
+    from drivetrain import Accelerator
+    from drivetrain.errors import ConfigError
+    from drivetrain.tracking import GeneralTracker, get_available_trackers, register_tracker_class
+
+    rows = []
+
+    @register_tracker_class
+    class MemoryTracker(GeneralTracker):
+        name = "memory-test"
+        requires_logging_directory = False
+
+        def __init__(self, run_name, **kwargs):
+            super().__init__()
+            self.run_name = run_name
+
+        @property
+        def tracker(self):
+            return rows
+
+        def log(self, values, step=None, **kwargs):
+            rows.append((self.run_name, step, values))
+
+    assert "memory-test" in get_available_trackers()
+    accelerator = Accelerator(cpu=True, log_with=["memory-test"])
+    accelerator.init_trackers("run-a")
+    accelerator.log({"loss": 1.0}, step=3)
+    assert rows == [("run-a", 3, {"loss": 1.0})]
+    assert isinstance(accelerator.get_tracker("memory-test"), MemoryTracker)
+    with pytest.raises(ConfigError, match="GeneralTracker subclass"):
+        register_tracker_class(NotATracker)

@@ -228,7 +228,7 @@ class Trackers:
         self._trackers: list[GeneralTracker] = []
         self._finished = False
         if run is not None:
-            plugins = [c.plugin for c in self._choices if isinstance(c, _Choice)]
+            plugins = [c.plugin for c in self._choices if isinstance(c, _Choice) and c.plugin is not None]
             if plugins:
                 run.activate(*dict.fromkeys(plugins))
 
@@ -274,6 +274,12 @@ class Trackers:
         return chosen
 
     def _explicit_choice(self, name: str, registered: dict[str, tuple[str, Any]]) -> _Choice:
+        user_class = _USER_TRACKERS.get(name)
+        if user_class is not None:  # a class given to register_tracker_class: no plugin behind it
+            if user_class.requires_logging_directory and self.logging_dir is None:
+                raise ConfigError(f"the {name!r} tracker writes files and needs a directory: pass "
+                                  "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...)")
+            return _Choice(None, _UserTrackerSpec(user_class), explicit=True)
         if name not in registered:
             record = self.manager.records.get(name)
             if record is not None and not record.usable and record.reason:
@@ -336,7 +342,8 @@ class Trackers:
         if isinstance(choice, GeneralTracker):
             return choice if self._logs_here(choice) else None
         try:
-            factory = self.manager.resolve_factory(choice.plugin, choice.spec, f"tracker {choice.name!r}")
+            factory = choice.spec.factory if choice.plugin is None else \
+                self.manager.resolve_factory(choice.plugin, choice.spec, f"tracker {choice.name!r}")
         except Exception as exc:
             if choice.explicit:
                 raise
@@ -430,12 +437,43 @@ class Trackers:
 # ------------------------------------------------------------ Accelerate's module functions
 
 
+#: Tracker classes registered in this process with :func:`register_tracker_class`, by name.
+_USER_TRACKERS: dict[str, type] = {}
+
+
+class _UserTrackerSpec:
+    """What a registered tracker class stands for, in the shape of a ``TrackerSpec``."""
+
+    def __init__(self, tracker_class: type) -> None:
+        self.name = tracker_class.name
+        self.factory = tracker_class
+        self.requires_logging_directory = tracker_class.requires_logging_directory
+
+
+def register_tracker_class(tracker_class: type) -> type:
+    """Make ``log_with="<tracker_class.name>"`` select a ``GeneralTracker`` subclass in this
+    process, without writing a plugin; returns the class, so it works as a decorator.
+
+    A plugin (``drivetrain_register_trackers``) is the way to offer a tracker to every script;
+    this is for one script's own tracker.
+    """
+    if not (isinstance(tracker_class, type) and issubclass(tracker_class, GeneralTracker)):
+        raise ConfigError(f"register_tracker_class takes a GeneralTracker subclass, not {tracker_class!r}")
+    name = _choice_name(getattr(tracker_class, "name", ""))
+    if not name:
+        raise ConfigError(f"{tracker_class.__name__} needs a class attribute 'name' to be registered")
+    _USER_TRACKERS[name] = tracker_class
+    return tracker_class
+
+
 def get_available_trackers() -> list[str]:
-    """The names of the trackers whose plugin is usable here (its library installed)."""
+    """The names of the trackers usable here: those whose plugin is usable (its library
+    installed), and those registered with :func:`register_tracker_class`."""
     from .plugin_manager import get_plugin_manager
 
-    return [spec.name for _plugin, spec in
-            get_plugin_manager().registrations("drivetrain_register_trackers", usable_only=True)]
+    names = [spec.name for _plugin, spec in
+             get_plugin_manager().registrations("drivetrain_register_trackers", usable_only=True)]
+    return names + [name for name in _USER_TRACKERS if name not in names]
 
 
 def filter_trackers(log_with: Any, logging_dir: str | os.PathLike | None = None) -> list[Any]:
