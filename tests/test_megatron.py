@@ -86,9 +86,13 @@ def test_refusal_names_what_is_missing(clean_env):
     message = str(refusal("cpu"))
     assert message.startswith("the megatron_lm strategy needs ") and "ParallelismConfig(tp_size=...)" in message
     from drivetrain import GPTTrainStep
+    from drivetrain.utils import is_megatron_lm_available
 
     with pytest.raises(ConfigError, match="GPTTrainStep: the megatron_lm strategy needs"):
         GPTTrainStep(None, None)
+    assert is_megatron_lm_available() is False  # not requested
+    clean_env.setenv("ACCELERATE_USE_MEGATRON_LM", "true")
+    assert is_megatron_lm_available() is (importlib.util.find_spec("megatron.training") is not None)
 
 
 @needs_core

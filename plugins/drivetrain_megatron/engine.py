@@ -158,5 +158,13 @@ def gather_across_data_parallel_groups(tensor: Any) -> Any:
 
 
 def is_megatron_lm_available() -> bool:
-    """Whether megatron-core can be imported (Accelerate's probe)."""
-    return _present(CORE_MODULE)
+    """Accelerate's probe: Megatron-LM is requested (``ACCELERATE_USE_MEGATRON_LM``), megatron-core
+    0.8 or newer is installed, and Megatron-LM's training package can be imported."""
+    from drivetrain import environment
+    from drivetrain.utils.imports import is_package_available
+
+    if not environment.read_bool("USE_MEGATRON_LM"):
+        return False
+    if not is_package_available("megatron.core", "megatron-core", "0.8"):
+        return False
+    return _present(TRAINING_MODULE)

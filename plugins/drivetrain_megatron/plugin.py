@@ -98,6 +98,7 @@ def drivetrain_public_names():
                           "avg_losses_across_data_parallel_group", "gather_across_data_parallel_groups",
                           "is_megatron_lm_available")}
     names["MegatronLMPlugin"] = "drivetrain_megatron.options:MegatronLMPlugin"
+    names["utils.is_megatron_lm_available"] = names["is_megatron_lm_available"]  # above the absent-backend fallback
     return names
 
 
