@@ -138,3 +138,63 @@ def test_the_accelerator_refuses_a_gradient_accumulation_that_is_not_a_count(ste
     with pytest.raises(ConfigError, match=rf"gradient_accumulation_steps must be a whole number of at least 1, "
                                           rf"not {steps!r}"):
         Accelerator(gradient_accumulation_steps=steps, cpu=True)
+
+
+@pytest.mark.parametrize("flavour, expected", [
+    ("openmpi", ["mpirun", "--hostfile", "HOSTS", "--map-by", "ppr:2:node", "-np", "4", "--bind-to", "none",
+                 "-x", "DRIVETRAIN_STRATEGY=ddp", "-x", "MASTER_ADDR=10.0.0.1", "-x", "MASTER_PORT=29555"]),
+    ("mpich", ["mpirun", "-f", "HOSTS", "-ppn", "2", "-n", "4", "-genv", "DRIVETRAIN_STRATEGY", "ddp",
+               "-genv", "MASTER_ADDR", "10.0.0.1", "-genv", "MASTER_PORT", "29555"]),
+])
+def test_mpirun_hostfile_builds_the_mpirun_command_of_each_mpi(flavour, expected):
+    import sys
+
+    from drivetrain.cli.launch_cmd import build_parser
+    from drivetrain_mpi.launcher import mpirun_command
+
+    args = build_parser().parse_args(["--cpu", "--num_processes", "4", "--num_machines", "2", "--main_process_ip",
+                                      "10.0.0.1", "--main_process_port", "29555", "--mpirun_hostfile", "HOSTS",
+                                      "train.py", "--lr", "1"])
+    command = mpirun_command(args, flavour, env={"DRIVETRAIN_STRATEGY": "ddp", "HOME": "/home/x"})
+    assert command == [*expected, sys.executable, "-m", "drivetrain.cli.child", "--script", "train.py", "--lr", "1"]
+
+
+def test_mpirun_hostfile_picks_the_mpirun_launcher():
+    from drivetrain.cli.launch_cmd import build_parser, choose_launcher
+
+    parser = build_parser()
+    args = parser.parse_args(["--cpu", "--num_processes", "2", "--mpirun_hostfile", "HOSTS", "train.py"])
+    args.num_machines = 1
+    assert choose_launcher(args)[0] == "mpirun"
+    args = parser.parse_args(["--cpu", "--num_processes", "2", "train.py"])
+    args.num_machines = 1
+    assert choose_launcher(args)[0] == "torchrun"
+
+
+def test_multi_gpu_without_a_gpu_starts_cpu_processes_with_one_warning(capsys):
+    from drivetrain.cli.launch_cmd import build_parser
+    from drivetrain_cuda.plugin import probe
+
+    args = build_parser().parse_args(["--multi_gpu", "--num_processes", "2", "train.py"])
+    err = capsys.readouterr().err
+    if probe().available:
+        assert args.platform == "cuda" and err == ""
+    else:
+        assert args.platform is None  # detection picks the CPU
+        assert err.count("\n") == 1 and err.startswith("warning: --multi_gpu given but ") \
+            and err.rstrip().endswith("starting CPU processes instead"), err
+
+
+@pytest.mark.parametrize("script, argv, expected", [
+    ("drivetrain-launch", ["--cpu", "--num-processes", "0", "train.py"], "--num-processes must be at least 1"),
+    ("drivetrain-config", ["--help"], "usage: drivetrain config"),
+])
+def test_accelerate_style_console_scripts(tmp_path, script, argv, expected):
+    import os
+    import sys
+
+    path = os.path.join(os.path.dirname(sys.executable), script)
+    assert os.path.exists(path), f"{script} is not installed: pip install -e ."
+    result = subprocess.run([path, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                            env={**os.environ, "HF_HOME": str(tmp_path)})
+    assert expected in result.stdout + result.stderr

@@ -6,6 +6,9 @@ and never initialises CUDA, so a notebook can still fork its workers afterwards.
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 from drivetrain.plugin_api import (
     ConfigField,
     ConfigSection,
@@ -70,11 +73,28 @@ def drivetrain_register_config_sections():
     ]
 
 
+class _MultiGpu(argparse.Action):
+    """``--multi-gpu``: the cuda platform, or, where no GPU is usable, CPU processes and one
+    warning (CI scripts written for Accelerate pass it on machines without GPUs)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        answer = probe()
+        if answer.available:
+            setattr(namespace, self.dest, NAME)
+        else:
+            print(f"warning: {option_string} given but {answer.reason}; starting CPU processes instead",
+                  file=sys.stderr)
+
+
 @hookimpl
 def drivetrain_add_launch_arguments(parser):
     group = parser.add_argument_group("CUDA", "NVIDIA GPUs (plugin cuda)")
-    group.add_argument("--multi-gpu", dest="platform", action="store_const", const=NAME,
-                       help="run on the GPUs (the same as --platform cuda)")
+    group.add_argument("--multi-gpu", dest="platform", action=_MultiGpu, default=argparse.SUPPRESS,
+                       help="run on the GPUs (the same as --platform cuda); without a GPU, CPU processes "
+                            "with a warning, as Accelerate does")
     group.add_argument("--gpu-ids", help="GPUs of this machine to use, comma separated (default: all)")
     group.add_argument("--enable-cpu-affinity", action="store_true", default=None,
                        help="pin each process to the CPU cores next to its GPU")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from drivetrain.plugin_api import ClusterEnvironmentSpec, PluginInfo, Probe, hookimpl
+from drivetrain.plugin_api import ClusterEnvironmentSpec, LauncherSpec, PluginInfo, Probe, hookimpl
 
 PLUGIN_INFO = PluginInfo(api_version="1.0", description="MPI launchers (Open MPI, MPICH, Intel MPI)")
 
@@ -27,3 +27,16 @@ def probe(env=None) -> Probe:
 def drivetrain_register_cluster_environments():
     return [ClusterEnvironmentSpec("mpi", "drivetrain_mpi.environment:from_mpi", probe, priority=40,
                                    description="mpirun / mpiexec")]
+
+
+@hookimpl
+def drivetrain_add_launch_arguments(parser):
+    group = parser.add_argument_group("MPI", "CPU processes on several machines through mpirun (plugin mpi)")
+    group.add_argument("--mpirun-hostfile", help="hostfile of the machines; the job is started with mpirun")
+
+
+@hookimpl
+def drivetrain_register_launchers():
+    return [LauncherSpec("mpirun", "drivetrain_mpi.launcher:launch_mpirun",
+                         applies=lambda args: bool(getattr(args, "mpirun_hostfile", None)), priority=20,
+                         description="mpirun with a hostfile (Open MPI, MPICH, Intel MPI)")]

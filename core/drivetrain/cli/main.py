@@ -64,6 +64,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _guarded(handler, args)
 
 
+def launch_main() -> int:
+    """The ``drivetrain-launch`` console script: ``drivetrain launch`` under Accelerate's other name."""
+    return main(["launch", *sys.argv[1:]])
+
+
+def config_main() -> int:
+    """The ``drivetrain-config`` console script: ``drivetrain config``."""
+    return main(["config", *sys.argv[1:]])
+
+
 def _guarded(handler, args) -> int:
     try:
         return int(handler(args) or 0)
