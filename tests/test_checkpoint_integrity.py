@@ -223,3 +223,20 @@ def test_deepspeed_engine_files_are_read_through_the_safe_loader(tmp_path):
             engine.checkpoint_engine.load(str(evil), map_location="cpu")
     assert not marker.exists()
     assert isinstance(engine.checkpoint_engine, TorchCheckpointEngine)  # put back after the block
+
+
+def test_save_and_save_model_honour_save_on_each_node(tmp_path, monkeypatch):
+    from drivetrain import ProjectConfiguration
+
+    accelerator = Accelerator(project_config=ProjectConfiguration(save_on_each_node=True))
+    model = accelerator.prepare(Net())
+    # a node's first process that is not the main one: it writes with save_on_each_node, not without
+    monkeypatch.setattr(type(accelerator), "is_main_process", property(lambda self: False))
+    monkeypatch.setattr(type(accelerator), "is_local_main_process", property(lambda self: True))
+    accelerator.save({"x": torch.ones(1)}, tmp_path / "obj.pt")
+    accelerator.save_model(model, tmp_path / "model")
+    assert (tmp_path / "obj.pt").exists() and (tmp_path / "model" / "model.safetensors").exists()
+    accelerator.project_configuration.save_on_each_node = False
+    accelerator.save({"x": torch.ones(1)}, tmp_path / "other.pt")
+    accelerator.save_model(model, tmp_path / "other")
+    assert not (tmp_path / "other.pt").exists() and not (tmp_path / "other").exists()

@@ -130,14 +130,28 @@ def dcp_load(target: dict[str, Any], path: Path, no_dist: bool = False) -> None:
     if missing:
         raise CheckpointError(f"{path} does not hold {missing[:5]}{' ...' if len(missing) > 5 else ''}: it was written "
                               "for another model or optimizer")
+    from torch.distributed.checkpoint.api import CheckpointException
+
     try:
         with quiet():
             dcp.load(target, storage_reader=safe_reader(path), no_dist=no_dist)
     except CheckpointError:
         raise
+    except CheckpointException as error:  # a BaseException: one line per failed process, not its traceback
+        failures = getattr(error, "failures", {}) or {}
+        reasons = "; ".join(f"process {rank}: {_reason(failure)}" for rank, failure in sorted(failures.items()))
+        raise CheckpointError(f"reading {path} failed ({reasons or error}): a file of it is damaged; load an "
+                              "earlier checkpoint") from None
     except Exception as error:
         message = " ".join(str(error).split())[:600]
         raise CheckpointError(f"reading {path} failed: {type(error).__name__}: {message}") from None
+
+
+def _reason(failure: Any) -> str:
+    """``ExceptionType: message`` of one process's failure inside DCP (a wrapped exception)."""
+    inner = getattr(failure, "exc", failure)
+    text = " ".join(str(inner).split())[:200]
+    return f"{type(inner).__name__}: {text}" if text else type(inner).__name__
 
 
 def dcp_save(state: dict[str, Any], path: Path, relative: str) -> list[str]:
@@ -263,6 +277,9 @@ def load_model(model: Any, index: int, directory: str, run: Any) -> bool | None:
     if (path / DCP_METADATA).exists():
         with quiet():
             current = get_model_state_dict(model)
+        stored = {key: (tuple(entry.size), entry.properties.dtype) for key, entry in tensor_entries(path).items()}
+        _check_shapes(stored, current, path)
+        with quiet():
             # read into copies: a read that fails halfway leaves the model as it was
             target = {key: value.detach().clone() for key, value in current.items()}
         dcp_load(target, path)
@@ -273,8 +290,23 @@ def load_model(model: Any, index: int, directory: str, run: Any) -> bool | None:
         raise CheckpointError(f"{path} is missing: the checkpoint holds fewer models than were prepared")
     state = read_model_files(path)
     with quiet():
+        current = get_model_state_dict(model)  # sharded: global shapes, nothing gathered
+    _check_shapes({key: (tuple(value.shape), value.dtype) for key, value in state.items()}, current, path)
+    with quiet():
         set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
     return True
+
+
+def _check_shapes(stored: dict[str, tuple[tuple[int, ...], Any]], current: dict[str, Any], path: Path) -> None:
+    """Each stored tensor's global shape (and dtype, up to floating casts) against the model's, before any copy."""
+    for key, value in current.items():
+        if key not in stored or not isinstance(value, torch.Tensor):
+            continue
+        shape, dtype = stored[key]
+        floating = dtype.is_floating_point and value.dtype.is_floating_point
+        if shape != tuple(value.shape) or (dtype != value.dtype and not floating):
+            raise CheckpointError(f"{path} does not fit: {key} is {shape} {dtype} in the checkpoint but "
+                                  f"{tuple(value.shape)} {value.dtype} here; load it into the model that saved it")
 
 
 def save_optimizer(optimizer: Any, index: int, directory: str, run: Any) -> list[str] | None:

@@ -232,6 +232,53 @@ def check_checkpoints_resume_exactly(version: int, directory: str) -> None:
             same_weights(state, expected_state, 0.0, f"v{version} {kind} resumed weights")
 
 
+def check_bad_checkpoints_change_nothing(version: int, directory: str) -> None:
+    """Different directories per process, a damaged or evil ``.distcp`` file: one clear error, nothing changed."""
+    import json
+    import tempfile
+
+    from drivetrain.checkpointing.checksums import file_digest
+    from drivetrain.errors import CheckpointError
+
+    accelerator = fresh(fsdp_plugin=options(version, state_dict_type="SHARDED_STATE_DICT"))
+    model = make(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    train(accelerator, model, optimizer, 1)
+    own = tempfile.mkdtemp(dir=directory)
+    try:
+        accelerator.save_state(own)
+        raise AssertionError("save_state into a different directory on each process was not refused")
+    except CheckpointError as error:
+        assert "different directory on each process" in str(error), error
+    path = accelerator.save_state(os.path.join(directory, "bad-distcp"))
+    accelerator.wait_for_everyone()
+    before = [p.detach().clone() for p in model.parameters()]
+    victim = os.path.join(path, "model_0", "__1_0.distcp")
+    manifest_path = os.path.join(path, "manifest.json")
+    if accelerator.is_main_process:
+        with open(victim, "r+b") as handle:  # damaged in place: the checksum catches it
+            handle.seek(20)
+            handle.write(b"\xff" * 16)
+    accelerator.wait_for_everyone()
+    for case in ("flipped", "evil"):
+        try:
+            accelerator.load_state(path)
+            raise AssertionError(f"a {case} .distcp file was loaded")
+        except CheckpointError as error:
+            assert "__1_0.distcp" in str(error) or case == "evil", error
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())), case
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:  # garbage with a matching manifest: DCP's own reading fails
+            with open(victim, "wb") as handle:
+                handle.write(b"\x80\x04garbage" * 8)
+            manifest = json.load(open(manifest_path))
+            manifest["sizes"]["model_0/__1_0.distcp"] = os.path.getsize(victim)
+            manifest["checksums"]["model_0/__1_0.distcp"] = file_digest(victim)
+            json.dump(manifest, open(manifest_path, "w"))
+        accelerator.wait_for_everyone()
+
+
 def check_other_version_resumes(version: int, directory: str) -> None:
     """A sharded checkpoint of the other FSDP version resumes exactly (names are the same)."""
     other = 3 - version
@@ -447,6 +494,7 @@ def main() -> None:
     check_training_matches_ddp(version, reference)
     check_other_strategies_and_accumulation(version, reference_accumulated, directory)
     check_checkpoints_resume_exactly(version, directory)
+    check_bad_checkpoints_change_nothing(version, directory)
     check_other_version_resumes(version, directory)
     check_leaves_checkpoint_for_one_process(version, directory)
     check_mixed_precision(version, reference)
