@@ -266,3 +266,45 @@ def test_te_swaps_layers_and_trains():  # pragma: no cover - needs the hardware
     losses = _train(accelerator, steps=60)
     assert has_transformer_engine_layers(accelerator._models[0])
     assert losses[-1] < 0.6 * losses[0], losses
+
+
+@pytest.fixture
+def one_process_group():
+    """FSDP in one process creates a group of one; leave none behind for other tests."""
+    import torch.distributed as dist
+
+    existed = dist.is_initialized()
+    yield
+    if dist.is_initialized() and not existed:
+        dist.destroy_process_group()
+
+
+@needs_torchao
+@pytest.mark.usefixtures("one_process_group")
+@pytest.mark.parametrize("float8_all_gather", [True, False])
+def test_fp8_layers_under_fsdp2_gather_in_float8(float8_all_gather):
+    from drivetrain import AORecipeKwargs, FullyShardedDataParallelPlugin
+
+    reason = _fp8_hardware_reason()
+    if reason:
+        pytest.skip(reason)
+    recipe = AORecipeKwargs(module_filter_fn=lambda module, name: isinstance(module, torch.nn.Linear),
+                            enable_fsdp_float8_all_gather=float8_all_gather)
+    accelerator = Accelerator(mixed_precision="fp8", fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2),
+                              kwargs_handlers=[recipe])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    assert [type(m).__name__ for m in model] == ["Float8Linear", "ReLU", "Float8Linear"]  # converted, then sharded
+    local = type(model[0].weight._local_tensor).__name__
+    assert (local == "WeightWithDynamicFloat8CastTensor") is float8_all_gather
+    x = torch.randn(16, 32).to(accelerator.device)
+    losses = []
+    for _ in range(10):
+        loss = model(x).float().pow(2).mean()
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0], losses

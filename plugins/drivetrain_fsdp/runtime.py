@@ -80,7 +80,7 @@ def configure(run: Any) -> Runtime:
     precision = run.selection.mixed_precision
     if precision in ("fp16", "bf16"):
         options.set_mixed_precision(precision)
-    elif precision != "no":
+    elif precision not in ("no", "fp8"):  # fp8 layers (converted before sharding) cast their own matmuls
         raise ConfigError(f"mixed precision {precision!r} is not supported with FSDP; use bf16 or fp16, or "
                           "give FullyShardedDataParallelPlugin(mixed_precision_policy=...)")
     if options.offloads_parameters and run.platform.device_type == "cpu":
