@@ -83,3 +83,14 @@ def fresh_state(monkeypatch):
     reset()
     yield
     reset()
+
+
+@pytest.fixture
+def private_group():
+    """A one-process group that a test creates (FSDP in one process) is destroyed after it."""
+    import torch.distributed as dist
+
+    existed = dist.is_initialized()
+    yield
+    if dist.is_initialized() and not existed:
+        dist.destroy_process_group()

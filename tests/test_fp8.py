@@ -268,19 +268,8 @@ def test_te_swaps_layers_and_trains():  # pragma: no cover - needs the hardware
     assert losses[-1] < 0.6 * losses[0], losses
 
 
-@pytest.fixture
-def one_process_group():
-    """FSDP in one process creates a group of one; leave none behind for other tests."""
-    import torch.distributed as dist
-
-    existed = dist.is_initialized()
-    yield
-    if dist.is_initialized() and not existed:
-        dist.destroy_process_group()
-
-
 @needs_torchao
-@pytest.mark.usefixtures("one_process_group")
+@pytest.mark.usefixtures("private_group")
 @pytest.mark.parametrize("float8_all_gather", [True, False])
 def test_fp8_layers_under_fsdp2_gather_in_float8(float8_all_gather):
     from drivetrain import AORecipeKwargs, FullyShardedDataParallelPlugin

@@ -138,17 +138,6 @@ def test_accelerator_argument_selects_fsdp_and_refuses_offload_on_cpu(clean_env)
     assert str(refused.value) == expected
 
 
-@pytest.fixture
-def private_group():
-    """FSDP in one process creates a one-process group; leave none behind for other tests."""
-    import torch.distributed as dist
-
-    existed = dist.is_initialized()
-    yield
-    if dist.is_initialized() and not existed:
-        dist.destroy_process_group()
-
-
 @pytest.mark.usefixtures("fresh_state", "private_group")
 def test_one_process_fsdp_trains_and_exposes_its_options(clean_env):
     from drivetrain import Accelerator, FullyShardedDataParallelPlugin

@@ -140,16 +140,6 @@ def test_tensor_parallel_plan_from_the_model_or_the_user(clean_env):
         plan_of(torch.nn.Sequential(torch.nn.Linear(2, 2)), Layout())
 
 
-@pytest.fixture
-def private_group():
-    import torch.distributed as dist
-
-    existed = dist.is_initialized()
-    yield
-    if dist.is_initialized() and not existed:
-        dist.destroy_process_group()
-
-
 @pytest.mark.usefixtures("fresh_state", "private_group")
 def test_one_process_layout_and_refused_sizes(clean_env):
     from drivetrain import Accelerator, ParallelismConfig, TorchTensorParallelPlugin
