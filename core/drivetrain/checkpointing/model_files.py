@@ -200,48 +200,9 @@ def _read_index(index: Path, verifier: Verifier | None = None) -> tuple[list[Pat
     return [index.parent / shard for shard in dict.fromkeys(weight_map.values())], aliases
 
 
-def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLike, device_map: dict[str, Any] | None = None,
-                             dtype: torch.dtype | str | None = None, strict: bool = False, **_ignored: Any) -> None:
-    """Load weights from a file or directory into ``model``, in place.
+def load_checkpoint_in_model(*args: Any, **kwargs: Any) -> None:
+    """Load weights into a model in place: :func:`drivetrain.utils.weights_loading.load_checkpoint_in_model`
+    (device maps, offload, dtype, strict), kept at this path for existing imports."""
+    from ..utils.weights_loading import load_checkpoint_in_model as load
 
-    ``device_map`` (``{"module.name": device}``) places each module's weights; ``dtype``
-    casts floating-point weights; ``strict`` makes missing or unexpected keys an error.
-    """
-    state = read_model_files(checkpoint)
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype.removeprefix("torch."))
-    own = dict(model.state_dict(keep_vars=True))
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    if strict and (missing or unexpected):
-        raise CheckpointError(f"{checkpoint} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    for name, value in state.items():
-        if name not in own:
-            continue
-        target = own[name]
-        device = _device_for(name, device_map) or target.device
-        if dtype is not None and value.is_floating_point():
-            value = value.to(dtype)
-        module_name, _, attribute = name.rpartition(".")
-        module = model.get_submodule(module_name) if module_name else model
-        if target.device.type == "meta" or device != target.device or value.dtype != target.dtype:
-            replacement = value.to(device)
-            if isinstance(target, torch.nn.Parameter):
-                replacement = torch.nn.Parameter(replacement, requires_grad=target.requires_grad)
-            setattr(module, attribute, replacement)
-        else:
-            with torch.no_grad():
-                target.copy_(value)
-
-
-def _device_for(name: str, device_map: dict[str, Any] | None) -> torch.device | None:
-    if not device_map:
-        return None
-    best = None
-    for prefix, device in device_map.items():
-        if prefix == "" or name == prefix or name.startswith(prefix + "."):
-            if best is None or len(prefix) > len(best[0]):
-                best = (prefix, device)
-    if best is None:
-        return None
-    return torch.device(best[1])
+    load(*args, **kwargs)

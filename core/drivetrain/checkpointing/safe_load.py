@@ -20,15 +20,23 @@ from ..errors import CheckpointError
 MapLocation = Union[str, torch.device, Callable[..., Any], dict, None]
 
 
-def safe_torch_load(path: str | os.PathLike, allowed: Iterable[Any] = (), map_location: MapLocation = "cpu") -> Any:
+def safe_torch_load(path: str | os.PathLike, allowed: Iterable[Any] = (), map_location: MapLocation = "cpu",
+                    mmap: bool = False) -> Any:
     """Read a ``torch.save`` file that may hold only tensors, plain data and the ``allowed`` classes.
 
     ``allowed`` are classes (or functions) the pickle may name, e.g. a library's own small
-    data classes; each must be safe to rebuild from plain data. Raises ``CheckpointError``
-    for a missing, damaged or unsafe file.
+    data classes; each must be safe to rebuild from plain data. With ``mmap`` the tensors
+    stay in the file (memory-mapped) until touched; a file in torch's old, non-zip format is
+    then read whole. Raises ``CheckpointError`` for a missing, damaged or unsafe file.
     """
     try:
         with torch.serialization.safe_globals(list(allowed)):
+            if mmap:
+                try:
+                    return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
+                except RuntimeError as error:
+                    if "mmap" not in str(error):
+                        raise
             return torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"{path} is missing from the checkpoint") from None

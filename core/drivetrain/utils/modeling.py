@@ -181,7 +181,7 @@ def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: int
     elif dtype is not None and source.is_floating_point():
         source = source.to(dtype)
     if device.type == META:
-        new = torch.empty_like(source, device=META)
+        new = torch.empty(source.shape, dtype=source.dtype, device=META)  # empty_like on meta imports sympy
     elif value is not None and old.device.type != META and old.device == device and old.shape == source.shape \
             and old.dtype == source.dtype and not is_buffer:
         with torch.no_grad():

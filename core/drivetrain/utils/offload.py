@@ -213,9 +213,13 @@ class OffloadedWeightsLoader(Mapping):
         self.index = {} if index is None else index
         self._keys = dict.fromkeys(self.state_dict)
         self._keys.update(dict.fromkeys(self.index))
-        self.all_keys = list(self._keys)
         self.device = device
         self._headers: dict[str, dict[str, dict[str, Any]]] = {}
+
+    @property
+    def all_keys(self) -> list[str]:
+        """Every weight name, in-memory ones first (Accelerate's attribute)."""
+        return list(self._keys)
 
     def __getitem__(self, key: str) -> torch.Tensor:
         if key in self.state_dict:
@@ -263,6 +267,9 @@ def extract_submodules_state_dict(state_dict: dict[str, torch.Tensor], submodule
         return dict(state_dict)
     result = {}
     for key, value in state_dict.items():
+        if key.rpartition(".")[0] in wanted:  # the common case: a module's own weight
+            result[key] = value
+            continue
         probe = key
         while probe:
             if probe in wanted:

@@ -92,17 +92,9 @@ def _read_index(index: Path) -> tuple[list[Path], dict[str, str], dict[str, str]
 
 
 def _torch_load(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as error:
-            if "mmap" not in str(error):
-                raise
-            state = torch.load(path, map_location="cpu", weights_only=True)  # an old, non-zip file
-    except Exception as error:  # weights_only refuses anything that would run code
-        first = str(error).splitlines()[0] if str(error) else ""
-        raise CheckpointError(f"{path} cannot be read safely ({type(error).__name__}: {first}); only tensors "
-                              "are accepted (save it again, ideally as safetensors)") from None
+    from ..checkpointing.safe_load import safe_torch_load
+
+    state = safe_torch_load(path, mmap=True)  # tensors stay in the file until read
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path} does not hold a flat mapping of tensors; save the model's state_dict()")
     return state
