@@ -87,6 +87,7 @@ def test_without_deepspeed_the_names_import_and_selecting_it_names_the_extra(tmp
         "sys.exit(main(['launch', '--cpu', '--num-processes', '2', '--use-deepspeed', 'train.py']))\n"
     )
     env = dict(os.environ, HF_HOME=str(tmp_path))
+    (tmp_path / "train.py").write_text("print('never run')\n")  # the launch checks the script exists first
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     first = result.stdout.splitlines()[0]
