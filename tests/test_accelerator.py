@@ -80,6 +80,7 @@ def test_optimizer_over_a_standalone_parameter_and_backward_without_a_model_trai
 def test_backend_option_attributes_read_none_and_typos_raise():
     accelerator = Accelerator()
     assert accelerator.fsdp_plugin is None and accelerator.deepspeed_plugin is None  # declared by strategies
+    assert accelerator.megatron_lm_plugin is None and accelerator.torch_tp_plugin is None  # installed or not
     for typo in ("fsdp_plugn", "fdsp_plugin", "deepspeed_plugins_plugin", "not_a_plugin"):
         with pytest.raises(AttributeError, match=typo):
             getattr(accelerator, typo)
