@@ -7,8 +7,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
 logger = logging.getLogger(__name__)
 
 
@@ -31,4 +29,6 @@ def load_custom_state(obj: Any, path: str | os.PathLike, index: int = 0) -> None
     ``weights_only=True``: plain containers and tensors, no code)."""
     source = custom_state_path(path, index)
     logger.info("loading the state of %s from %s", type(obj).__name__, source)
-    obj.load_state_dict(torch.load(source, map_location="cpu", weights_only=True))
+    from .safe_load import safe_torch_load
+
+    obj.load_state_dict(safe_torch_load(source))
