@@ -72,7 +72,8 @@ def check_layout(directory: Path, sizes: tuple[int, int, int]) -> None:
     reference_optimizer = torch.optim.SGD(reference.parameters(), lr=LR, momentum=0.9)
     torch.manual_seed(1)
     data = torch.randint(0, VOCAB, (BATCH * dp_size * (STEPS + 1), SEQ))
-    loader = torch.utils.data.DataLoader(data, batch_size=BATCH)
+    torch.manual_seed(100 + rank)  # each process its own seed: the prepared loader agrees on one
+    loader = torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
     batches = list(loader)

@@ -258,7 +258,7 @@ def prepare_data_loader(
         if part is not None and hasattr(part, "set_epoch") and not isinstance(part, SeedableRandomSampler):
             followers.append(part)
     progress = _Progress(seed, num_processes, process_index, generators, seedable, followers,
-                         agree_on_seed=not dispatch_batches and num_processes > 1 and bool(generators or seedable))
+                         agree_on_seed=not dispatch_batches and bool(generators or seedable))
     shards = 1 if dispatch_batches else num_processes
     shard = BatchSamplerShard(inner, num_processes=shards, process_index=0 if dispatch_batches else process_index,
                               split_batches=split_batches and not dispatch_batches,

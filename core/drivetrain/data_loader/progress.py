@@ -48,8 +48,11 @@ class _Progress:
         if self.seed_agreed:
             return
         self.seed_agreed = True
-        collectives = PartialState().collectives
-        if collectives.world_size > 1 and collectives.world_size == self.num_processes:
+        state = PartialState()
+        collectives = state.collectives
+        # Every process holds a loader sharded as the run shards data (by process, or by
+        # data-parallel rank when peers share batches), so all of them join the broadcast.
+        if collectives.world_size > 1 and self.num_processes in (collectives.world_size, state.run.data_parallel_size):
             self.seed = broadcast_object_list([self.seed])[0]
 
     def begin_pass(self) -> tuple[int, int]:
