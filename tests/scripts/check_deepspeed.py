@@ -361,14 +361,14 @@ def check_engine_files_never_run_code(stage, directory):
     accelerator.wait_for_everyone()
     marker = os.path.join(directory, f"pwned-{stage}")
     state = os.path.join(path, "deepspeed_model_0", "state")
-    name = next(n for n in sorted(os.listdir(state)) if n.endswith("model_states.pt"))
-    if accelerator.is_main_process:
-        torch.save({"module": {}, "evil": Exploit()}, os.path.join(state, name))
+    if accelerator.is_main_process:  # every process's model file (ZeRO-3 has one per process)
         manifest_path = os.path.join(path, "manifest.json")
         manifest = json.load(open(manifest_path))
-        relative = f"deepspeed_model_0/state/{name}"
-        manifest["sizes"][relative] = os.path.getsize(os.path.join(state, name))
-        manifest["checksums"][relative] = file_digest(os.path.join(state, name))
+        for name in sorted(n for n in os.listdir(state) if n.endswith("model_states.pt")):
+            torch.save({"module": {}, "evil": Exploit()}, os.path.join(state, name))
+            relative = f"deepspeed_model_0/state/{name}"
+            manifest["sizes"][relative] = os.path.getsize(os.path.join(state, name))
+            manifest["checksums"][relative] = file_digest(os.path.join(state, name))
         json.dump(manifest, open(manifest_path, "w"))
     accelerator.wait_for_everyone()
     try:
