@@ -16,7 +16,6 @@ import pytest
 
 NAMES_FILE = Path(__file__).parent / "data" / "accelerate-public-names.txt"
 
-_BIG_MODEL = "issue 15 (big-model inference)"
 _FP8 = "issue 16 (FP8)"
 _ND = "issue 17 (ND parallelism, Megatron-LM)"
 _PLATFORMS = "issue 18 (XLA/MPS/XPU/IPEX platforms)"
@@ -24,7 +23,6 @@ _HERE = "issue 14 (not yet done: plugin-owned helpers)"
 
 #: "module:name" -> the issue that brings it.
 LATER: dict[str, str] = {
-    **{f"drivetrain.utils:{n}": _BIG_MODEL for n in ("get_grad_scaler", "get_mixed_precision_context_manager")},
     **{f"drivetrain.utils:{n}": _FP8 for n in ("torchao_required",)},
     **{f"drivetrain.utils:{n}": _ND for n in (
         "MegatronLMOptimizerWrapper", "MegatronLMSchedulerWrapper", "add_model_config_to_megatron_parser",

@@ -71,7 +71,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "check_tied_parameters_on_same_device", "compute_module_sizes", "convert_file_size_to_int",
         "dtype_byte_size", "ensure_weights_retied", "find_tied_parameters", "get_max_layer_size", "get_max_memory",
         "has_offloaded_params", "id_tensor_storage", "named_module_tensors", "retie_parameters",
-        "set_module_tensor_to_device",
+        "set_module_tensor_to_device", "get_grad_scaler", "get_mixed_precision_context_manager",
     ),
     "utils.device_map": ("check_device_map", "get_balanced_memory", "infer_auto_device_map"),
     "utils.offload": (

@@ -460,3 +460,26 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+
+
+def get_mixed_precision_context_manager(native_amp: bool = False, autocast_kwargs: Any = None) -> Any:
+    """``torch.autocast`` on this process's device in the run's half precision (fp16 / bf16)
+    when ``native_amp``, else a context that does nothing."""
+    from ..state import PartialState
+
+    if not native_amp:
+        return contextlib.nullcontext()
+    state = PartialState()
+    precision = str(getattr(state, "mixed_precision", "no"))
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    kwargs = autocast_kwargs.to_kwargs() if autocast_kwargs is not None else {}
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=state.device.type, dtype=dtype, **kwargs)
+
+
+def get_grad_scaler(distributed_type: Any = None, **kwargs: Any) -> Any:
+    """A ``torch.amp.GradScaler`` for this process's device (``kwargs`` as GradScaler takes)."""
+    from ..state import PartialState
+
+    return torch.amp.GradScaler(PartialState().device.type, **kwargs)
