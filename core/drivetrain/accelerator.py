@@ -12,6 +12,7 @@ import torch
 
 from . import environment
 from .accelerator_members import AccelerateMembers
+from .accelerator_slots import positional_options
 from .errors import ConfigError, DrivetrainError
 from .kwargs_handlers import (
     AutocastKwargs,
@@ -57,9 +58,13 @@ def _strategy_option_attributes() -> set[str]:
 class Accelerator(AccelerateMembers):
     """Prepare a model, its optimizer, scheduler and data for the run this process is in.
 
-    Arguments are Accelerate's. A strategy plugin may accept more keyword arguments (those
-    its ``StrategySpec.accelerator_arguments`` names, such as ``fsdp_plugin``); giving one
-    selects that strategy.
+    Arguments are Accelerate's, in Accelerate's order. A strategy plugin may accept more
+    keyword arguments (those its ``StrategySpec.accelerator_arguments`` names, such as
+    ``fsdp_plugin``); giving one selects that strategy. The ``_strategy_slot_N`` parameters
+    hold the places of Accelerate's backend arguments (``deepspeed_plugin`` to
+    ``megatron_lm_plugin`` after ``dataloader_config``, ``deepspeed_plugins`` and
+    ``parallelism_config`` at the end), so a positional call lands every argument where
+    Accelerate puts it; pass those by their Accelerate names (see ``accelerator_slots``).
     """
 
     def __init__(
@@ -70,6 +75,10 @@ class Accelerator(AccelerateMembers):
         gradient_accumulation_steps: int = 1,
         cpu: bool = False,
         dataloader_config: DataLoaderConfiguration | None = None,
+        _strategy_slot_1: Any = None,
+        _strategy_slot_2: Any = None,
+        _strategy_slot_3: Any = None,
+        _strategy_slot_4: Any = None,
         rng_types: Sequence[str] | None = None,
         log_with: Any = None,
         project_dir: str | os.PathLike | None = None,
@@ -79,8 +88,13 @@ class Accelerator(AccelerateMembers):
         kwargs_handlers: Sequence[KwargsHandler] | None = None,
         dynamo_backend: str | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
+        _strategy_slot_5: Any = None,
+        _strategy_slot_6: Any = None,
         **strategy_options: Any,
     ) -> None:
+        strategy_options.update(positional_options(
+            (_strategy_slot_1, _strategy_slot_2, _strategy_slot_3, _strategy_slot_4, _strategy_slot_5,
+             _strategy_slot_6), strategy_options))
         handlers = self._file_handlers(kwargs_handlers or ())
         strategy = self._strategy_for_options(strategy_options)
         init_kwargs = handlers.get("InitProcessGroupKwargs", InitProcessGroupKwargs()).to_kwargs()
@@ -203,6 +217,12 @@ class Accelerator(AccelerateMembers):
             pass
         if name in _strategy_option_attributes():
             return getattr(self.state, name)  # a backend's option object: None when that backend is unused
+        from .public_names import resolve_module_name
+
+        try:  # what Accelerate's attribute of a backend reads while it is unused (`is_fsdp2`: False)
+            return resolve_module_name("accelerator.Accelerator", name)
+        except AttributeError:
+            pass
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _build_trackers(self, log_with: Any) -> Any:

@@ -45,7 +45,13 @@ class GradScalerKwargs(KwargsHandler):
 
 @dataclass
 class InitProcessGroupKwargs(KwargsHandler):
-    """Options of the process group: ``backend``, ``init_method`` and ``timeout``."""
+    """Options of the process group: ``backend``, ``init_method`` and ``timeout``.
+
+    ``backend=None`` (the default) means the backend the run's platform declares for its
+    devices, and ``timeout=None`` the communication plugin's default. This differs from
+    Accelerate on purpose: Accelerate defaults ``backend`` to its GPU library's name, which
+    the core cannot assume (the platform is a plugin); pass a name to force one.
+    """
 
     backend: str | None = None
     init_method: str | None = None
@@ -72,9 +78,12 @@ class ProfileKwargs(KwargsHandler):
 
 @dataclass
 class GradientAccumulationPlugin(KwargsHandler):
-    """How gradient accumulation behaves (Accelerate's ``GradientAccumulationPlugin``)."""
+    """How gradient accumulation behaves (Accelerate's ``GradientAccumulationPlugin``).
 
-    num_steps: int = 1
+    ``num_steps=None`` (Accelerate's default) accumulates over one step, as ``1`` does.
+    """
+
+    num_steps: int | None = None
     adjust_scheduler: bool = True
     sync_with_dataloader: bool = True
     sync_each_batch: bool = False
@@ -118,23 +127,41 @@ class ProjectConfiguration:
 
 @dataclass
 class TorchDynamoPlugin(KwargsHandler):
-    """``torch.compile`` options for the prepared model."""
+    """``torch.compile`` options for the prepared model.
 
-    backend: str = "no"
+    An option left at ``None`` is read from the environment as ``drivetrain launch`` (or
+    ``accelerate launch``) sets it: ``DRIVETRAIN_DYNAMO_BACKEND`` (default ``"no"``),
+    ``_MODE`` (``"default"``), ``_USE_FULLGRAPH``, ``_USE_DYNAMIC`` (unset: torch decides)
+    and ``_USE_REGIONAL_COMPILATION``, each also read under its ``ACCELERATE_`` name.
+    """
+
+    backend: str | None = None
     mode: str | None = None
-    fullgraph: bool = False
+    fullgraph: bool | None = None
     dynamic: bool | None = None
     options: dict[str, Any] | None = None
     disable: bool = False
-    use_regional_compilation: bool = False
+    use_regional_compilation: bool | None = None
 
     def __post_init__(self) -> None:
+        from . import environment
+
+        if self.backend is None:
+            self.backend = environment.read("DYNAMO_BACKEND", default="no")
         self.backend = str(getattr(self.backend, "value", self.backend)).lower()
+        if self.mode is None:
+            self.mode = environment.read("DYNAMO_MODE", default="default")
+        if self.fullgraph is None:
+            self.fullgraph = environment.read_bool("DYNAMO_USE_FULLGRAPH", default=False)
+        if self.use_regional_compilation is None:
+            self.use_regional_compilation = environment.read_bool("DYNAMO_USE_REGIONAL_COMPILATION", default=False)
+        if self.dynamic is None and environment.read("DYNAMO_USE_DYNAMIC") is not None:
+            self.dynamic = environment.read_bool("DYNAMO_USE_DYNAMIC")
 
     def compile_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``torch.compile`` besides ``backend`` that these options set."""
         kwargs: dict[str, Any] = {"fullgraph": self.fullgraph}
-        if self.mode:
+        if self.mode and self.mode != "default":
             kwargs["mode"] = self.mode
         if self.dynamic is not None:
             kwargs["dynamic"] = self.dynamic

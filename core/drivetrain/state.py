@@ -292,6 +292,21 @@ def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
     return share
 
 
+def contributed_attribute(state_class: str, name: str) -> Any:
+    """A backend's attribute of a state class, from ``state.<class>.<name>`` public names.
+
+    Plugins contribute what Accelerate's ``AcceleratorState``/``GradientState`` attributes of
+    their backend read while it is not in use (``drivetrain_public_names``, or
+    ``drivetrain_fallback_names`` below them); an active plugin's run extension wins over both.
+    """
+    from .public_names import resolve_module_name
+
+    try:
+        return resolve_module_name(f"state.{state_class}", name)
+    except AttributeError:
+        raise AttributeError(f"{state_class!r} object has no attribute {name!r}") from None
+
+
 class AcceleratorState:
     """``PartialState`` plus what an ``Accelerator`` adds: mixed precision, strategy, plugins.
 
@@ -353,8 +368,16 @@ class AcceleratorState:
             except AttributeError:
                 pass
         plugins = self._shared_state.get("plugins") or {}
-        if name.endswith("_plugin"):
-            return plugins.get(name)  # Accelerate's `state.fsdp_plugin` and friends: None when unused
+        if name in plugins:
+            return plugins[name]
+        from .accelerator import _strategy_option_attributes
+
+        if name in _strategy_option_attributes():
+            return None  # a declared `<backend>_plugin` argument of a strategy this run does not use
+        try:
+            return contributed_attribute("AcceleratorState", name)  # a backend's attribute while it is unused
+        except AttributeError:
+            pass
         return getattr(self._shared_state["_partial"], name)
 
     def __repr__(self) -> str:
@@ -404,7 +427,7 @@ class GradientState:
 
     @property
     def num_steps(self) -> int:
-        return self.plugin_kwargs.get("num_steps", 1)
+        return self.plugin_kwargs.get("num_steps") or 1  # None: Accelerate's default, one step
 
     @property
     def adjust_scheduler(self) -> bool:
@@ -429,6 +452,12 @@ class GradientState:
     @property
     def in_dataloader(self) -> bool:
         return self.active_dataloader is not None
+
+    def __getattr__(self, name: str) -> Any:
+        # Accelerate's attributes of a backend, contributed by plugins, until a step sets them
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return contributed_attribute("GradientState", name)
 
     def _set_sync_gradients(self, sync_gradients: bool) -> None:
         self.sync_gradients = sync_gradients

@@ -12,6 +12,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 from ..errors import ConfigError
 from ..state import PartialState
 
+from .mesh import data_parallel_share, shares_batches_across_peers
 from .progress import _PreparedLoader, _Progress
 from .sharding import (
     BatchSamplerShard,
@@ -161,6 +162,7 @@ def prepare_data_loader(
     data_seed: int | None = None,
     non_blocking: bool = False,
     use_stateful_dataloader: bool = False,
+    torch_device_mesh: Any = None,
 ) -> DataLoader:
     """A loader that yields only this process's share of ``dataloader``'s data.
 
@@ -189,12 +191,23 @@ def prepare_data_loader(
         non_blocking: asynchronous copies to the device.
         use_stateful_dataloader: accepted for compatibility: every prepared loader can save and
             restore its position with ``state_dict``/``load_state_dict``.
+        torch_device_mesh: a ``DeviceMesh`` of the run's processes: when ``num_processes`` and
+            ``process_index`` are not given, the share is this process's place among the
+            mesh's data-parallel dimensions (named ``dp...``), so tensor- and context-parallel
+            peers read the same batches. Dispatching (``dispatch_batches``) is by process and
+            refuses a mesh with model-parallel dimensions.
     """
     if dispatch_batches is None:
         dispatch_batches = bool(put_on_device) and isinstance(dataloader.dataset, IterableDataset)
     if dispatch_batches and not put_on_device:
         raise ConfigError("dispatch_batches=True sends batches to the processes' devices and needs "
                           "put_on_device=True (or set dispatch_batches=False)")
+    if torch_device_mesh is not None:
+        if dispatch_batches and shares_batches_across_peers(torch_device_mesh):
+            raise ConfigError("dispatch_batches=True sends each process its own slice, which model-parallel peers of "
+                              "torch_device_mesh cannot share; pass dispatch_batches=False")
+        if num_processes is None and process_index is None:
+            process_index, num_processes = data_parallel_share(torch_device_mesh)
     if num_processes is None or process_index is None:
         state = PartialState()
         num_processes = state.num_processes if num_processes is None else num_processes
@@ -211,6 +224,7 @@ def prepare_data_loader(
                           f"got batch size {batch_size} for {num_processes} processes")
 
     arguments = _loader_arguments(dataloader)
+    arguments["torch_device_mesh"] = torch_device_mesh  # kept by the prepared loader, as Accelerate's is
     placement = device if put_on_device else None
     sampler = get_sampler(dataloader)
     seed = _base_seed(sampler, data_seed)

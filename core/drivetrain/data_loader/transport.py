@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import DataLoader
 
+from ..errors import ConfigError
 from ..state import GradientState, PartialState
 from ..utils.operations import (
     broadcast_object_list,
@@ -24,6 +25,7 @@ from ..utils.operations import (
 from ..utils.operations import _as_device, _send
 from ..utils.random import synchronize_rng_states
 
+from .mesh import shares_batches_across_peers
 from .progress import _PreparedLoader, _Progress
 from .sharding import BatchSamplerShard, IterableDatasetShard
 
@@ -81,15 +83,19 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
         skip_batches: batches to leave out at the start of every pass.
         use_stateful_dataloader: accepted for compatibility; every prepared loader has
             ``state_dict``/``load_state_dict``.
+        torch_device_mesh: the run's ``DeviceMesh``, kept as ``torch_device_mesh`` (the share
+            this loader reads was decided when it was built, see :func:`prepare_data_loader`).
+        iteration: the epoch to start at (as :meth:`set_epoch`).
         **kwargs: the ``DataLoader`` arguments.
     """
 
     def __init__(self, dataset: Any, device: Any = None, rng_types: list[str] | None = None,
                  synchronized_generator: torch.Generator | None = None, skip_batches: int = 0,
                  use_stateful_dataloader: bool = False, _drop_last: bool = False, _non_blocking: bool = False,
+                 torch_device_mesh: Any = None, iteration: int = 0,
                  *, _progress: _Progress | None = None, _shard_sampler: BatchSamplerShard | None = None,
                  **kwargs: Any) -> None:
-        construction = dict(dataset=dataset, device=device, rng_types=rng_types,
+        construction = dict(dataset=dataset, device=device, rng_types=rng_types, torch_device_mesh=torch_device_mesh,
                             synchronized_generator=synchronized_generator,
                             use_stateful_dataloader=use_stateful_dataloader, _drop_last=_drop_last,
                             _non_blocking=_non_blocking, _shard_sampler=_shard_sampler, **kwargs)
@@ -100,9 +106,12 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
         self.device = device
         self.rng_types = rng_types
         self.synchronized_generator = synchronized_generator
+        self.torch_device_mesh = torch_device_mesh
         self._shard_sampler = _shard_sampler
         construction["_progress"] = _progress
         self._init_state(_progress, skip_batches, _drop_last, _non_blocking, use_stateful_dataloader, construction)
+        if iteration:
+            self.set_epoch(iteration)
 
     @property
     def total_batch_size(self) -> int | None:
@@ -196,6 +205,10 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
         slice_fn: ``slice_fn(batch, slice, process_index, num_processes)`` cuts a process's
             share (default: :func:`~drivetrain.utils.slice_tensors`); leaves that are not
             tensors reach every process whole.
+        torch_device_mesh: the run's ``DeviceMesh``, kept as ``torch_device_mesh``; one with
+            model-parallel dimensions is refused (each process gets its own slice, which such
+            peers could not share).
+        iteration: the epoch to start at (as :meth:`set_epoch`).
         device: where batches go (default: the process's device, where they are received).
         even_batches: complete the last batch as described above.
         **kwargs: the ``DataLoader`` arguments.
@@ -203,13 +216,18 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
 
     def __init__(self, dataset: Any, split_batches: bool = False, skip_batches: int = 0,
                  use_stateful_dataloader: bool = False, _drop_last: bool = False, _non_blocking: bool = False,
-                 slice_fn: Callable | None = None, *, device: Any = None, even_batches: bool = True,
+                 slice_fn: Callable | None = None, torch_device_mesh: Any = None, iteration: int = 0, *,
+                 device: Any = None, even_batches: bool = True,
                  _progress: _Progress | None = None, _shard_sampler: BatchSamplerShard | None = None,
                  **kwargs: Any) -> None:
         construction = dict(dataset=dataset, split_batches=split_batches,
                             use_stateful_dataloader=use_stateful_dataloader, _drop_last=_drop_last,
-                            _non_blocking=_non_blocking, slice_fn=slice_fn, device=device,
+                            _non_blocking=_non_blocking, slice_fn=slice_fn, torch_device_mesh=torch_device_mesh,
+                            device=device,
                             even_batches=even_batches, _shard_sampler=_shard_sampler, **kwargs)
+        if torch_device_mesh is not None and shares_batches_across_peers(torch_device_mesh):
+            raise ConfigError("DataLoaderDispatcher gives each process its own slice, which model-parallel peers of "
+                              "torch_device_mesh cannot share; use DataLoaderShard (dispatch_batches=False)")
         state = PartialState()
         if _progress is None:
             _progress = _Progress(torch.initial_seed(), state.num_processes, state.process_index, [], [], [],
@@ -221,9 +239,12 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
         self.device = device
         self.even_batches = even_batches
         self.state = state
+        self.torch_device_mesh = torch_device_mesh
         self._shard_sampler = _shard_sampler
         construction["_progress"] = _progress
         self._init_state(_progress, skip_batches, _drop_last, _non_blocking, use_stateful_dataloader, construction)
+        if iteration:
+            self.set_epoch(iteration)
 
     @property
     def total_batch_size(self) -> int | None:
