@@ -6,6 +6,7 @@ import collections
 import contextlib
 import logging
 import os
+import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -107,6 +108,7 @@ class Accelerator(AccelerateMembers):
         self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, strategy=strategy,
                                       dynamo_plugin=dynamo_plugin, _from_accelerator=True, **init_kwargs)
         self.run = self.state.run
+        self.state._accelerator = weakref.ref(self)  # the state's newest Accelerator (checkpointing's functions)
         self.run.handler_kwargs.update(handlers)
         self.run.options.update(strategy_options)
 
@@ -564,10 +566,12 @@ class Accelerator(AccelerateMembers):
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
         """One micro-batch of gradient accumulation: gradients synchronise at the window's end."""
         self._do_sync()
+        if self.sync_gradients or self.gradient_state.sync_each_batch or not models:
+            yield  # the common step: nothing to enter
+            return
         with contextlib.ExitStack() as stack:
-            if not self.sync_gradients and not self.gradient_state.sync_each_batch:
-                for model in models:
-                    stack.enter_context(self.no_sync(model))
+            for model in models:
+                stack.enter_context(self.no_sync(model))
             yield
 
     @contextlib.contextmanager

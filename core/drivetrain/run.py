@@ -117,7 +117,12 @@ class Run:
 
     def call(self, name: str, **kwargs: Any) -> Any:
         """Call run hook ``name`` on the active plugins (``run`` is passed for you)."""
-        return self.hook(name)(run=self, **kwargs)
+        caller = self.hook(name)
+        if not caller.get_hookimpls():
+            # No active plugin answers: skip pluggy's call machinery, which the step path
+            # (backward, clip, autocast) would otherwise pay on every step for nothing.
+            return None if caller.spec is not None and caller.spec.opts.get("firstresult") else []
+        return caller(run=self, **kwargs)
 
     def chain(self, name: str, value_name: str, value: Any, **kwargs: Any) -> Any:
         """Call a *chained* run hook: each active implementation transforms ``value``."""
