@@ -8,7 +8,7 @@ a child, so a bad option cannot end in one traceback per process.
 from __future__ import annotations
 
 import argparse
-import importlib.machinery
+import importlib.util
 import os
 import shutil
 import sys
@@ -92,9 +92,7 @@ def check_target(args: argparse.Namespace) -> None:
         return
     if args.module:
         top = target.split(".")[0]
-        # The children run `python -m`, which puts the working directory first on sys.path.
-        if importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path[1:]]) is None \
-                and top not in sys.builtin_module_names:
+        if top not in sys.builtin_module_names and not _importable_from_working_directory(top):
             raise ConfigError(f"-m: no module named {top!r} (looked in the working directory and sys.path); "
                               "check the name or set PYTHONPATH")
         return
@@ -102,3 +100,18 @@ def check_target(args: argparse.Namespace) -> None:
         where = "" if os.path.isabs(target) else f" (relative to {os.getcwd()})"
         what = "is a directory, not a script" if os.path.isdir(target) else "does not exist"
         raise ConfigError(f"training script {target!r} {what}{where}")
+
+
+def _importable_from_working_directory(name: str) -> bool:
+    """Whether ``python -m`` in this directory would find top-level module ``name``.
+
+    The children put the working directory first on ``sys.path``; the meta-path finders
+    (editable installs register one) are asked too, which a bare ``PathFinder`` would skip.
+    """
+    sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+    finally:
+        sys.path.pop(0)
