@@ -297,3 +297,22 @@ def test_fp8_layers_under_fsdp2_gather_in_float8(float8_all_gather):
         optimizer.zero_grad()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+@needs_torchao
+def test_launch_options_select_torchao_in_the_child():
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "scripts" / "check_fp8_launch.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
+    result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "1",
+                             "--mixed-precision", "fp8", "--fp8_backend", "AO", "--fp8-pad-inner-dim", "false",
+                             str(script)], capture_output=True, text=True, env=env, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("CHECK-FP8-LAUNCH "))
+    assert json.loads(line.split(" ", 1)[1]) == {"precision": "fp8", "backend": "AO", "pad_inner_dim": False,
+                                                 "layers": ["Linear", "Float8Linear", "Linear"]}
