@@ -96,11 +96,17 @@ def test_launch_options_parse_and_reach_the_children():
         parser.parse_args(["--fp8-backend", "nope", "train.py"])
 
 
-def test_fp8_members_are_absent_from_other_precisions():
+def test_other_precisions_answer_the_fp8_members_as_accelerate_does():
     accelerator = Accelerator(mixed_precision="bf16")
-    assert accelerator.run.extension_attribute.__self__ is accelerator.run
     with pytest.raises(AttributeError):
-        accelerator.run.extension_attribute("fp8_backend")
+        accelerator.run.extension_attribute("fp8_backend")  # no fp8 plugin is active...
+    # ...so the members read Accelerate's answers for a run without fp8
+    assert (accelerator.fp8_enabled, accelerator.fp8_backend, accelerator.has_fp8_handler) == (False, None, False)
+    assert accelerator.delayed_fp8_autocast is False
+    assert [accelerator.fp8_recipe_handler, accelerator.te_recipe_handler, accelerator.msamp_recipe_handler,
+            accelerator.ao_recipe_handler] == [None] * 4
+    with pytest.raises(AttributeError):
+        accelerator.fp8_enabeld  # noqa: B018 - a typo is still an error
 
 
 def test_an_unknown_backend_is_refused_with_the_installed_ones():

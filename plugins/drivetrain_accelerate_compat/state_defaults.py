@@ -31,6 +31,15 @@ ACCELERATOR = {
     "parallelism_config": None,
     "torch_device_mesh": None,
     "is_fsdp2": False,
+    # fp8 members: an active fp8 precision plugin answers them through its run extension.
+    "fp8_backend": None,
+    "fp8_enabled": False,
+    "has_fp8_handler": False,
+    "delayed_fp8_autocast": False,
+    "fp8_recipe_handler": None,
+    "te_recipe_handler": None,
+    "msamp_recipe_handler": None,
+    "ao_recipe_handler": None,
 }
 
 #: ``GradientState`` attributes no built-in plugin sets yet. ``is_xla_gradients_synced`` is
