@@ -307,3 +307,17 @@ def test_blocking_a_plugin_the_run_needs_says_so(blocked, requests, expected):
         select(manager, requests, cluster=ONE)
     assert expected in str(caught.value)
     assert "installed mixed precisions: none" not in str(caught.value)
+
+
+def test_a_platform_whose_factory_cannot_be_imported_is_named_at_launch():
+    @hookimpl
+    def drivetrain_register_platforms():
+        return [PlatformSpec(name="npu", factory="no_such_npu_module:Platform", priority=500,
+                             probe=lambda: Probe(True, "an NPU"), multi_process_type="MULTI_NPU",
+                             communication="torch_distributed")]
+
+    manager = manager_with(fake_plugin("npu", PLUGIN_INFO=INFO, drivetrain_register_platforms=drivetrain_register_platforms))
+    args = launch_args()
+    with pytest.raises(PluginSelectionError, match=r"platform 'npu' of plugin 'npu' .*no_such_npu_module.*"
+                                                   r"pip install -U someone-else"):
+        launch_cmd._default_num_processes(args, manager, launch_cmd.requests_for(args, manager))

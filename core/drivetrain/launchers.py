@@ -197,7 +197,6 @@ def _launch(function: Callable[..., Any], args: Sequence[Any], *, num_processes:
 def _choice_environment(requests: Any, world_size: int) -> tuple[dict[str, str], Any]:
     """The resolved choice for a job of ``world_size`` processes, as the workers' variables."""
     from .cluster import ClusterEnvironment
-    from .plugin_api import resolve
     from .plugin_manager import get_plugin_manager
     from .selection import requests_from_env, select
 
@@ -206,7 +205,8 @@ def _choice_environment(requests: Any, world_size: int) -> tuple[dict[str, str],
                        cluster=ClusterEnvironment(name="notebook", world_size=world_size))
     env = dict(selection.child_environment())
     env["DRIVETRAIN_FORK_LAUNCHED"] = "1"
-    return env, resolve(selection.platform.factory)()
+    return env, manager.resolve_factory(selection.platform_plugin, selection.platform,
+                                        f"platform {selection.platform.name!r}")()
 
 
 def _with_aliases(env: Mapping[str, str]) -> dict[str, str]:
@@ -278,13 +278,13 @@ def notebook_launcher(
     precision = str(getattr(mixed_precision, "value", mixed_precision) or "no").lower()
     requests = Requests(mixed_precision=None if precision == "no" else precision)
     if num_processes is None:
-        from .plugin_api import resolve
         from .plugin_manager import get_plugin_manager
         from .selection import CPU_PLATFORM, choose_platform
 
-        candidate, _reason = choose_platform(get_plugin_manager(), requests)
-        num_processes = 1 if candidate.spec.name == CPU_PLATFORM else \
-            max(int(resolve(candidate.spec.factory)().device_count() or 1), 1)
+        manager = get_plugin_manager()
+        candidate, _reason = choose_platform(manager, requests)
+        num_processes = 1 if candidate.spec.name == CPU_PLATFORM else max(int(manager.resolve_factory(
+            candidate.plugin, candidate.spec, f"platform {candidate.name!r}")().device_count() or 1), 1)
     if num_processes < 1:
         raise ConfigError(f"num_processes must be at least 1, not {num_processes}")
     world_size = num_processes * num_nodes

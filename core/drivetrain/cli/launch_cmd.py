@@ -180,14 +180,14 @@ def requests_for(args: argparse.Namespace, manager: Any) -> Any:
 
 def _default_num_processes(args: argparse.Namespace, manager: Any, requests: Any) -> int:
     """One process per device of the chosen platform on each machine (one on the CPU)."""
-    from ..plugin_api import resolve
     from ..selection import CPU_PLATFORM, choose_platform
 
     machines = args.num_machines or 1
     candidate, _reason = choose_platform(manager, requests)
     if candidate.spec.name == CPU_PLATFORM:
         return machines
-    return machines * max(int(resolve(candidate.spec.factory)().device_count() or 1), 1)
+    platform = manager.resolve_factory(candidate.plugin, candidate.spec, f"platform {candidate.name!r}")()
+    return machines * max(int(platform.device_count() or 1), 1)
 
 
 def _defaults(args: argparse.Namespace) -> None:
@@ -304,7 +304,6 @@ def child_environment(args: argparse.Namespace, selection: Any = None) -> dict[s
 
 
 def choose_launcher(args: argparse.Namespace):
-    from ..plugin_api import resolve
     from ..plugin_manager import get_plugin_manager
 
     manager = get_plugin_manager()
@@ -313,7 +312,7 @@ def choose_launcher(args: argparse.Namespace):
     if not candidates:
         raise LaunchError("no launcher plugin applies to this job; see `drivetrain plugins list`")
     _priority, plugin, spec = max(candidates, key=lambda item: item[0])
-    return spec.name, resolve(spec.factory)
+    return spec.name, manager.resolve_factory(plugin, spec, f"launcher {spec.name!r}")
 
 
 def run(argv: Sequence[str]) -> int:

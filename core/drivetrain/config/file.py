@@ -337,12 +337,11 @@ def write_config(config: Config, path: str | os.PathLike | None = None) -> Path:
 
 def basic_config(mixed_precision: str = "no", manager: PluginManager | None = None) -> Config:
     """A config for this machine: one process per device of the detected platform."""
-    from ..plugin_api import resolve
     from ..selection import Requests, choose_platform
 
     manager = manager or get_plugin_manager()
     candidate, _reason = choose_platform(manager, Requests())
-    platform = resolve(candidate.spec.factory)()
+    platform = manager.resolve_factory(candidate.plugin, candidate.spec, f"platform {candidate.name!r}")()
     count = max(int(platform.device_count() or 1), 1)
     cpu = candidate.spec.name == CPU_PLATFORM
     if cpu:

@@ -132,12 +132,13 @@ def current_platform() -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _detected_platform() -> Any:
-    from ..plugin_api import resolve
     from ..plugin_manager import get_plugin_manager
     from ..selection import requests_from_env, select
 
     manager = get_plugin_manager()
-    return resolve(select(manager, requests_from_env(manager)).platform.factory)()
+    selection = select(manager, requests_from_env(manager))
+    return manager.resolve_factory(selection.platform_plugin, selection.platform,
+                                   f"platform {selection.platform.name!r}")()
 
 
 def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: int | str | torch.device,
