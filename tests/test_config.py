@@ -154,7 +154,7 @@ def test_json_files_and_json_in_a_yaml_file(tmp_path):
     ("use_cpu: true\ndistributed_type: MULTI_GPU\nnum_processes: 2\n", r"use_cpu is true but distributed_type MULTI_GPU"),
     ("distributed_type: XLA\nmixed_precision: fp16\n", r"'fp16' is not supported by platform 'xla'"),
     ("tpu_use_cluster: true\n", r"key 'tpu_use_cluster' belongs to plugin 'xla'.*pip install 'drivetrain\[xla\]'"),
-    ("warp_config:\n  warp_speed: 9\n", r"unknown key 'warp_config'; no installed plugin owns it"),
+    ("warp_config:\n  warp_speed: 9\n", r"unknown key 'warp_config'( \(did you mean '\w+'\?\))?; no installed plugin owns it"),
     ("dynamo_config:\n  dynamo_backnd: INDUCTOR\n", r"unknown key dynamo_config.dynamo_backnd \(did you mean 'dynamo_backend'\?\)"),
     ("dynamo_config: inductor\n", r"'dynamo_config' must be a mapping"),
     ("platform: tpu\n", r"platform is 'tpu'; installed: .*cpu, cuda"),
@@ -257,7 +257,7 @@ def test_write_update_and_round_trip(tmp_path):
 
 def test_questionnaire_answered_by_a_program(tmp_path):
     path = tmp_path / "asked.yaml"
-    answers = "cpu\n1\n2\n\n3\nno\n"  # platform, machines, processes, strategy, precision (by number), debug
+    answers = "cpu\n1\n2\n\nbf16\nno\n"  # platform, machines, processes, strategy, precision, debug
     result = run_cli("config", "--config-file", str(path), input=answers)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"drivetrain config saved at {path}" in result.stdout
