@@ -19,7 +19,6 @@ NAMES_FILE = Path(__file__).parent / "data" / "accelerate-public-names.txt"
 _FP8 = "issue 16 (FP8)"
 _ND = "issue 17 (ND parallelism, Megatron-LM)"
 _PLATFORMS = "issue 18 (XLA/MPS/XPU/IPEX platforms)"
-_HERE = "issue 14 (not yet done: plugin-owned helpers)"
 
 #: "module:name" -> the issue that brings it.
 LATER: dict[str, str] = {
@@ -32,13 +31,6 @@ LATER: dict[str, str] = {
     **{f"drivetrain.utils:{n}": _PLATFORMS for n in (
         "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION", "install_xla", "prepare_tpu", "check_cuda_p2p_ib_support",
         "get_gpu_info", "set_numa_affinity")},
-    **{f"drivetrain.utils:{n}": _HERE for n in (
-        "compile_regions_deepspeed", "map_pytorch_optim_to_deepspeed", "prepare_deepspeed_cmd_env",
-        "fsdp2_apply_ac", "fsdp2_load_full_state_dict", "fsdp2_prepare_model",
-        "fsdp2_switch_optimizer_parameters", "load_fsdp_model", "load_fsdp_optimizer",
-        "save_fsdp_model", "save_fsdp_optimizer", "prepare_sagemager_args_inputs")},
-    "drivetrain.checkpointing:save_accelerator_state": _HERE,
-    "drivetrain.checkpointing:load_accelerator_state": _HERE,
 }
 
 

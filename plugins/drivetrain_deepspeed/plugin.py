@@ -177,6 +177,8 @@ def drivetrain_public_names():
         **{f"utils.{name}": f"drivetrain_deepspeed.compat:{name}" for name in (
             "is_deepspeed_available", "deepspeed_required", "GatheredParameters", "HfDeepSpeedConfig",
             "DeepSpeedEngineWrapper")},
+        **{f"utils.{name}": f"drivetrain_deepspeed.helpers:{name}" for name in (
+            "compile_regions_deepspeed", "map_pytorch_optim_to_deepspeed", "prepare_deepspeed_cmd_env")},
     }
 
 

@@ -157,7 +157,11 @@ def drivetrain_public_names():
                 ("to_fsdp2", ("to_fsdp2_command", "to_fsdp2_command_parser"))) for name in names},
             **{f"utils.{name}": f"drivetrain_fsdp.compat:{name}" for name in (
                 "enable_fsdp_ram_efficient_loading", "disable_fsdp_ram_efficient_loading",
-                "fsdp2_canonicalize_names", "compile_regions_fsdp2", "get_fsdp2_grad_scaler")}}
+                "fsdp2_canonicalize_names", "compile_regions_fsdp2", "get_fsdp2_grad_scaler")},
+            **{f"utils.{name}": f"drivetrain_fsdp.helpers:{name}" for name in (
+                "save_fsdp_model", "load_fsdp_model", "save_fsdp_optimizer", "load_fsdp_optimizer",
+                "fsdp2_prepare_model", "fsdp2_load_full_state_dict", "fsdp2_switch_optimizer_parameters",
+                "fsdp2_apply_ac")}}
 
 
 # ----------------------------------------------------------------------------- the run

@@ -7,4 +7,8 @@ def __getattr__(name: str) -> object:
         from . import custom_state
 
         return getattr(custom_state, name)
+    if name in ("save_accelerator_state", "load_accelerator_state"):
+        from . import accelerator_state
+
+        return getattr(accelerator_state, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from ..enums import DistributedType
+from ..errors import LaunchError
 
 
 class PrepareForLaunch:
@@ -89,6 +90,18 @@ def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:
     env.update(child_environment(args, args.selection))
     env.setdefault("OMP_NUM_THREADS", str(getattr(args, "num_cpu_threads_per_process", None) or 1))
     return env
+
+
+def prepare_sagemager_args_inputs(sagemaker_config: Any, args: argparse.Namespace) -> tuple[argparse.Namespace,
+                                                                                             dict[str, Any]]:
+    """Accelerate's conversion of a launch into an Amazon SageMaker estimator's arguments.
+
+    drivetrain does not launch jobs on SageMaker (no plugin provides it), so this refuses
+    instead of returning arguments for a launch that cannot happen. Inside a SageMaker
+    training job, ``drivetrain launch`` runs like on any machine.
+    """
+    raise LaunchError("drivetrain cannot launch on Amazon SageMaker: start the job with SageMaker's own estimator "
+                      "and run `drivetrain launch` (or torchrun) inside it; set compute_environment: LOCAL_MACHINE")
 
 
 def _filter_args(args: argparse.Namespace, parser: argparse.ArgumentParser,
