@@ -66,6 +66,7 @@ def test_a_backend_plugin_given_by_position_selects_its_strategy():
     # the other strategies' attributes read as Accelerate's do while they are unused
     assert accelerator.state.deepspeed_plugins is None and accelerator.deepspeed_plugin is None
     assert accelerator.state.parallelism_config is None and accelerator.torch_device_mesh is None
+    assert accelerator.gradient_state.is_xla_gradients_synced is True  # FSDP synchronises gradients itself
 
 
 def test_a_backend_argument_by_position_and_by_keyword_is_refused():
@@ -96,6 +97,20 @@ def test_without_the_compat_plugin_positions_are_refused_and_keywords_still_work
     assert len(lines) == 2, out.stderr
     assert "backend argument by position" in lines[0] and "pass it by keyword" in lines[0]
     assert lines[1] == "None"
+
+
+def test_accelerator_state_takes_accelerate_s_backend_arguments_by_position():
+    from drivetrain.state import AcceleratorState
+
+    marker = object()
+    state = AcceleratorState("no", True, None, None, marker)  # mixed_precision, cpu, dynamo, deepspeed, fsdp
+    assert state.fsdp_plugin is marker and state.deepspeed_plugin is None and state.mixed_precision == "no"
+    AcceleratorState._reset_state()
+    layout = object()  # Accelerate's fifth backend argument, parallelism_config
+    assert AcceleratorState(None, True, None, None, None, None, None, layout).parallelism_config is layout
+    AcceleratorState._reset_state()
+    with pytest.raises(TypeError, match=r"AcceleratorState\(\) got multiple values for argument 'fsdp_plugin'"):
+        AcceleratorState(None, True, None, None, marker, fsdp_plugin=marker)
 
 
 # ------------------------------------------------------------------ defaults

@@ -294,8 +294,9 @@ def drivetrain_configure_run(run: Run, accelerator: Any) -> Any:
         run: this process's run.
         accelerator: the new ``Accelerator``.
 
-    Return ``None``, or an object whose public attributes ``AcceleratorState`` and the
-    ``Accelerator`` expose when they do not have the attribute themselves: Accelerate's
+    Return ``None``, or an object whose public attributes ``AcceleratorState``,
+    ``GradientState`` and the ``Accelerator`` expose when they do not have the attribute
+    themselves: Accelerate's
     attributes that belong to a backend (``state.deepspeed_plugin``,
     ``state.select_deepspeed_plugin(name)``). They are looked up on every access, so the
     object may compute them.

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any, Callable, Iterator
 
 from . import environment
+from .accelerator_slots import positional_options, slot_names
 from .enums import DistributedType
 from .errors import ConfigError, DistributedError
 from .plugin_manager import get_plugin_manager
@@ -316,12 +317,18 @@ class AcceleratorState:
     _shared_state: dict[str, Any] = {}
 
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, dynamo_plugin: Any = None,
-                 strategy: str | None = None, _from_accelerator: bool = False, precision_backend: str | None = None,
-                 **kwargs: Any) -> None:
+                 _strategy_slot_1: Any = None, _strategy_slot_2: Any = None, _strategy_slot_3: Any = None,
+                 _strategy_slot_4: Any = None, _strategy_slot_5: Any = None, _from_accelerator: bool = False, *,
+                 strategy: str | None = None, precision_backend: str | None = None, **kwargs: Any) -> None:
         self.__dict__ = self._shared_state
+        # Accelerate's five backend arguments by position (named by `state.ACCELERATOR_STATE_SLOTS`)
+        slots = (_strategy_slot_1, _strategy_slot_2, _strategy_slot_3, _strategy_slot_4, _strategy_slot_5)
+        kwargs.update(positional_options(slots, kwargs, "AcceleratorState()", ("state", "ACCELERATOR_STATE_SLOTS")))
         # Accelerate's AcceleratorState takes backend objects as `<name>_plugin=` keywords
         # (their classes come from plugins); they are kept, by keyword, in `plugins`.
-        backend_plugins = {key: kwargs.pop(key) for key in list(kwargs) if key.endswith("_plugin")}
+        backend_names = set(slot_names("state", "ACCELERATOR_STATE_SLOTS", count=len(slots)) or ())
+        backend_plugins = {key: kwargs.pop(key) for key in list(kwargs)
+                           if key.endswith("_plugin") or key in backend_names}
         if self.initialized:
             if mixed_precision is not None and str(mixed_precision).lower() != self.mixed_precision:
                 raise ConfigError(
@@ -454,9 +461,16 @@ class GradientState:
         return self.active_dataloader is not None
 
     def __getattr__(self, name: str) -> Any:
-        # Accelerate's attributes of a backend, contributed by plugins, until a step sets them
+        # Accelerate's attributes of a backend: the active plugins' run extensions answer
+        # first, then what plugins contribute for an unused backend (until a step sets them)
         if name.startswith("_"):
             raise AttributeError(name)
+        run = PartialState._shared_state.get("run")
+        if run is not None:
+            try:
+                return run.extension_attribute(name)
+            except AttributeError:
+                pass
         return contributed_attribute("GradientState", name)
 
     def _set_sync_gradients(self, sync_gradients: bool) -> None:

@@ -53,3 +53,7 @@ ACCELERATOR_STRATEGY_SLOTS = (
     "deepspeed_plugin", "fsdp_plugin", "torch_tp_plugin", "megatron_lm_plugin",
     "deepspeed_plugins", "parallelism_config",
 )
+
+#: Accelerate's backend arguments of ``AcceleratorState.__init__``, after ``dynamo_plugin``.
+ACCELERATOR_STATE_SLOTS = ("deepspeed_plugin", "fsdp_plugin", "torch_tp_plugin", "megatron_lm_plugin",
+                           "parallelism_config")

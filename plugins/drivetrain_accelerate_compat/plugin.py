@@ -20,6 +20,7 @@ PLUGIN_INFO = PluginInfo(api_version="1.2", description="Accelerate's probes and
 def drivetrain_fallback_names():
     names = {f"utils.{probe}": f"drivetrain_accelerate_compat.fallbacks:{probe}" for probe in PROBES}
     names["accelerator.STRATEGY_SLOTS"] = "drivetrain_accelerate_compat.catalogue:ACCELERATOR_STRATEGY_SLOTS"
+    names["state.ACCELERATOR_STATE_SLOTS"] = "drivetrain_accelerate_compat.catalogue:ACCELERATOR_STATE_SLOTS"
     defaults = "drivetrain_accelerate_compat.state_defaults"
     for attribute in (*ACCELERATOR_STATE, "get_deepspeed_plugin", "select_deepspeed_plugin"):
         names[f"state.AcceleratorState.{attribute}"] = f"{defaults}:{attribute}"

@@ -65,6 +65,14 @@ class Extension:
         runtime = self._runtime()
         return runtime is not None and runtime.active() and runtime.options.fsdp_version == 2
 
+    @property
+    def is_xla_gradients_synced(self) -> bool:
+        """Accelerate's ``GradientState`` flag: FSDP always synchronises gradients itself."""
+        runtime = self._runtime()
+        if runtime is None or not runtime.active():
+            raise AttributeError("is_xla_gradients_synced")
+        return True
+
 
 _RUNTIMES: "weakref.WeakKeyDictionary[Any, Runtime]" = weakref.WeakKeyDictionary()
 
