@@ -51,15 +51,17 @@ def test_discovery_does_not_import_torch():
 
 
 @pytest.mark.skipif(HAS_GPU, reason="a GPU is present: the platform is usable here")
-def test_selection_refuses_cuda_where_it_cannot_run():
+def test_selection_refuses_cuda_where_it_cannot_run(tmp_path):
     from drivetrain.errors import PluginSelectionError
 
     with pytest.raises(PluginSelectionError, match=r"platform 'cuda' was requested but is not usable here: .*CUDA"):
         select(get_plugin_manager(), Requests(platform="cuda"), cluster=ClusterEnvironment("t"))
     assert select(get_plugin_manager(), Requests(), cluster=ClusterEnvironment("t")).platform.name != "cuda"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
-    result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--multi_gpu", "script.py"],
-                            capture_output=True, text=True, env=env)  # the plugin's option for --platform cuda
+    (tmp_path / "script.py").write_text("print('never runs')\n")
+    # (--multi_gpu, unlike --platform cuda, falls back to CPU processes here, as Accelerate's does)
+    result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--platform", "cuda", "script.py"],
+                            capture_output=True, text=True, env=env, cwd=tmp_path)
     assert result.returncode == 2 and "platform 'cuda' was requested but is not usable here" in result.stderr
     with pytest.raises(RuntimeError, match="no CUDA device is visible"):
         resolve(spec().factory)().device_for(0)

@@ -224,3 +224,22 @@ def test_a_signal_to_the_launcher_ends_every_worker_with_one_line(tmp_path, how)
     time.sleep(1)
     left = subprocess.run(["pgrep", "-f", f"{SCRIPTS / 'check_failure.py'} sleep"], capture_output=True, text=True)
     assert left.stdout.strip() == "", "workers outlived the launcher"
+
+
+def test_the_failure_summary_orders_ranks_by_when_they_failed():
+    from types import SimpleNamespace
+
+    from drivetrain.launchers import failure_summary
+
+    def failed(rank):
+        return SimpleNamespace(local_rank=rank, pid=100 + rank, exitcode=1, timestamp=0, message="")
+
+    error = SimpleNamespace(failures={0: failed(0), 1: failed(1)})
+    # rank 1 raised first; its teardown broke rank 0, which raised and ended before rank 1 ended
+    summary = failure_summary(error, recorded={1: (10.0, "ValueError: first"), 0: (10.2, "RuntimeError: peer")},
+                              exits={0: (10.3, 1), 1: (10.6, 1)})
+    assert "rank 1 failed first" in summary and summary.index("rank 1 (") < summary.index("rank 0 (")
+    # rank 1 left through os._exit (no record); rank 0 recorded the broken connection after that
+    summary = failure_summary(error, recorded={0: (10.2, "RuntimeError: peer")}, exits={0: (10.3, 1), 1: (10.1, 3)},
+                              last_lines={1: "fatal: the disk is full"})
+    assert "rank 1 failed first" in summary and "rank 1 (local rank 1, pid 101) exited with code 3: fatal" in summary

@@ -34,11 +34,12 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
                     last_lines: Mapping[int, str] | None = None) -> str:
     """One line per failed rank of a ``ChildFailedError``: which rank, how it ended and its error.
 
-    The rank that ended first is named first; the others usually stopped because of it.
+    The rank that failed first is named first; the others usually stopped because of it.
     ``exits`` maps a rank to ``(time, exit code or -signal)`` as its parent saw the process end
-    (:class:`~drivetrain.process_exits.ExitWatcher`): the truest order. ``recorded`` maps a rank
-    to ``(time, error)`` its worker wrote itself; ``last_lines`` to the last line it wrote to
-    stderr, the reason given when it recorded no error (``os._exit``, a signal).
+    (:class:`~drivetrain.process_exits.ExitWatcher`); ``recorded`` maps a rank to ``(time,
+    error)`` its worker wrote itself when it raised; the earlier of the two orders the ranks.
+    ``last_lines`` maps a rank to the last line it wrote to stderr, the reason given when it
+    recorded no error (``os._exit``, a signal).
     """
     from .process_exits import describe_exit
 
@@ -54,15 +55,16 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
         return failures[rank].exitcode if rank in failures else None
 
     def order(rank: int) -> tuple:
+        # A rank failed when it recorded its error (raised) or, without a record, when its
+        # parent saw it end (os._exit, a signal): the earlier of the two. A rank that raised
+        # may end after the ranks its teardown broke, so its end alone would misorder it.
+        # Ties go to a rank that ended on its own over one the launcher stopped by a signal.
         code = code_of(rank)
-        # A rank that ended on its own comes before one killed by a signal (usually the launcher
-        # stopping the rest); then the earliest end the parent saw, then the earliest own record.
         killed = code is not None and code < 0
-        if rank in exits:
-            return (0, exits[rank][0], killed, rank)
-        if rank in recorded:
-            return (1, killed, recorded[rank][0], rank)
-        return (2, killed, failures[rank].timestamp or float("inf"), rank)
+        times = [at for at in (exits.get(rank, (None,))[0], recorded.get(rank, (None,))[0]) if at is not None]
+        if times:
+            return (0, min(times), killed, rank)
+        return (1, failures[rank].timestamp or float("inf"), killed, rank)
 
     first_rank = min(ranks, key=order)
     lines = [f"{title}: {len(ranks)} process(es) failed; rank {first_rank} failed first"]

@@ -132,7 +132,11 @@ class ExitWatcher:
                     continue
 
     def _watch(self) -> None:
+        # An end is dated when the process was last seen alive, not when it was seen gone: a
+        # peer that records the broken connection a moment after the death must come later.
+        last_seen_alive = time.time()
         while not self._stop.is_set():
+            now = time.time()
             self._known_pids()
             for rank, pid in self._pids.items():
                 if rank in self.exits:
@@ -140,9 +144,10 @@ class ExitWatcher:
                 try:
                     result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
                 except ChildProcessError:  # already collected by the agent: ended by now
-                    self.exits[rank] = (time.time(), None)
+                    self.exits[rank] = (last_seen_alive, None)
                     continue
                 if result is not None and result.si_pid:
                     code = -result.si_status if result.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else result.si_status
-                    self.exits[rank] = (time.time(), code)
+                    self.exits[rank] = (last_seen_alive, code)
+            last_seen_alive = now
             self._stop.wait(self.interval)
