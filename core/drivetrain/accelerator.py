@@ -13,8 +13,10 @@ import torch
 
 from . import environment
 from .accelerator_members import AccelerateMembers
+from .accelerator_processes import AcceleratorProcesses
+from .accelerator_properties import AcceleratorProperties
 from .accelerator_slots import positional_options
-from .errors import ConfigError, DrivetrainError
+from .errors import ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
 from .kwargs_handlers import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -31,10 +33,6 @@ from .scheduler import AcceleratedScheduler
 from .state import AcceleratorState, GradientState
 
 logger = logging.getLogger(__name__)
-
-
-class UsageError(DrivetrainError):
-    """The ``Accelerator`` was used in an order or way that cannot work."""
 
 
 def _is_dataloader(obj: Any) -> bool:
@@ -56,7 +54,7 @@ def _strategy_option_attributes() -> set[str]:
             for argument in spec.accelerator_arguments if argument.endswith("_plugin")}
 
 
-class Accelerator(AccelerateMembers):
+class Accelerator(AcceleratorProperties, AcceleratorProcesses, AccelerateMembers):
     """Prepare a model, its optimizer, scheduler and data for the run this process is in.
 
     Arguments are Accelerate's, in Accelerate's order. A strategy plugin may accept more
@@ -233,158 +231,6 @@ class Accelerator(AccelerateMembers):
         from .tracking import Trackers
 
         return Trackers(log_with, logging_dir=self.logging_dir, is_main_process=self.is_main_process, run=self.run)
-
-    # ------------------------------------------------------------- properties
-
-    @property
-    def device(self) -> torch.device:
-        return self.state.device
-
-    @property
-    def distributed_type(self):
-        return self.state.distributed_type
-
-    @property
-    def num_processes(self) -> int:
-        return self.state.num_processes
-
-    @property
-    def process_index(self) -> int:
-        return self.state.process_index
-
-    @property
-    def local_process_index(self) -> int:
-        return self.state.local_process_index
-
-    @property
-    def is_main_process(self) -> bool:
-        return self.state.is_main_process
-
-    @property
-    def is_local_main_process(self) -> bool:
-        return self.state.is_local_main_process
-
-    @property
-    def is_last_process(self) -> bool:
-        return self.state.is_last_process
-
-    # Ranks of composable parallelism. A strategy that lays processes out on a device mesh
-    # answers them through its run extension; otherwise each process is its own data shard.
-
-    def _mesh_attribute(self, name: str, default: Any) -> Any:
-        try:
-            return self.run.extension_attribute(name)
-        except AttributeError:
-            return default
-
-    @property
-    def parallelism_config(self) -> Any:
-        return self._mesh_attribute("parallelism_config", None)
-
-    @property
-    def torch_device_mesh(self) -> Any:
-        return self._mesh_attribute("torch_device_mesh", None)
-
-    @property
-    def is_composable_parallelism_enabled(self) -> bool:
-        return bool(self._mesh_attribute("is_composable_parallelism_enabled", False))
-
-    @property
-    def data_parallel_rank(self) -> int:
-        return self.run.data_parallel_rank
-
-    @property
-    def data_parallel_shard_rank(self) -> int:
-        return self._mesh_attribute("data_parallel_shard_rank", 0)
-
-    @property
-    def tensor_parallel_rank(self) -> int:
-        return self._mesh_attribute("tensor_parallel_rank", 0)
-
-    @property
-    def context_parallel_rank(self) -> int:
-        return self._mesh_attribute("context_parallel_rank", 0)
-
-    @property
-    def pipeline_parallel_rank(self) -> int:
-        return self._mesh_attribute("pipeline_parallel_rank", 0)
-
-    def maybe_context_parallel(self, buffers: list[Any] | None = None, buffer_seq_dims: list[int] | None = None,
-                               no_restore_buffers: set[Any] | None = None) -> contextlib.AbstractContextManager:
-        """Split ``buffers`` over the context-parallel processes inside the block (a no-op
-        when the run has no such dimension)."""
-        enter = self._mesh_attribute("maybe_context_parallel", None)
-        if enter is None:
-            return contextlib.nullcontext()
-        return enter(buffers=buffers, buffer_seq_dims=buffer_seq_dims, no_restore_buffers=no_restore_buffers)
-
-    @property
-    def use_distributed(self) -> bool:
-        return self.state.use_distributed
-
-    @property
-    def mixed_precision(self) -> str:
-        return self.state.mixed_precision
-
-    @property
-    def project_dir(self) -> str | None:
-        return self.project_configuration.project_dir
-
-    @property
-    def logging_dir(self) -> str | None:
-        return self.project_configuration.logging_dir
-
-    @property
-    def save_iteration(self) -> int:
-        return self.project_configuration.iteration
-
-    @property
-    def split_batches(self) -> bool:
-        return self.dataloader_config.split_batches
-
-    @property
-    def dispatch_batches(self) -> bool | None:
-        return self.dataloader_config.dispatch_batches
-
-    @property
-    def even_batches(self) -> bool:
-        return self.dataloader_config.even_batches
-
-    @even_batches.setter
-    def even_batches(self, value: bool) -> None:
-        self.dataloader_config.even_batches = value
-
-    @property
-    def use_seedable_sampler(self) -> bool:
-        return self.dataloader_config.use_seedable_sampler
-
-    @property
-    def non_blocking(self) -> bool:
-        return self.dataloader_config.non_blocking
-
-    @property
-    def use_stateful_dataloader(self) -> bool:
-        return self.dataloader_config.use_stateful_dataloader
-
-    @property
-    def gradient_accumulation_steps(self) -> int:
-        return self.gradient_state.num_steps
-
-    @gradient_accumulation_steps.setter
-    def gradient_accumulation_steps(self, steps: int) -> None:
-        self.gradient_state.plugin_kwargs.update({"num_steps": steps})
-
-    @property
-    def sync_gradients(self) -> bool:
-        return self.gradient_state.sync_gradients
-
-    @sync_gradients.setter
-    def sync_gradients(self, value: bool) -> None:
-        self.gradient_state.sync_gradients = value
-
-    @property
-    def optimizer_step_was_skipped(self) -> bool:
-        return any(getattr(opt, "step_was_skipped", False) for opt in self._optimizers)
 
     # ---------------------------------------------------------------- prepare
 
@@ -639,7 +485,7 @@ class Accelerator(AccelerateMembers):
             return compiled
         return inner
 
-    # ------------------------------------------------ process control and data
+    # ------------------------------------------------ process control
 
     def wait_for_everyone(self) -> None:
         """Barrier; also waits until the last ``save_state`` checkpoint is on disk, raising if it failed."""
@@ -651,92 +497,6 @@ class Accelerator(AccelerateMembers):
         else:
             self.state.wait_for_everyone()
         self._tell_published_checkpoints()
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        self.state.print(*args, **kwargs)
-
-    def main_process_first(self):
-        return self.state.main_process_first()
-
-    def local_main_process_first(self):
-        return self.state.local_main_process_first()
-
-    def split_between_processes(self, inputs: Any, apply_padding: bool = False):
-        return self.state.split_between_processes(inputs, apply_padding=apply_padding)
-
-    def on_main_process(self, function: Callable | None = None) -> Callable:
-        return self.state.on_main_process(function)
-
-    def on_local_main_process(self, function: Callable | None = None) -> Callable:
-        return self.state.on_local_main_process(function)
-
-    def on_last_process(self, function: Callable | None = None) -> Callable:
-        return self.state.on_last_process(function)
-
-    def on_process(self, function: Callable | None = None, process_index: int | None = None) -> Callable:
-        return self.state.on_process(function, process_index=process_index)
-
-    def on_local_process(self, function: Callable | None = None, local_process_index: int | None = None) -> Callable:
-        return self.state.on_local_process(function, local_process_index=local_process_index)
-
-    def gather(self, tensor: Any) -> Any:
-        from .utils.operations import gather
-
-        return gather(tensor)
-
-    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        from .utils.operations import gather_for_metrics
-
-        return gather_for_metrics(input_data, use_gather_object=use_gather_object)
-
-    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-        from .utils.operations import reduce
-
-        return reduce(tensor, reduction=reduction, scale=scale)
-
-    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
-        from .utils.operations import pad_across_processes
-
-        return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
-
-    def set_trigger(self) -> None:
-        """Raise a flag on this process that :meth:`check_trigger` sees on every process."""
-        self.flag_tensor = torch.tensor(1, device=self.device)
-
-    def check_trigger(self) -> bool:
-        """Whether any process called :meth:`set_trigger` since the last check (collective)."""
-        flag = self.flag_tensor if self.flag_tensor is not None else torch.tensor(0, device=self.device)
-        total = self.state.collectives.all_reduce(flag.clone(), "sum")
-        if int(total.item()) >= 1:
-            self.flag_tensor = torch.tensor(0, device=self.device)
-            return True
-        return False
-
-    @contextlib.contextmanager
-    def join_uneven_inputs(self, joinables: Sequence[Any], even_batches: bool | None = None) -> Iterator[None]:
-        """Let processes with fewer batches shadow the collectives of the others (torch's Join)."""
-        if self.num_processes == 1:
-            yield
-            return
-        from torch.distributed.algorithms.join import Join, Joinable
-
-        saved = self.even_batches
-        if even_batches is not None:
-            self._set_even_batches(even_batches)
-        if not all(isinstance(j, Joinable) for j in joinables):
-            raise UsageError("join_uneven_inputs needs models prepared with a data-parallel strategy (torch Joinable)")
-        try:
-            with Join(list(joinables)):
-                yield
-        finally:
-            self._set_even_batches(saved)
-
-    def _set_even_batches(self, value: bool) -> None:
-        self.dataloader_config.even_batches = value
-        for loader in self._dataloaders:
-            sampler = getattr(loader, "batch_sampler", None)
-            if hasattr(sampler, "even_batches"):
-                sampler.even_batches = value
 
     def save(self, obj: Any, f: str | os.PathLike, safe_serialization: bool = False) -> None:
         """Save ``obj`` on the main process (on each node's main one with ``save_on_each_node``)."""

@@ -33,6 +33,10 @@ class CheckpointError(DrivetrainError):
     """A checkpoint cannot be written or read."""
 
 
+class UsageError(DrivetrainError):
+    """The ``Accelerator`` was used in an order or way that cannot work."""
+
+
 class LaunchError(DrivetrainError):
     """`drivetrain launch` could not start or a child failed."""
 
