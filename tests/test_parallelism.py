@@ -158,6 +158,15 @@ def test_one_process_layout_and_refused_sizes(clean_env):
     model = accelerator.prepare(torch.nn.Linear(4, 2))
     assert model(torch.ones(1, 4, device=accelerator.device)).shape == (1, 2)
     AcceleratorState._reset_state()
+    # Accelerate's usual pattern: the mesh shards with the FSDP options passed beside it
+    from drivetrain import FullyShardedDataParallelPlugin
+
+    fsdp = FullyShardedDataParallelPlugin(fsdp_version=2, reshard_after_forward=False)
+    accelerator = Accelerator(parallelism_config=ParallelismConfig(), fsdp_plugin=fsdp)
+    assert accelerator.run.selection.strategy.name == "parallelism_config" and accelerator.run.options["fsdp_plugin"] is fsdp
+    model = accelerator.prepare(torch.nn.Linear(4, 2))
+    assert model(torch.ones(1, 4, device=accelerator.device)).shape == (1, 2)
+    AcceleratorState._reset_state()
     plain = Accelerator()  # without a layout: every process is its own data shard
     assert plain.torch_device_mesh is None and not plain.is_composable_parallelism_enabled
     assert (plain.data_parallel_rank, plain.tensor_parallel_rank, plain.pipeline_parallel_rank) == (0, 0, 0)

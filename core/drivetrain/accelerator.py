@@ -176,7 +176,13 @@ class Accelerator(AcceleratorProperties, AcceleratorProcesses, AccelerateMembers
                             "that provides it, see `drivetrain plugins list`")
         chosen = {owners[arg] for arg in given}
         if len(chosen) > 1:
-            raise ConfigError(f"options for several strategies were given ({sorted(chosen)}); choose one")
+            # one strategy may compose with another's options (a mesh that shards with FSDP)
+            composing = [spec.name for _p, spec in get_plugin_manager().registrations("drivetrain_register_strategies")
+                         if spec.name in chosen and set(given) <= {*spec.accelerator_arguments,
+                                                                    *spec.composes_arguments}]
+            if len(composing) != 1:
+                raise ConfigError(f"options for several strategies were given ({sorted(chosen)}); choose one")
+            return composing[0]
         return chosen.pop()
 
     @staticmethod

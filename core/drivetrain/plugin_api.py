@@ -168,6 +168,10 @@ class StrategySpec:
         accelerator_arguments: keyword arguments of ``Accelerator(...)`` that carry this
             strategy's options (``"fsdp_plugin"``); giving one selects the strategy and
             files the value in ``run.options`` under the same name.
+        composes_arguments: ``accelerator_arguments`` of other strategies this one uses when
+            they are given together with its own (a device-mesh strategy that shards with
+            FSDP takes ``fsdp_plugin`` beside ``parallelism_config``); they are filed in
+            ``run.options`` too, and the strategy that declares them is not selected.
         places_models: ``True`` when the strategy puts models on the run's device itself, in
             ``drivetrain_wrap_model``, so the core does not move them first. A sharding
             strategy shards a model before moving it (a model larger than one device then
@@ -182,6 +186,7 @@ class StrategySpec:
     automatic: bool = False
     config_section: str | None = None
     accelerator_arguments: Sequence[str] = ()
+    composes_arguments: Sequence[str] = ()
     places_models: bool = False
     description: str = ""
 

@@ -60,6 +60,7 @@ CONFIG_KEYS: dict[str, tuple[str, type, Any, Any, str]] = {
 def drivetrain_register_strategies():
     return [StrategySpec(
         name=NAME, config_section=SECTION, accelerator_arguments=("parallelism_config", "torch_tp_plugin"),
+        composes_arguments=("fsdp_plugin",),
         places_models=True,
         description="ND parallelism on a device mesh: dp_replicate × dp_shard (FSDP2) × cp × tp",
     )]
