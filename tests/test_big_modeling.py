@@ -319,3 +319,84 @@ def test_offload_index_loader_keys_are_linear(tmp_path):
     assert torch.equal(loader["experts.1321.w"], torch.full((2,), 1321.0))
     assert json.loads((tmp_path / "index.json").read_text())["experts.1000.w"]["dtype"] == "float32"
     assert os.path.getsize(tmp_path / "experts.1000.w.dat") == 8
+
+
+@pytest.mark.parametrize("how", ["disk_offload", "dispatch_all_disk"])
+def test_offloaded_tied_embeddings_are_read_once_per_forward(tmp_path, monkeypatch, how):
+    """GPT-2 with tied input/output embeddings, offloaded to disk: the tied weight is read from
+    disk once per forward and both modules use that one tensor; outputs match the model in memory."""
+    from drivetrain.big_modeling import disk_offload
+    from drivetrain.utils.offload import OffloadedWeightsLoader
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=96, n_embd=48, n_layer=2, n_head=4, n_positions=64,
+                                     tie_word_embeddings=True)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    assert find_tied_parameters(model) == [["lm_head.weight", "transformer.wte.weight"]]
+    ids = torch.randint(0, 96, (2, 6))
+    with torch.no_grad():
+        expected = model(ids).logits
+    if how == "disk_offload":
+        disk_offload(model, tmp_path / "offload", execution_device="cpu")
+    else:
+        dispatch_model(model, {"": "disk"}, main_device="cpu", offload_dir=tmp_path / "offload")
+
+    reads: list[str] = []
+    original = OffloadedWeightsLoader.__getitem__
+
+    def counting(self, key):
+        reads.append(key)
+        return original(self, key)
+
+    monkeypatch.setattr(OffloadedWeightsLoader, "__getitem__", counting)
+    seen: list[torch.Tensor] = []
+    for module in (model.transformer.wte, model.lm_head):  # what each module's own forward runs with
+        def watched(*args, _forward=module._old_forward, _module=module, **kwargs):
+            seen.append(_module.weight)
+            return _forward(*args, **kwargs)
+        module._old_forward = watched
+    for _ in range(2):
+        reads.clear()
+        seen.clear()
+        with torch.no_grad():
+            got = model(ids).logits
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+        tied_reads = [k for k in reads if k in ("transformer.wte.weight", "lm_head.weight")]
+        assert len(tied_reads) == 1, tied_reads
+        assert seen[0] is seen[1]  # one loaded tensor, shared by both modules
+    # Released after the forward: nothing stays loaded.
+    assert model.transformer.wte.weight.device.type == "meta"
+    assert model.lm_head.weight.device.type == "meta"
+
+
+class BufferHeavy(nn.Module):
+    """Layers with large buffers (lookup tables) next to their weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(6))
+        for layer in self.layers:
+            layer.register_buffer("table", torch.zeros(256))  # 1024 bytes, more than the weights (1088)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x) + layer.table[:16]
+        return x
+
+
+def test_buffers_of_offloaded_modules_count_against_the_main_device():
+    """Without offload_buffers, the buffers of disk-mapped modules stay in CPU memory (the main
+    device here): the map keeps room for them; with offload_buffers=True they go to disk too."""
+    model = BufferHeavy()
+    layer = 16 * 16 * 4 + 16 * 4 + 256 * 4  # 2112 bytes per layer
+    budget = {"cpu": 5 * layer}
+    kept = infer_auto_device_map(model, max_memory=budget)
+    offloaded = infer_auto_device_map(model, max_memory=budget, offload_buffers=True)
+    # The largest layer is reserved on the main device: 4 layers fit when buffers go to disk.
+    assert [offloaded[f"layers.{i}"] for i in range(6)] == ["cpu"] * 4 + ["disk"] * 2
+    on_cpu = [name for name, device in kept.items() if device == "cpu"]
+    on_disk = [name for name, device in kept.items() if device == "disk"]
+    buffer_bytes = 256 * 4
+    # The CPU holds its layers, the reserve for one offloaded layer, and the disk layers' buffers.
+    assert len(on_cpu) * layer + layer + len(on_disk) * buffer_bytes <= budget["cpu"]
+    assert len(on_cpu) == 2 and len(on_disk) == 4

@@ -22,6 +22,7 @@ from .environment import read_bool
 from .errors import ConfigError
 from .hooks import (
     AlignDevicesHook,
+    TiedParamsMap,
     CpuOffload,
     UserCpuOffloadHook,
     add_hook_to_module,
@@ -115,9 +116,11 @@ def cpu_offload(model: nn.Module, execution_device: Any = None, offload_buffers:
     execution_device = _first_device(model) if execution_device is None else resolve_device(execution_device)
     if state_dict is None:
         state_dict = {name: tensor.detach().to(HOST) for name, tensor in model.state_dict(keep_vars=True).items()}
-    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
+    tied = TiedParamsMap.for_model(model)
+    add_hook_to_module(model, AlignDevicesHook(io_same_device=True, tied_params_map=tied), append=True)
     attach_align_device_hook(model, execution_device, offload=True, weights_map=state_dict,
-                             offload_buffers=offload_buffers, preload_module_classes=preload_module_classes)
+                             offload_buffers=offload_buffers, preload_module_classes=preload_module_classes,
+                             tied_params_map=tied)
     return model
 
 
@@ -138,9 +141,11 @@ def disk_offload(model: nn.Module, offload_dir: str | os.PathLike, execution_dev
     execution_device = _first_device(model) if execution_device is None else resolve_device(execution_device)
     if not (Path(offload_dir) / INDEX_NAME).exists():
         offload_state_dict(offload_dir, model.state_dict())
-    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
+    tied = TiedParamsMap.for_model(model)
+    add_hook_to_module(model, AlignDevicesHook(io_same_device=True, tied_params_map=tied), append=True)
     attach_align_device_hook(model, execution_device, offload=True, weights_map=OffloadedWeightsLoader(save_folder=offload_dir),
-                             offload_buffers=offload_buffers, preload_module_classes=preload_module_classes)
+                             offload_buffers=offload_buffers, preload_module_classes=preload_module_classes,
+                             tied_params_map=tied)
     return model
 
 
@@ -194,7 +199,8 @@ def dispatch_model(model: nn.Module, device_map: dict[str, Any], main_device: An
         weights_map = OffloadedWeightsLoader(state_dict=state_dict, save_folder=offload_dir, index=offload_index)
     attach_align_device_hook_on_blocks(model, execution_device=execution_device, offload=offload,
                                        weights_map=weights_map, offload_buffers=offload_buffers, skip_keys=skip_keys,
-                                       preload_module_classes=preload_module_classes)
+                                       preload_module_classes=preload_module_classes,
+                                       tied_params_map=TiedParamsMap.for_model(model))
     return model
 
 

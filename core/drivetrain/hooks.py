@@ -27,7 +27,32 @@ __all__ = [
     "ModelHook", "SequentialHook", "add_hook_to_module", "remove_hook_from_module", "remove_hook_from_submodules",
     "AlignDevicesHook", "CpuOffload", "UserCpuOffloadHook", "LayerwiseCastingHook", "attach_execution_device_hook",
     "attach_align_device_hook", "attach_align_device_hook_on_blocks", "attach_layerwise_casting_hooks",
+    "TiedParamsMap",
 ]
+
+
+class TiedParamsMap(dict):
+    """A ``tied_params_map`` that knows the model's tied groups by name.
+
+    Given to every hook of one model (the model's own hook included), it makes an offloaded
+    tied weight (say, input and output embeddings) load once per forward of the model: the
+    first module that needs it loads it, the others of its group use that same tensor, and it
+    is dropped when the outermost hooked forward returns. Entries are ``{group: {device:
+    tensor}}``, the group named by its first parameter name.
+    """
+
+    def __init__(self, tied_groups: list[list[str]]) -> None:
+        super().__init__()
+        self.group_of = {name: group[0] for group in tied_groups for name in group}
+        self.depth = 0  # hooked forwards running now; at 0 the loaded tied weights are dropped
+
+    @classmethod
+    def for_model(cls, model: nn.Module) -> TiedParamsMap | None:
+        """The map for ``model``'s tied parameters, or ``None`` when it ties none."""
+        from .utils.modeling import find_tied_parameters
+
+        groups = find_tied_parameters(model)
+        return cls(groups) if groups else None
 
 
 class ModelHook:
@@ -166,6 +191,7 @@ class AlignDevicesHook(ModelHook):
         self.place_submodules = place_submodules
         self.skip_keys = skip_keys
         self.tied_params_map = tied_params_map
+        self.module_name = ""  # where the module sits in the model: finds its names in a TiedParamsMap
         self.input_device: Any = None
         self.param_original_devices: dict[str, torch.device] = {}
         self.buffer_original_devices: dict[str, torch.device] = {}
@@ -205,22 +231,47 @@ class AlignDevicesHook(ModelHook):
     def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if self.io_same_device:
             self.input_device = find_device([args, kwargs])
+        by_name = isinstance(self.tied_params_map, TiedParamsMap)
+        if by_name:
+            self.tied_params_map.depth += 1
         if self.offload:
+            device = self._device or torch.device(HOST)
             for name in self.tensor_names:
-                set_module_tensor_to_device(module, name, self._device or HOST, value=self.weights_map[name],
-                                            tied_params_map=self.tied_params_map)
+                if by_name:
+                    self._load_tied_or(module, name, device)
+                else:
+                    set_module_tensor_to_device(module, name, device, value=self.weights_map[name],
+                                                tied_params_map=self.tied_params_map)
         if self._device is None:
             return args, kwargs
         return (send_to_device(args, self._device),
                 send_to_device(kwargs, self._device, skip_keys=self.skip_keys))
 
+    def _load_tied_or(self, module: nn.Module, name: str, device: torch.device) -> None:
+        """Load weight ``name``, or take the copy a module tied to it already loaded this forward."""
+        tied: TiedParamsMap = self.tied_params_map  # type: ignore[assignment]
+        group = tied.group_of.get(f"{self.module_name}.{name}" if self.module_name else name)
+        shared = tied.get(group, {}).get(device) if group is not None else None
+        if shared is not None:
+            owner_name, _, attribute = name.rpartition(".")
+            owner = module.get_submodule(owner_name) if owner_name else module
+            owner._parameters[attribute] = shared
+            return
+        set_module_tensor_to_device(module, name, device, value=self.weights_map[name])
+        if group is not None:
+            tied.setdefault(group, {})[device] = module.get_parameter(name)
+
     def post_forward(self, module: nn.Module, output: Any) -> Any:
         if self.offload:
             for name in self.tensor_names:
                 set_module_tensor_to_device(module, name, META)
-            if self.tied_params_map is not None:
-                for copies in self.tied_params_map.values():
-                    copies.pop(self._device, None)
+        if isinstance(self.tied_params_map, TiedParamsMap):
+            self.tied_params_map.depth = max(self.tied_params_map.depth - 1, 0)
+            if self.tied_params_map.depth == 0:
+                self.tied_params_map.clear()  # the forward is over: loaded tied weights go
+        elif self.offload and self.tied_params_map is not None:
+            for copies in self.tied_params_map.values():
+                copies.pop(self._device, None)
         if self.io_same_device and self.input_device is not None:
             output = send_to_device(output, self.input_device, skip_keys=self.skip_keys)
         return output
@@ -257,10 +308,10 @@ def attach_align_device_hook(module: nn.Module, execution_device: Any = None, of
     if own or whole:
         prefix = f"{module_name}." if module_name else ""
         mapped = PrefixedDataset(weights_map, prefix) if weights_map is not None and prefix else weights_map
-        add_hook_to_module(module, AlignDevicesHook(execution_device, offload=offload, weights_map=mapped,
-                                                    offload_buffers=offload_buffers, place_submodules=whole,
-                                                    skip_keys=skip_keys, tied_params_map=tied_params_map),
-                           append=True)
+        hook = AlignDevicesHook(execution_device, offload=offload, weights_map=mapped, offload_buffers=offload_buffers,
+                                place_submodules=whole, skip_keys=skip_keys, tied_params_map=tied_params_map)
+        hook.module_name = module_name
+        add_hook_to_module(module, hook, append=True)
     if whole:
         return
     for child_name, child in module.named_children():
@@ -300,10 +351,12 @@ def attach_align_device_hook_on_blocks(module: nn.Module, execution_device: Any 
                                  module_name, skip_keys, preload_module_classes, tied_params_map)
         if module_name == "":  # the whole model offloaded: its outputs go back where inputs came from
             add_hook_to_module(module, AlignDevicesHook(execution_device[module_name], io_same_device=True,
-                                                        skip_keys=skip_keys), append=True)
+                                                        skip_keys=skip_keys, tied_params_map=tied_params_map),
+                               append=True)
         return
     if module_name == "":
-        add_hook_to_module(module, AlignDevicesHook(execution_device.get(""), io_same_device=True, skip_keys=skip_keys))
+        add_hook_to_module(module, AlignDevicesHook(execution_device.get(""), io_same_device=True, skip_keys=skip_keys,
+                                                    tied_params_map=tied_params_map))
     for child_name, child in module.named_children():
         attach_align_device_hook_on_blocks(child, execution_device, offload, weights_map, offload_buffers,
                                            f"{module_name}.{child_name}" if module_name else child_name, skip_keys,

@@ -22,6 +22,7 @@ from .modeling import (
     as_dtype,
     clean_device_map,
     compute_module_sizes,
+    dtype_byte_size,
     find_tied_parameters,
     get_max_layer_size,
     get_max_memory,
@@ -99,13 +100,60 @@ def infer_auto_device_map(model: nn.Module, max_memory: dict[int | str, int | st
     unless its class is in ``no_split_module_classes``; tied parameters are placed with the
     module that holds them first. ``fallback_allocation`` lets a device that cannot take the
     next module take a later leaf module that fits, rather than stay empty.
+
+    Offloaded modules (on ``"cpu"`` or ``"disk"`` when a platform device runs them, on
+    ``"disk"`` when the CPU does) keep their buffers on the main device unless
+    ``offload_buffers``: those buffers count against the main device's memory.
     """
     memory = get_max_memory(max_memory)
     if DISK not in memory:
         memory[DISK] = float("inf")
+    sizes = compute_module_sizes(model, dtype=as_dtype(dtype), special_dtypes=special_dtypes)
+    platform_devices = [d for d in memory if d not in (HOST, DISK)]
+    main_device = platform_devices[0] if platform_devices else HOST
+    reserved = 0
+    while True:
+        budget = dict(memory)
+        if main_device in budget:
+            budget[main_device] = budget[main_device] - reserved
+        device_map = _assign(model, budget, sizes, no_split_module_classes, fallback_allocation, verbose)
+        if offload_buffers:
+            break
+        # Buffers of offloaded modules are not offloaded: they live on the main device, so the
+        # map is made again with room kept for them until that room is enough.
+        needed = _offloaded_buffer_bytes(model, device_map, main_device, dtype)
+        if needed <= reserved:
+            break
+        reserved = needed
+        if verbose:
+            logger.info("keeping %d bytes of %s for the buffers of offloaded modules", reserved, main_device)
+    if clean_result:
+        device_map = clean_device_map(device_map)
+    return device_map
+
+
+def _offloaded_buffer_bytes(model: nn.Module, device_map: dict[str, Any], main_device: Any, dtype: Any) -> int:
+    """Bytes of the buffers of the entries ``device_map`` offloads (which stay on ``main_device``)."""
+    offloaded = {DISK} if main_device == HOST else {HOST, DISK}
+    names = {name for name, device in device_map.items() if device in offloaded}
+    if not names:
+        return 0
+    dtype = as_dtype(dtype)
+    total = 0
+    for name, buffer in model.named_buffers():
+        if "" in names or _owner(name, names) is not None:
+            element = buffer.element_size()
+            if dtype is not None and buffer.is_floating_point():
+                element = min(element, dtype_byte_size(dtype))
+            total += int(buffer.numel() * element)
+    return total
+
+
+def _assign(model: nn.Module, memory: dict[Any, Any], sizes: dict[str, int], no_split_module_classes: list[str] | None,
+            fallback_allocation: bool, verbose: bool) -> dict[str, Any]:
+    """One pass of :func:`infer_auto_device_map` within ``memory`` (not cleaned)."""
     devices = list(memory)
     no_split = set(no_split_module_classes or [])
-    sizes = compute_module_sizes(model, dtype=as_dtype(dtype), special_dtypes=special_dtypes)
     tied_groups = find_tied_parameters(model)
     platform_devices = [d for d in devices if d not in (HOST, DISK)]
     main_devices = ([platform_devices[0]] if platform_devices else []) + [HOST]
@@ -174,20 +222,7 @@ def infer_auto_device_map(model: nn.Module, max_memory: dict[int | str, int | st
         position += 1
         used = 0
         reserve = None
-    if clean_result:
-        device_map = clean_device_map(device_map)
-    if not offload_buffers:
-        _keep_buffers_budget(model, device_map, memory, verbose)
     return device_map
-
-
-def _keep_buffers_budget(model: nn.Module, device_map: dict[str, Any], memory: dict[Any, Any], verbose: bool) -> None:
-    """Buffers of offloaded modules stay on the execution device: say so when that is tight."""
-    if not verbose:
-        return
-    offloaded = [name for name, device in device_map.items() if device in (HOST, DISK)]
-    if offloaded:
-        logger.info("buffers of %d offloaded module(s) stay on the execution device", len(offloaded))
 
 
 def check_device_map(model: nn.Module, device_map: dict[str, Any]) -> None:
