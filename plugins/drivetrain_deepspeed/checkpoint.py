@@ -14,7 +14,8 @@ engine's ``checkpoint_engine``; while ``load_state`` runs, that is replaced by o
 ``load`` is drivetrain's safe loader (``weights_only=True`` with an allow-list of the few
 plain data classes DeepSpeed stores), so a file naming anything else is refused and never
 runs code. Every file is also verified against the manifest's checksums before DeepSpeed
-reads it.
+reads it, and the checkpoint's parameter names, shapes and dtypes are checked against the
+engine first (``fit.py``), so a checkpoint of another model changes nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from drivetrain.errors import CheckpointError
 from drivetrain.plugin_api import safe_torch_load
 
 from .engine import is_engine, is_zero3, load_full_state_dict, trains
+from .fit import check_engine_fits
 
 TAG = "state"
 
@@ -144,14 +146,18 @@ def load_engine(engine: Any, index: int, directory: str, run: Any, manifest: Map
         kwargs["load_module_strict"] = bool(options.pop("strict"))
     options.pop("map_location", None)  # DeepSpeed places its states itself
     kwargs.update(options)
+    check_engine_fits(engine, index, target, TAG, run, safe_types(), kwargs)  # nothing is changed before this
     try:
         with safe_loading(engine):
             path, _client_state = engine.load_checkpoint(str(target), tag=TAG, **kwargs)
-    except CheckpointError:
-        raise
     except TypeError as error:
         raise CheckpointError(f"load_state() passed arguments DeepSpeed's load_checkpoint does not take ({error}); "
                               "drop them") from None
+    except Exception as error:  # past the checks: damage in a file only DeepSpeed reads (its optimizer partitions)
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"DeepSpeed failed loading {target} after its model states were checked ({first}); "
+                              f"model {index}'s module weights may already be restored from it, its optimizer "
+                              "state is not: load a checkpoint again before training on") from error
     if path is None:
         raise CheckpointError(f"DeepSpeed could not load its checkpoint from {target}")
     return True

@@ -5,7 +5,8 @@
 Trains the same small model with DDP (the launch's default strategy) and then with DeepSpeed
 ZeRO-STAGE, with and without CPU optimizer offload, and checks: the losses and weights match
 DDP's, gradient accumulation is DeepSpeed's own and matches DDP's, ``save_state`` /
-``load_state`` resume exactly (into a fresh engine and into the running one), and the full
+``load_state`` resume exactly (into a fresh engine and into the running one), that a
+checkpoint of another model is refused with nothing changed, and the full
 state dict loads into a plain model. Stage 3 also checks the 16-bit ``save_model``, fp32
 master weights under bf16, ``zero3_init_context``, MoE leaf modules, and two models with two
 ``DeepSpeedPlugin``s (a ZeRO-2 student and a ZeRO-3 teacher). Every stage also checks that
@@ -38,20 +39,20 @@ def fresh_accelerator(**kwargs) -> Accelerator:
 class Experts(torch.nn.Module):
     """Stands for a mixture-of-experts layer (ZeRO-3 leaf module)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hidden: int = HIDDEN) -> None:
         super().__init__()
-        self.up = torch.nn.Linear(HIDDEN, HIDDEN)
+        self.up = torch.nn.Linear(hidden, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.up(x))
 
 
 class Net(torch.nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, hidden: int = HIDDEN) -> None:
         super().__init__()
-        self.inp = torch.nn.Linear(FEATURES, HIDDEN)
-        self.experts = Experts()
-        self.out = torch.nn.Linear(HIDDEN, 1)
+        self.inp = torch.nn.Linear(FEATURES, hidden)
+        self.experts = Experts(hidden)
+        self.out = torch.nn.Linear(hidden, 1)
         self.register_buffer("scale", torch.tensor(0.5))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -343,6 +344,54 @@ def check_two_models(directory):
         assert_weights_close(reloaded, before, rtol=0, atol=0)
 
 
+def check_failed_load_changes_nothing(stage, directory):
+    """A checkpoint of another hidden size, or of other optimizer parameter groups, is refused
+    before DeepSpeed copies anything: every parameter, the step count and the schedule stay."""
+    from drivetrain.errors import CheckpointError
+
+    path = os.path.join(directory, f"zero{stage}-offload0")  # written by check_save_and_resume (hidden 16)
+    accelerator = fresh_accelerator(deepspeed_plugin=plugin(stage, False))
+    torch.manual_seed(3)
+    wider = Net(hidden=HIDDEN + 8)
+    optimizer = torch.optim.SGD(wider.parameters(), lr=0.05, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    model, optimizer, scheduler, _data = accelerator.prepare(wider, optimizer, scheduler,
+                                                             loader(accelerator.num_processes))
+    train(accelerator, model, optimizer, scheduler, steps=1)
+    before, steps, lrs = full_weights(accelerator, model), model.global_steps, scheduler.get_last_lr()
+    try:
+        accelerator.load_state(path)
+        raise AssertionError("a checkpoint of another hidden size was loaded")
+    except CheckpointError as error:
+        assert "inp.weight" in str(error) and f"({HIDDEN}, {FEATURES})" in str(error), error
+    after = full_weights(accelerator, model)
+    if accelerator.is_main_process:
+        assert_weights_close(after, before, rtol=0, atol=0)
+    assert model.global_steps == steps and scheduler.get_last_lr() == lrs
+
+    # the same model with its optimizer split into two parameter groups: ZeRO's flat partitions differ
+    accelerator = fresh_accelerator(deepspeed_plugin=plugin(stage, False))
+    torch.manual_seed(3)
+    same = Net()
+    groups = [{"params": list(same.inp.parameters())},
+              {"params": list(same.experts.parameters()) + list(same.out.parameters())}]
+    optimizer = torch.optim.SGD(groups, lr=0.05, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    model, optimizer, scheduler, _data = accelerator.prepare(same, optimizer, scheduler,
+                                                             loader(accelerator.num_processes))
+    before = full_weights(accelerator, model)
+    if stage > 0:
+        try:
+            accelerator.load_state(path)
+            raise AssertionError("optimizer states of other parameter groups were loaded")
+        except CheckpointError as error:
+            assert "optimizer state does not fit" in str(error), error
+        after = full_weights(accelerator, model)
+        if accelerator.is_main_process:
+            assert_weights_close(after, before, rtol=0, atol=0)
+    accelerator.wait_for_everyone()
+
+
 def check_engine_files_never_run_code(stage, directory):
     """A pickle that would run code, put in place of an engine file with its manifest fixed up, is refused."""
     import json
@@ -390,6 +439,7 @@ def main() -> None:
             check_full_state_dict(accelerator, model)
         check_save_and_resume(stage, offload, directory)
     check_accumulation(stage, accumulated_losses, accumulated_weights)
+    check_failed_load_changes_nothing(stage, directory)
     check_engine_files_never_run_code(stage, directory)
     if stage == 3:
         check_save_16bit_model(stage, directory)
