@@ -400,3 +400,31 @@ def test_buffers_of_offloaded_modules_count_against_the_main_device():
     # The CPU holds its layers, the reserve for one offloaded layer, and the disk layers' buffers.
     assert len(on_cpu) * layer + layer + len(on_disk) * buffer_bytes <= budget["cpu"]
     assert len(on_cpu) == 2 and len(on_disk) == 4
+
+
+def test_a_block_kept_in_memory_hooks_its_submodules_like_accelerate(tmp_path):
+    """A block the map does not offload gets its block hook and, as in Accelerate, an
+    execution-device hook on every sub-module holding weights (so inputs that reach a
+    sub-module on another device are moved); removing the hooks gives the plain model back."""
+    from drivetrain.hooks import AlignDevicesHook
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=96, n_embd=48, n_layer=2, n_head=4, n_positions=64,
+                                     tie_word_embeddings=False)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 96, (2, 6))
+    with torch.no_grad():
+        expected = model(ids).logits
+    dispatch_model(model, {"transformer": "cpu", "lm_head": "disk"}, main_device="cpu",
+                   offload_dir=tmp_path / "offload")
+    block = model.transformer
+    assert isinstance(block._hf_hook, AlignDevicesHook) and block._hf_hook.place_submodules
+    with_weights = [name for name, sub in block.named_modules() if name and len(sub.state_dict()) > 0]
+    assert "h.0.attn.c_attn" in with_weights and "h.0" in with_weights
+    for name in with_weights:
+        hook = block.get_submodule(name)._hf_hook
+        assert isinstance(hook, AlignDevicesHook) and hook.execution_device == "cpu" and not hook.offload, name
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, expected, rtol=0, atol=0)
+    remove_hook_from_submodules(model)
+    assert not any(hasattr(sub, "_hf_hook") for sub in model.modules())

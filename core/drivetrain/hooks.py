@@ -242,7 +242,7 @@ class AlignDevicesHook(ModelHook):
                 else:
                     set_module_tensor_to_device(module, name, device, value=self.weights_map[name],
                                                 tied_params_map=self.tied_params_map)
-        if self._device is None:
+        if self._device is None or _all_on(self._device, args, kwargs):
             return args, kwargs
         return (send_to_device(args, self._device),
                 send_to_device(kwargs, self._device, skip_keys=self.skip_keys))
@@ -284,11 +284,29 @@ class AlignDevicesHook(ModelHook):
         return module
 
 
+_PLAIN_LEAVES = (type(None), bool, int, float, str)
+
+
+def _all_on(device: torch.device, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether forward's arguments are flat and every tensor among them is on ``device``.
+
+    The common case inside a model, checked for much less than moving them would cost (a hook
+    on every sub-module pays it on each call); anything nested takes the general path."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            if value.device != device:
+                return False
+        elif not isinstance(value, _PLAIN_LEAVES):
+            return False
+    return True
+
+
 def attach_execution_device_hook(module: nn.Module, execution_device: Any, skip_keys: str | list[str] | None = None,
                                  preload_module_classes: list[str] | None = None,
                                  tied_params_map: dict[int, dict[Any, torch.Tensor]] | None = None) -> None:
-    """Move inputs to ``execution_device`` for every sub-module that has weights of its own."""
-    if not hasattr(module, "_hf_hook") and any(True for _ in named_module_tensors(module)):
+    """Move inputs to ``execution_device`` for ``module`` and every sub-module holding weights
+    (its own or its children's) that has no hook yet."""
+    if not hasattr(module, "_hf_hook") and len(module.state_dict()) > 0:
         add_hook_to_module(module, AlignDevicesHook(execution_device, skip_keys=skip_keys,
                                                     tied_params_map=tied_params_map))
     if preload_module_classes is not None and module.__class__.__name__ in preload_module_classes:
@@ -345,6 +363,9 @@ def attach_align_device_hook_on_blocks(module: nn.Module, execution_device: Any 
         add_hook_to_module(module, AlignDevicesHook(execution_device[module_name], offload_buffers=offload_buffers,
                                                     io_same_device=module_name == "", place_submodules=True,
                                                     skip_keys=skip_keys, tied_params_map=tied_params_map))
+        # Sub-modules move their inputs too: a block's forward may hand them tensors made elsewhere.
+        attach_execution_device_hook(module, execution_device[module_name], skip_keys, preload_module_classes,
+                                     tied_params_map)
         return
     if module_name in execution_device and module_name in offload:
         attach_align_device_hook(module, execution_device[module_name], True, weights_map, offload_buffers,
