@@ -428,3 +428,25 @@ def test_a_block_kept_in_memory_hooks_its_submodules_like_accelerate(tmp_path):
         torch.testing.assert_close(model(ids).logits, expected, rtol=0, atol=0)
     remove_hook_from_submodules(model)
     assert not any(hasattr(sub, "_hf_hook") for sub in model.modules())
+
+
+def test_a_failed_forward_does_not_keep_offloaded_tied_weights(tmp_path):
+    """A forward that raises leaves no tied weight loaded, and the next forward reads it again."""
+    from drivetrain.big_modeling import disk_offload
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=96, n_embd=48, n_layer=1, n_head=4, n_positions=64,
+                                     tie_word_embeddings=True)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 96, (1, 5))
+    with torch.no_grad():
+        expected = model(ids).logits
+    disk_offload(model, tmp_path / "offload", execution_device="cpu")
+    tied = model._hf_hook.hooks[-1].tied_params_map if hasattr(model._hf_hook, "hooks") \
+        else model._hf_hook.tied_params_map
+    with pytest.raises(IndexError), torch.no_grad():
+        model(torch.full((1, 5), 500))  # past the vocabulary: the embedding lookup raises
+    assert tied.depth == 0 and len(tied) == 0
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, expected, rtol=0, atol=0)
+    assert tied.depth == 0 and len(tied) == 0

@@ -110,12 +110,27 @@ class SequentialHook(ModelHook):
 def _hooked_forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
     hook = module._hf_hook
     args, kwargs = hook.pre_forward(module, *args, **kwargs)
-    if hook.no_grad:
-        with torch.no_grad():
+    try:
+        if hook.no_grad:
+            with torch.no_grad():
+                output = module._old_forward(*args, **kwargs)
+        else:
             output = module._old_forward(*args, **kwargs)
-    else:
-        output = module._old_forward(*args, **kwargs)
+    except BaseException:
+        _forward_failed(hook)
+        raise
     return hook.post_forward(module, output)
+
+
+def _forward_failed(hook: ModelHook) -> None:
+    """A forward raised, so no post_forward comes: keep a TiedParamsMap's count of running
+    forwards true, or its loaded tied weights would never be dropped."""
+    for part in hook.hooks if isinstance(hook, SequentialHook) else [hook]:
+        tied = getattr(part, "tied_params_map", None)
+        if isinstance(tied, TiedParamsMap):
+            tied.depth = max(tied.depth - 1, 0)
+            if tied.depth == 0:
+                tied.clear()
 
 
 def add_hook_to_module(module: nn.Module, hook: ModelHook, append: bool = False) -> nn.Module:
