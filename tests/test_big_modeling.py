@@ -71,6 +71,17 @@ def _gpt2():
     return config, transformers.GPT2LMHeadModel
 
 
+def _small_gpt2(n_layer: int, tied: bool) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """(a small GPT-2 in eval mode, input ids, its logits for them)."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=96, n_embd=48, n_layer=n_layer, n_head=4, n_positions=64,
+                                     tie_word_embeddings=tied)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 96, (2, 6))
+    with torch.no_grad():
+        return model, ids, model(ids).logits
+
+
 def _save(model: nn.Module, directory: Path) -> None:
     if hasattr(model, "save_pretrained"):
         model.save_pretrained(directory, max_shard_size="60KB")
@@ -328,14 +339,8 @@ def test_offloaded_tied_embeddings_are_read_once_per_forward(tmp_path, monkeypat
     from drivetrain.big_modeling import disk_offload
     from drivetrain.utils.offload import OffloadedWeightsLoader
 
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=96, n_embd=48, n_layer=2, n_head=4, n_positions=64,
-                                     tie_word_embeddings=True)
-    model = transformers.GPT2LMHeadModel(config).eval()
+    model, ids, expected = _small_gpt2(2, tied=True)
     assert find_tied_parameters(model) == [["lm_head.weight", "transformer.wte.weight"]]
-    ids = torch.randint(0, 96, (2, 6))
-    with torch.no_grad():
-        expected = model(ids).logits
     if how == "disk_offload":
         disk_offload(model, tmp_path / "offload", execution_device="cpu")
     else:
@@ -408,13 +413,7 @@ def test_a_block_kept_in_memory_hooks_its_submodules_like_accelerate(tmp_path):
     sub-module on another device are moved); removing the hooks gives the plain model back."""
     from drivetrain.hooks import AlignDevicesHook
 
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=96, n_embd=48, n_layer=2, n_head=4, n_positions=64,
-                                     tie_word_embeddings=False)
-    model = transformers.GPT2LMHeadModel(config).eval()
-    ids = torch.randint(0, 96, (2, 6))
-    with torch.no_grad():
-        expected = model(ids).logits
+    model, ids, expected = _small_gpt2(2, tied=False)
     dispatch_model(model, {"transformer": "cpu", "lm_head": "disk"}, main_device="cpu",
                    offload_dir=tmp_path / "offload")
     block = model.transformer
@@ -434,18 +433,12 @@ def test_a_failed_forward_does_not_keep_offloaded_tied_weights(tmp_path):
     """A forward that raises leaves no tied weight loaded, and the next forward reads it again."""
     from drivetrain.big_modeling import disk_offload
 
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=96, n_embd=48, n_layer=1, n_head=4, n_positions=64,
-                                     tie_word_embeddings=True)
-    model = transformers.GPT2LMHeadModel(config).eval()
-    ids = torch.randint(0, 96, (1, 5))
-    with torch.no_grad():
-        expected = model(ids).logits
+    model, ids, expected = _small_gpt2(1, tied=True)
     disk_offload(model, tmp_path / "offload", execution_device="cpu")
     tied = model._hf_hook.hooks[-1].tied_params_map if hasattr(model._hf_hook, "hooks") \
         else model._hf_hook.tied_params_map
     with pytest.raises(IndexError), torch.no_grad():
-        model(torch.full((1, 5), 500))  # past the vocabulary: the embedding lookup raises
+        model(torch.full((1, 6), 500))  # past the vocabulary: the embedding lookup raises
     assert tied.depth == 0 and len(tied) == 0
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, expected, rtol=0, atol=0)
