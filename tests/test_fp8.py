@@ -322,3 +322,18 @@ def test_launch_options_select_torchao_in_the_child():
     line = next(line for line in result.stdout.splitlines() if line.startswith("CHECK-FP8-LAUNCH "))
     assert json.loads(line.split(" ", 1)[1]) == {"precision": "fp8", "backend": "AO", "pad_inner_dim": False,
                                                  "layers": ["Linear", "Float8Linear", "Linear"]}
+
+
+def test_torchao_required_says_how_to_install_it(monkeypatch):
+    from drivetrain.utils import torchao_required
+    from drivetrain_torchao import capability
+
+    @torchao_required
+    def quantize(value):
+        return value * 2
+
+    if HAS_TORCHAO:
+        assert quantize(3) == 6
+    monkeypatch.setattr(capability, "is_torchao_available", lambda: False)
+    with pytest.raises(DrivetrainError, match=r"quantize needs torchao; install it with pip install 'drivetrain\[torchao\]'"):
+        quantize(3)

@@ -16,13 +16,11 @@ import pytest
 
 NAMES_FILE = Path(__file__).parent / "data" / "accelerate-public-names.txt"
 
-_FP8 = "issue 16 (FP8)"
 _ND = "issue 17 (ND parallelism, Megatron-LM)"
 _PLATFORMS = "issue 18 (XLA/MPS/XPU/IPEX platforms)"
 
 #: "module:name" -> the issue that brings it.
 LATER: dict[str, str] = {
-    **{f"drivetrain.utils:{n}": _FP8 for n in ("torchao_required",)},
     **{f"drivetrain.utils:{n}": _ND for n in (
         "MegatronLMOptimizerWrapper", "MegatronLMSchedulerWrapper", "add_model_config_to_megatron_parser",
         "megatron_lm_initialize", "megatron_lm_prepare_data_loader", "megatron_lm_prepare_model_optimizer_scheduler",

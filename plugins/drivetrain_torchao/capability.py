@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+from typing import Any, Callable, TypeVar
 
+from drivetrain.errors import ConfigError
 from drivetrain.plugin_api import Probe
+
+_Function = TypeVar("_Function", bound=Callable[..., Any])
 
 
 def environment_flag(name: str, default: bool) -> bool:
@@ -19,6 +24,19 @@ def environment_flag(name: str, default: bool) -> bool:
 
 def is_torchao_available() -> bool:
     return importlib.util.find_spec("torchao") is not None
+
+
+def torchao_required(function: _Function) -> _Function:
+    """Decorate a function that needs torchao: calling it without torchao says how to install it."""
+
+    @functools.wraps(function)
+    def needs_torchao(*args: Any, **kwargs: Any) -> Any:
+        if not is_torchao_available():
+            raise ConfigError(f"{function.__qualname__} needs torchao; install it with "
+                              "pip install 'drivetrain[torchao]'")
+        return function(*args, **kwargs)
+
+    return needs_torchao  # type: ignore[return-value]
 
 
 def check_cuda_fp8_capability() -> bool:

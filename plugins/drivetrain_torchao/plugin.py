@@ -60,6 +60,7 @@ def drivetrain_public_names():
         "utils.filter_first_and_last_linear_layers": "drivetrain_torchao.convert:filter_first_and_last_linear_layers",
         "utils.has_ao_layers": "drivetrain_torchao.convert:has_ao_layers",
         "utils.is_torchao_available": "drivetrain_torchao.capability:is_torchao_available",
+        "utils.torchao_required": "drivetrain_torchao.capability:torchao_required",
         "utils.is_fp8_available": "drivetrain_torchao.fp8:is_fp8_available",
     }
     return names
