@@ -274,6 +274,8 @@ def test_sizes_and_layers():
     sizes = compute_module_sizes(model)
     assert sizes["blocks.0"] == (32 * 64 + 64 + 64 * 32 + 32) * 4
     assert sizes[""] == sum(p.numel() * 4 for p in model.parameters()) + 32 * 4
+    # a tensor is budgeted under its own name too (a module's direct parameter or buffer)
+    assert (sizes["scale"], sizes["offset"], sizes["blocks.0.0.weight"]) == (32 * 4, 32 * 4, 32 * 64 * 4)
     half = compute_module_sizes(model, dtype=torch.float16)
     assert half["blocks.0"] * 2 == sizes["blocks.0"]
     size, names = get_max_layer_size(list(model.named_children()), sizes, ["Sequential"])

@@ -230,10 +230,12 @@ def compute_module_sizes(model: nn.Module, dtype: torch.dtype | str | None = Non
         else:
             size = tensor.numel() * min(dtype_byte_size(dtype), tensor.element_size())
         size = int(size)
-        # Add the size to every enclosing module: "a.b.weight" counts for "", "a", "a.b".
+        # Add the size to the tensor and every enclosing module: "a.b.weight" counts for
+        # "", "a", "a.b" and itself (a tensor placed on its own, such as a module's direct
+        # parameter, is then budgeted at its size).
         parts = name.split(".")
         sizes[""] += size
-        for end in range(1, len(parts)):
+        for end in range(1, len(parts) + 1):
             sizes[".".join(parts[:end])] += size
     return dict(sizes)
 
