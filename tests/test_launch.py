@@ -211,19 +211,25 @@ def test_the_rank_that_really_died_first_is_named_with_its_exit_code_and_last_li
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_launcher_ends_every_worker_with_one_line(tmp_path, how):
+    marker = f"sleep {tmp_path}"  # this run's processes only
     command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", "-q",
-               str(SCRIPTS / "check_failure.py"), "sleep"]
+               str(SCRIPTS / "check_failure.py"), *marker.split(" ", 1)]
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=clean_env(HF_HOME=str(tmp_path)), start_new_session=True)
-    started = [launcher.stdout.readline(), launcher.stdout.readline()]
-    assert all(line.startswith("STARTED") for line in started), started
-    launcher.send_signal(how)
-    _out, err = launcher.communicate(timeout=60)
-    assert launcher.returncode == 128 + how, err
-    assert err.strip() == f"drivetrain launch: stopped by {how.name}; every worker was ended", err
-    time.sleep(1)
-    left = subprocess.run(["pgrep", "-f", f"{SCRIPTS / 'check_failure.py'} sleep"], capture_output=True, text=True)
-    assert left.stdout.strip() == "", "workers outlived the launcher"
+    try:
+        started = sorted([launcher.stdout.readline(), launcher.stdout.readline()])
+        assert started == ["STARTED 0\n", "STARTED 1\n"], started
+        launcher.send_signal(how)
+        _out, err = launcher.communicate(timeout=60)
+        assert launcher.returncode == 128 + how, err
+        assert err.strip() == f"drivetrain launch: stopped by {how.name}; every worker was ended", err
+        time.sleep(1)
+        left = subprocess.run(["pgrep", "-f", f"check_failure.py {marker}"], capture_output=True, text=True)
+        assert left.stdout.strip() == "", "workers outlived the launcher"
+    finally:  # a failed check must not leave a launcher and its workers behind
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
 
 
 def test_the_failure_summary_orders_ranks_by_when_they_failed():

@@ -5,7 +5,7 @@ until the process group's timeout (InitProcessGroupKwargs(timeout=SECONDS)) ends
 ``hang-launch-timeout``: the same, with the timeout given to `drivetrain launch --timeout`.
 ``exit``: rank 1 writes a line to stderr and leaves with ``os._exit(3)`` (no exception, no
 record); rank 0's next collective then breaks. ``sleep``: every rank says STARTED and sleeps
-(the launcher is stopped by a signal).
+(the launcher is stopped by a signal); a second argument only tells test runs apart.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ else:
 state.wait_for_everyone()  # both are up
 
 if mode == "sleep":
-    print("STARTED", state.process_index, flush=True)
+    # one write per line: both ranks share the launcher's stdout, and pieces would interleave
+    sys.stdout.write(f"STARTED {state.process_index}\n")
+    sys.stdout.flush()
     time.sleep(300)
 elif mode == "exit":
     if state.process_index == 1:
