@@ -102,6 +102,10 @@ def test_save_and_load(tmp_path):
     torch.save({"x": Tower}, tmp_path / "code.bin")
     with pytest.raises(Exception):
         load(tmp_path / "code.bin")  # weights_only by default: no code is run
+    from drivetrain.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"reads only tensors and plain data .*call torch.load yourself"):
+        load(tmp_path / "code.bin", weights_only=False)
 
 
 def test_extract_model_from_parallel_peels_data_parallel_and_compile():

@@ -183,9 +183,17 @@ def save(obj: Any, f: str | os.PathLike, save_on_each_node: bool = False, safe_s
 
 
 def load(f: Any, map_location: Any = None, **kwargs: Any) -> Any:
-    """``torch.load`` with ``weights_only=True`` unless asked otherwise: no code runs while loading."""
-    kwargs.setdefault("weights_only", True)
-    return torch.load(f, map_location=map_location, **kwargs)
+    """``torch.load`` of tensors and plain data only (``weights_only=True``): no code runs while loading.
+
+    Unlike Accelerate's, ``weights_only=False`` is refused: a file that must rebuild other
+    objects is one to load with ``torch.load`` yourself, having decided to trust it.
+    """
+    from ..errors import CheckpointError
+
+    if kwargs.pop("weights_only", True) is not True:
+        raise CheckpointError("drivetrain.utils.load reads only tensors and plain data (weights_only=True); "
+                              "call torch.load yourself for a file you trust that holds other objects")
+    return torch.load(f, map_location=map_location, weights_only=True, **kwargs)
 
 
 # ------------------------------------------------------------------------------ objects
