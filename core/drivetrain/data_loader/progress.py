@@ -129,7 +129,12 @@ class _PreparedLoader(DataLoaderStateMixin):
     skip_batches: int
 
     def _init_state(self, progress: _Progress, skip_batches: int, drop_last: bool, non_blocking: bool,
-                    use_stateful_dataloader: bool, construction: dict[str, Any]) -> None:
+                    use_stateful_dataloader: bool, construction: dict[str, Any], torch_device_mesh: Any,
+                    shard_sampler: Any, iteration: int) -> None:
+        """What both loaders keep beyond ``DataLoader``'s own state; ends at epoch ``iteration``."""
+        self.torch_device_mesh = torch_device_mesh
+        self._shard_sampler = shard_sampler
+        construction["_progress"] = progress
         self.gradient_state = GradientState()
         self.end_of_dataloader = False
         self.remainder = -1
@@ -139,6 +144,8 @@ class _PreparedLoader(DataLoaderStateMixin):
         self._non_blocking = non_blocking
         self.use_stateful_dataloader = use_stateful_dataloader
         self._construction = construction  # how to build a sibling (skip_first_batches)
+        if iteration:
+            self.set_epoch(iteration)
 
     def __len__(self) -> int:
         return max(DataLoader.__len__(self) - self.skip_batches, 0)

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..errors import ConfigError
-from ..state import GradientState, PartialState
+from ..state import PartialState
 from ..utils.operations import (
     broadcast_object_list,
     find_batch_size,
@@ -106,12 +106,8 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
         self.device = device
         self.rng_types = rng_types
         self.synchronized_generator = synchronized_generator
-        self.torch_device_mesh = torch_device_mesh
-        self._shard_sampler = _shard_sampler
-        construction["_progress"] = _progress
-        self._init_state(_progress, skip_batches, _drop_last, _non_blocking, use_stateful_dataloader, construction)
-        if iteration:
-            self.set_epoch(iteration)
+        self._init_state(_progress, skip_batches, _drop_last, _non_blocking, use_stateful_dataloader, construction,
+                         torch_device_mesh, _shard_sampler, iteration)
 
     @property
     def total_batch_size(self) -> int | None:
@@ -239,12 +235,8 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
         self.device = device
         self.even_batches = even_batches
         self.state = state
-        self.torch_device_mesh = torch_device_mesh
-        self._shard_sampler = _shard_sampler
-        construction["_progress"] = _progress
-        self._init_state(_progress, skip_batches, _drop_last, _non_blocking, use_stateful_dataloader, construction)
-        if iteration:
-            self.set_epoch(iteration)
+        self._init_state(_progress, skip_batches, _drop_last, _non_blocking, use_stateful_dataloader, construction,
+                         torch_device_mesh, _shard_sampler, iteration)
 
     @property
     def total_batch_size(self) -> int | None:
