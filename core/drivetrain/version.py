@@ -6,4 +6,8 @@ __version__ = "0.1.0"
 #: was written for (``PluginInfo.api_version``); it loads when the majors are equal and its
 #: minor is not newer than ours. Add hooks or optional arguments: bump MINOR. Remove or
 #: change the meaning of anything: bump MAJOR.
-PLUGIN_API_VERSION = "1.2"
+#:
+#: 1.3: ``drivetrain.plugin_api`` is a package, the whole surface plugins import (base classes,
+#: errors, options, probes, launching, checkpoint and model helpers); descriptors of a role may
+#: name a role object whose hooks are called only while that item is chosen (``hooks=``).
+PLUGIN_API_VERSION = "1.3"

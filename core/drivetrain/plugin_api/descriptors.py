@@ -1,9 +1,8 @@
-"""What a plugin author imports: the hook marker, the plugin's declaration and the descriptors
-that registration hooks return.
+"""The hook marker, the plugin's declaration and the descriptors that registration hooks return.
 
-This module is imported when plugins are discovered, so it must stay cheap: no torch, no
-optional library. Descriptors name their heavy parts lazily (a ``"module:attribute"`` string
-or a callable), and nothing behind them is imported until a plugin is chosen.
+Imported when plugins are discovered, so it stays cheap: no torch, no optional library.
+Descriptors name their heavy parts lazily (a ``"module:attribute"`` string or a callable),
+and nothing behind them is imported until a plugin is chosen.
 """
 
 from __future__ import annotations
@@ -14,6 +13,12 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 import pluggy
 
+__all__ = [
+    "PROJECT_NAME", "ClusterEnvironmentSpec", "ConfigField", "ConfigSection", "EnvReportLine", "LauncherSpec",
+    "LazyRef", "PlatformSpec", "PluginInfo", "PrecisionSpec", "Probe", "StrategySpec", "TrackerSpec", "hookimpl",
+    "hookspec", "resolve",
+]
+
 PROJECT_NAME = "drivetrain"
 
 #: Marks a function of a plugin module as the implementation of the hook of the same name.
@@ -23,18 +28,6 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 
 #: A lazily imported object: ``"package.module:Attribute"``, or anything callable.
 LazyRef = Union[str, Callable[..., Any]]
-
-
-def bool_argument(text: str) -> bool:
-    """The ``type=`` of a launch option that takes a boolean (``true/false``, ``1/0``, ``yes/no``)."""
-    import argparse
-
-    from .environment import parse_bool
-
-    try:
-        return parse_bool(text, "value")
-    except Exception:
-        raise argparse.ArgumentTypeError(f"{text!r} is not true or false") from None
 
 
 def resolve(ref: LazyRef) -> Any:
@@ -302,15 +295,3 @@ class EnvReportLine:
 
     key: str
     value: str
-
-
-def safe_torch_load(path: Any, allowed: Sequence[Any] = (), map_location: Any = "cpu") -> Any:
-    """Read a ``torch.save`` file without running code: the only way a plugin reads a pickle.
-
-    ``torch.load(weights_only=True)`` with ``allowed`` (the plain data classes the file's
-    writer is known to store) added to its allow-list; anything else, or a damaged file, is
-    a ``CheckpointError`` naming the file. Imported lazily: discovery never imports torch.
-    """
-    from .checkpointing.safe_load import safe_torch_load as load
-
-    return load(path, allowed, map_location)

@@ -1,0 +1,69 @@
+"""The plugin API: the one surface a drivetrain plugin imports, built-in or third-party.
+
+A plugin imports ``drivetrain.plugin_api`` (or one of its submodules) and nothing else of
+drivetrain; what it needs and cannot find here is a missing piece of this API. Everything is
+available from this package; the submodules group it by role:
+
+- ``descriptors``: ``hookimpl``, ``PluginInfo``, ``Probe`` and the descriptors registration
+  hooks return (``PlatformSpec``, ``StrategySpec``, ``PrecisionSpec``, ...), ``resolve``;
+- ``errors``: the exception types plugins raise;
+- ``environment``, ``options``: environment variables (with Accelerate's aliases), launch
+  options, kwargs handlers, the config file's place;
+- ``probes``: installed libraries and versions, names other plugins contribute;
+- ``platform``, ``cluster``, ``tracking``, ``launching``: the base classes and helpers of a
+  platform, a cluster environment, a tracker, a launcher;
+- ``training``, ``checkpoints``, ``modeling``: the run's optimizer and scheduler wrappers and
+  state, the safe checkpoint path, model helpers.
+
+Importing this package is cheap (it runs at plugin discovery): no torch, no optional
+library. Names whose module needs torch are imported when first touched (``Platform``,
+``safe_torch_load``, ``AcceleratedOptimizer``...). The API is versioned with the hook specs:
+``PLUGIN_API_VERSION`` (a plugin declares the version it was written for in ``PluginInfo``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ..version import PLUGIN_API_VERSION
+from . import descriptors, errors
+from .descriptors import *  # noqa: F403 (the descriptors are this package's own names)
+from .errors import *  # noqa: F403
+from .options import bool_argument
+
+# Names resolved on first use, by the submodule that offers them (their modules are heavier or
+# import torch). A test checks that each submodule offers exactly the names listed for it.
+_LAZY_BY_MODULE: dict[str, tuple[str, ...]] = {
+    "options": ("KwargsHandler", "default_config_path"),
+    "probes": ("absent_probe", "compare_versions", "contributed", "is_package_available", "is_torch_version"),
+    "cluster": ("SINGLE_PROCESS", "ClusterEnvironment", "int_var"),
+    "platform": ("Platform",),
+    "tracking": ("GeneralTracker", "LibraryRunTracker", "flatten_config", "images_by_key", "is_number",
+                 "plain_value"),
+    "launching": ("CHILD_MODULE", "ERRORS_DIR_VARIABLE", "ExitWatcher", "describe_exit", "failure_summary",
+                  "last_stderr_line", "prepare_multi_gpu_env", "recorded_failures"),
+    "training": ("AcceleratedOptimizer", "AcceleratedScheduler", "GradientState", "PartialState",
+                 "convert_to_fp32", "recursively_apply"),
+    "checkpoints": ("check_optimizer", "load_tree", "read_model_files", "safe_torch_load", "save_tree",
+                    "write_model_files"),
+    "modeling": ("dispatch_model", "load_checkpoint_in_model", "repeated_blocks", "resolve_device",
+                 "resolve_device_map"),
+}
+_LAZY = {name: module for module, names in _LAZY_BY_MODULE.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+__all__ = ["PLUGIN_API_VERSION", *descriptors.__all__, *errors.__all__, "bool_argument", *_LAZY]

@@ -1,0 +1,22 @@
+"""The exception types a plugin raises: drivetrain's own, so users catch one family.
+
+Each message is one line that names the fix.
+"""
+
+from ..errors import (
+    CheckpointError,
+    ConfigError,
+    DistributedError,
+    DrivetrainError,
+    IncompatibleChoiceError,
+    LaunchError,
+    PluginError,
+    PluginSelectionError,
+    PluginWarning,
+    UsageError,
+)
+
+__all__ = [
+    "CheckpointError", "ConfigError", "DistributedError", "DrivetrainError", "IncompatibleChoiceError",
+    "LaunchError", "PluginError", "PluginSelectionError", "PluginWarning", "UsageError",
+]
