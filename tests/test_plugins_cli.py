@@ -58,7 +58,7 @@ def test_template_plugin_is_listed_as_third_party(template_site):
     plugins, _ = listing(template_site)
     jsonl = plugins["jsonl"]
     assert (jsonl["source"], jsonl["status"], jsonl["kinds"]) == ("third-party", "available", ["tracker"])
-    assert jsonl["distribution"] == "drivetrain-jsonl-tracker" and jsonl["version"] == "0.1.0"
+    assert jsonl["distribution"] == "drivetrain-toyaccel" and jsonl["version"] == "0.1.0"
     assert plugins["cpu"]["status"] == "available"
 
 

@@ -7,7 +7,7 @@ import os
 import time
 from typing import Any
 
-from drivetrain.tracking import GeneralTracker
+from drivetrain.plugin_api.tracking import GeneralTracker
 
 
 def _plain(value: Any) -> Any:
