@@ -200,9 +200,22 @@ def test_launch_options_and_config_block(clean_env, tmp_path):
     assert env["PARALLELISM_CONFIG_DP_REPLICATE_SIZE"] == env["DRIVETRAIN_PARALLELISM_CONFIG_DP_SHARD_SIZE"] == "2"
     with pytest.raises(ConfigError, match="= 4 processes, but the run has 2"):
         _launch_env(["--cpu", "--num_processes", "2"], tmp_path, block)
-    with pytest.raises(ConfigError, match="has a parallelism_config: block but the run's strategy is 'fsdp'"):
+    # what Accelerate's `config` writes for ND with FSDP: the layout runs, sharding with the fsdp_config: options
+    env = _launch_env(["--cpu", "--num_processes", "4"], tmp_path,
+                      "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\nparallelism_config:\n"
+                      "  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 2\n")
+    assert env["DRIVETRAIN_STRATEGY"] == "parallelism_config" and env["PARALLELISM_CONFIG_TP_SIZE"] == "2"
+    assert env["FSDP_VERSION"] == "2"
+    with pytest.raises(ConfigError, match="= 4 processes, but the run has 2"):
+        _launch_env(["--cpu", "--num_processes", "2"], tmp_path,
+                    "distributed_type: FSDP\nparallelism_config:\n  parallelism_config_dp_shard_size: 2\n"
+                    "  parallelism_config_tp_size: 2\n")
+    # without a block, FSDP stays FSDP; a block under a strategy it does not compose is refused
+    assert _launch_env(["--cpu", "--num_processes", "2"], tmp_path,
+                       "distributed_type: FSDP\n")["DRIVETRAIN_STRATEGY"] == "fsdp"
+    with pytest.raises(ConfigError, match="has a parallelism_config: block but the run's strategy is 'ddp'"):
         _launch_env(["--cpu", "--num_processes", "4"], tmp_path,
-                    "distributed_type: FSDP\nparallelism_config:\n  parallelism_config_tp_size: 2\n")
+                    "distributed_type: MULTI_CPU\nparallelism_config:\n  parallelism_config_tp_size: 2\n")
 
 
 # ------------------------------------------------------------------ real processes

@@ -98,6 +98,25 @@ def platform_for_distributed_type(manager: PluginManager, distributed_type: str 
     return None
 
 
+def _composing_strategy(manager: PluginManager, named: str | None, config: Any) -> str | None:
+    """``named``, or the strategy that composes it when the file fills that strategy's block.
+
+    A file written for Accelerate names the sharding strategy in ``distributed_type`` and
+    adds the block of a layout built on top of it (a device mesh that shards with the named
+    strategy). The strategy owning the block runs the job when its ``composes_arguments``
+    cover the named strategy's arguments.
+    """
+    if named is None:
+        return None
+    specs = [spec for _plugin, spec in manager.registrations("drivetrain_register_strategies")]
+    arguments = {argument for spec in specs if spec.name == named for argument in spec.accelerator_arguments}
+    sections = getattr(config, "sections", None) or {}
+    composing = [spec.name for spec in specs
+                 if spec.name != named and spec.config_section and sections.get(spec.config_section)
+                 and arguments and arguments & set(spec.composes_arguments)]
+    return composing[0] if len(composing) == 1 else named
+
+
 def requests_from_config(manager: PluginManager, config: Any) -> Requests:
     """What a config file asks for (the weakest explicit choice: arguments and variables win)."""
     if config is None:
@@ -106,7 +125,7 @@ def requests_from_config(manager: PluginManager, config: Any) -> Requests:
     return Requests(
         platform=config.platform or platform_for_distributed_type(manager, kind),
         cpu=True if config.use_cpu else None,
-        strategy=config.strategy or strategy_for_distributed_type(manager, kind),
+        strategy=config.strategy or _composing_strategy(manager, strategy_for_distributed_type(manager, kind), config),
         mixed_precision=config.mixed_precision if config.mixed_precision not in (None, "no") else None,
         precision_backend=config.precision_backend,
     )

@@ -245,6 +245,11 @@ def _section_environment(args: argparse.Namespace, manager: Any, selection: Any)
     active = {selection.distributed_type.upper(), selection.platform.name.upper()}
     if selection.strategy is not None:
         active.add(selection.strategy.name.upper())
+        # a strategy that composes another (a mesh sharding with it) reads that one's block too
+        composed = set(selection.strategy.composes_arguments)
+        for _plugin, spec in manager.registrations("drivetrain_register_strategies"):
+            if composed & set(spec.accelerator_arguments):
+                active.update(name.upper() for name in (spec.name, spec.distributed_type) if name)
     env: dict[str, str] = {}
     for key, owner in build_schema(manager).enabled_plugin_keys(active):
         section = owner.section
