@@ -142,3 +142,83 @@ def test_data_parallel_helpers_on_megatron_core_groups(clean_env):
         parallel_state.destroy_model_parallel()
         if not existed:
             dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ Accelerate's megatron_lm_* helpers
+
+
+def test_model_config_parsers_register_by_model_type():
+    from drivetrain.utils import add_model_config_to_megatron_parser
+    from drivetrain_megatron.helpers import MODEL_CONFIGS_TO_MEGATRON_PARSERS, megatron_parser_for
+
+    calls = []
+
+    @add_model_config_to_megatron_parser("tiny-gpt-for-test")
+    def parse(plugin, model, batch_data):
+        calls.append((plugin, model, batch_data))
+        return "parsed"
+
+    try:
+        assert megatron_parser_for("tiny-gpt-for-test") is parse and parse("p", "m", "b") == "parsed"
+        assert calls == [("p", "m", "b")]
+        add_model_config_to_megatron_parser("tiny-gpt-for-test")(len)  # a later registration replaces it
+        assert megatron_parser_for("tiny-gpt-for-test") is len
+        with pytest.raises(ConfigError, match="no Megatron-LM config parser for model type 'unknown-for-test'"):
+            megatron_parser_for("unknown-for-test")
+        with pytest.raises(ConfigError, match="takes a model type name"):
+            add_model_config_to_megatron_parser("")
+    finally:
+        MODEL_CONFIGS_TO_MEGATRON_PARSERS.pop("tiny-gpt-for-test", None)
+
+
+def test_optimizer_and_scheduler_wrappers_leave_stepping_to_megatron():
+    from drivetrain.utils import MegatronLMOptimizerWrapper, MegatronLMSchedulerWrapper
+
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([weight], lr=0.5)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.1)
+    wrapped = MegatronLMOptimizerWrapper(optimizer)
+    wrapped_scheduler = MegatronLMSchedulerWrapper(scheduler, wrapped)
+    weight.grad = torch.full((3,), 2.0)
+    wrapped.step()
+    wrapped.zero_grad()
+    wrapped_scheduler.step()
+    # Megatron's train step does these: nothing moved, the gradient is kept, the rate unchanged
+    assert torch.equal(weight.detach(), torch.ones(3)) and torch.equal(weight.grad, torch.full((3,), 2.0))
+    assert optimizer.param_groups[0]["lr"] == 0.5 and wrapped.param_groups is optimizer.param_groups
+    assert wrapped.step_was_skipped is False
+    optimizer.skipped_iter = True  # what Megatron's optimizer sets on an overflow
+    assert wrapped.step_was_skipped is True
+
+
+@pytest.mark.parametrize("name, args", [
+    ("megatron_lm_initialize", (None,)),
+    ("megatron_lm_prepare_data_loader", (None, None)),
+    ("megatron_lm_prepare_model_optimizer_scheduler", (None,)),
+    ("megatron_lm_prepare_optimizer", (None, None)),
+    ("megatron_lm_prepare_scheduler", (None, None, None)),
+])
+def test_helpers_that_drive_megatron_training_refuse_with_the_reason(clean_env, name, args):
+    import drivetrain.utils
+
+    helper = getattr(drivetrain.utils, name)
+    if importlib.util.find_spec("megatron.training") is not None and torch.cuda.is_available():
+        pytest.skip("Megatron-LM and CUDA are here: the refusal is that drivetrain does not drive its loop yet")
+    with pytest.raises(ConfigError, match=rf"^{name}: the megatron_lm strategy needs .*megatron\.training"):
+        helper(*args)
+
+
+def test_get_model_tp_size_reads_the_model_or_its_config():
+    from types import SimpleNamespace
+
+    from drivetrain.utils import get_model_tp_size
+
+    model = torch.nn.Linear(2, 2)
+    assert get_model_tp_size(model) is None
+    model.tp_size = 2  # transformers before 5
+    assert get_model_tp_size(model) == 2
+    model.tp_size = None  # transformers 5 keeps it in the config
+    model.config = SimpleNamespace(distributed_config=SimpleNamespace(tp_size=4))
+    assert get_model_tp_size(model) == 4
+    model.config = SimpleNamespace(distributed_config={"tp_size": 8})  # a config read back from JSON
+    assert get_model_tp_size(model) == 8

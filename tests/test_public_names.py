@@ -21,11 +21,7 @@ _PLATFORMS = "issue 18 (XLA/MPS/XPU/IPEX platforms)"
 
 #: "module:name" -> the issue that brings it.
 LATER: dict[str, str] = {
-    **{f"drivetrain.utils:{n}": _ND for n in (
-        "MegatronLMOptimizerWrapper", "MegatronLMSchedulerWrapper", "add_model_config_to_megatron_parser",
-        "megatron_lm_initialize", "megatron_lm_prepare_data_loader", "megatron_lm_prepare_model_optimizer_scheduler",
-        "megatron_lm_prepare_optimizer", "megatron_lm_prepare_scheduler", "get_model_tp_size",
-        "DeepSpeedSequenceParallelConfig")},
+    **{f"drivetrain.utils:{n}": _ND for n in ("DeepSpeedSequenceParallelConfig",)},
     **{f"drivetrain.utils:{n}": _PLATFORMS for n in (
         "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION", "install_xla", "prepare_tpu", "check_cuda_p2p_ib_support",
         "get_gpu_info", "set_numa_affinity")},

@@ -99,6 +99,11 @@ def drivetrain_public_names():
                           "is_megatron_lm_available")}
     names["MegatronLMPlugin"] = "drivetrain_megatron.options:MegatronLMPlugin"
     names["utils.is_megatron_lm_available"] = names["is_megatron_lm_available"]  # above the absent-backend fallback
+    names.update({f"utils.{name}": f"drivetrain_megatron.helpers:{name}"
+                  for name in ("MegatronLMOptimizerWrapper", "MegatronLMSchedulerWrapper",
+                               "add_model_config_to_megatron_parser", "megatron_lm_initialize",
+                               "megatron_lm_prepare_data_loader", "megatron_lm_prepare_model_optimizer_scheduler",
+                               "megatron_lm_prepare_optimizer", "megatron_lm_prepare_scheduler")})
     return names
 
 

@@ -125,6 +125,7 @@ def drivetrain_public_names():
              for name in ("ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig",
                           "TorchTensorParallelPlugin")}
     names["parallelism_config.ParallelismConfig"] = "drivetrain_parallelism.config:ParallelismConfig"
+    names["utils.get_model_tp_size"] = "drivetrain_parallelism.model_info:get_model_tp_size"
     return names
 
 
