@@ -29,11 +29,12 @@ def probe() -> Probe:
     """Usable when the runtime reports a device. A real vendor asks its driver here, cheaply
     and without initialising the device (a notebook may fork workers afterwards)."""
     text = os.environ.get(DEVICES_VARIABLE, "").strip()
-    if not text or text == "0":
-        return Probe(False, f"no toyaccel device ({DEVICES_VARIABLE} is {'0' if text else 'unset'})")
-    if not text.isdigit():
+    if text and not text.isdigit():
         return Probe(False, f"{DEVICES_VARIABLE}={text!r} is not a number of devices")
-    return Probe(True, f"{text} toyaccel device(s)", {"device_count": int(text)})
+    count = int(text or 0)
+    if count == 0:
+        return Probe(False, f"no toyaccel device ({DEVICES_VARIABLE} is {'0' if text else 'unset'})")
+    return Probe(True, f"{count} toyaccel device(s)", {"device_count": count})
 
 
 @hookimpl
