@@ -23,7 +23,7 @@ _PLATFORMS = "issue 18 (XLA/MPS/XPU/IPEX platforms)"
 LATER: dict[str, str] = {
     **{f"drivetrain.utils:{n}": _ND for n in ("DeepSpeedSequenceParallelConfig",)},
     **{f"drivetrain.utils:{n}": _PLATFORMS for n in (
-        "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION", "install_xla", "prepare_tpu", "check_cuda_p2p_ib_support",
+        "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION", "check_cuda_p2p_ib_support",
         "get_gpu_info", "set_numa_affinity")},
 }
 

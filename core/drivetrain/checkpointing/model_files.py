@@ -15,7 +15,7 @@ from ..errors import CheckpointError
 from .checksums import Recorder, Verifier, bytes_digest, file_digest
 from .io_pool import FileJobs
 from .safe_load import safe_torch_load
-from .safetensors_io import read_metadata, read_safetensors, write_safetensors
+from .safetensors_io import read_metadata, read_safetensors, storage_pointer, write_safetensors
 
 SAFE_WEIGHTS = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
@@ -47,11 +47,13 @@ def without_shared_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[st
     for name, tensor in state_dict.items():
         if not isinstance(tensor, torch.Tensor):
             continue
-        identity = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.dtype)
-        if tensor.numel() and identity in seen:
+        pointer = storage_pointer(tensor)
+        identity = (pointer, tensor.storage_offset(), tuple(tensor.shape), tensor.dtype) if pointer is not None else None
+        if tensor.numel() and identity is not None and identity in seen:
             aliases[name] = seen[identity]
             continue
-        seen[identity] = name
+        if identity is not None:
+            seen[identity] = name
         kept[name] = tensor
     return kept, aliases
 

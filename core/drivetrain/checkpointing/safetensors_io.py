@@ -31,6 +31,16 @@ _ALIGN = 8
 _DTYPES_BY_NAME = {name: dtype for dtype, name in _DTYPE_NAMES.items()}
 
 
+def storage_pointer(tensor: torch.Tensor) -> int | None:
+    """The address of ``tensor``'s memory, to tell tensors that share it (tied weights);
+    ``None`` for a tensor of a lazy device, which has no host-visible memory: it counts as
+    its own tensor."""
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
 def _raw_bytes(tensor: torch.Tensor) -> memoryview:
     tensor = tensor.detach()
     if tensor.device.type != "cpu":

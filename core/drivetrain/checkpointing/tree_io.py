@@ -19,7 +19,7 @@ import torch
 from ..errors import CheckpointError
 from .checksums import Recorder, Verifier, bytes_digest
 from .io_pool import FileJobs
-from .safetensors_io import read_safetensors, write_safetensors
+from .safetensors_io import read_safetensors, storage_pointer, write_safetensors
 
 FORMAT = "drivetrain-tree/2"  # 2: tensors in a list of files
 _READABLE = ("drivetrain-tree/1", FORMAT)
@@ -32,8 +32,9 @@ class _Splitter:
 
     def tensor(self, value: torch.Tensor) -> dict[str, Any]:
         # One file entry per distinct tensor; a tensor seen twice (tied weights) is referenced twice.
-        identity = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape),
-                    tuple(value.stride()), value.dtype) if value.numel() else None
+        pointer = storage_pointer(value) if value.numel() else None
+        identity = (pointer, value.storage_offset(), tuple(value.shape), tuple(value.stride()),
+                    value.dtype) if pointer is not None else None
         key = self._by_storage.get(identity) if identity else None
         if key is None:
             key = f"t{len(self.tensors)}"
