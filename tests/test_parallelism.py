@@ -233,3 +233,44 @@ def test_fsdp_times_tp_and_hsdp_on_four_processes(tmp_path):
     result = launch("check_parallelism.py", str(tmp_path), "1,2,2", "2,2,1", num_processes=4, timeout=600)
     assert_ok(result)
     assert "CHECK-PARALLELISM-OK" in result.stdout
+
+
+# ------------------------------------------------------------------ Ulysses sequence parallelism (deepspeed)
+
+
+def test_sequence_parallel_layout_and_refusals(clean_env):
+    from drivetrain.utils import DeepSpeedSequenceParallelConfig, ParallelismConfig
+    from drivetrain_parallelism.runtime import check_platform
+
+    layout = ParallelismConfig(dp_shard_size=2, sp_size=2, sp_handler=DeepSpeedSequenceParallelConfig())
+    assert (layout.total_size, layout.sp_backend, layout.sp_handler.sp_attn_implementation) == (4, "deepspeed", "sdpa")
+    assert layout.environment()["PARALLELISM_CONFIG_SP_SIZE"] == "2"
+    with pytest.raises(ConfigError, match="runs under the deepspeed strategy: pass deepspeed_plugin="):
+        check_platform(layout, "cpu")
+    with pytest.raises(ConfigError, match="composes with data parallelism only"):
+        ParallelismConfig(sp_size=2, tp_size=2)
+    with pytest.raises(ConfigError, match="sp_backend 'ring' is not one of"):
+        ParallelismConfig(sp_size=2, sp_backend="ring")
+    with pytest.raises(ConfigError, match="cannot run Ulysses sequence parallelism"):
+        DeepSpeedSequenceParallelConfig(sp_attn_implementation="eager")
+    with pytest.raises(ConfigError, match="needs sp_seq_length"):
+        DeepSpeedSequenceParallelConfig(sp_seq_length_is_variable=False)
+    clean_env.setenv("PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION", "flash_attention_2")
+    assert DeepSpeedSequenceParallelConfig().sp_attn_implementation == "flash_attention_2"
+
+
+def test_sequence_parallel_from_a_deepspeed_config_file(clean_env, tmp_path):
+    env = _launch_env(["--cpu", "--num_processes", "2"], tmp_path,
+                      "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 1\nparallelism_config:\n"
+                      "  parallelism_config_sp_size: 2\n  parallelism_config_sp_backend: deepspeed\n"
+                      "  parallelism_config_sp_attn_implementation: sdpa\n")
+    assert env["DRIVETRAIN_STRATEGY"] == "deepspeed" and env["PARALLELISM_CONFIG_SP_SIZE"] == "2"
+    assert env["PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION"] == "sdpa"
+
+
+@pytest.mark.multiprocess
+def test_ulysses_sequence_parallel_on_two_processes(tmp_path):
+    # DeepSpeed's all-to-all runs over gloo (all_to_all_single is implemented for CPU tensors)
+    result = launch("check_sequence_parallel.py", num_processes=2, timeout=400)
+    assert_ok(result)
+    assert "CHECK-SEQUENCE-PARALLEL-OK" in result.stdout

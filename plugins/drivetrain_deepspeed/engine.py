@@ -279,8 +279,20 @@ def prepare_engine(runtime: DeepSpeedRuntime, objects: Sequence[Any], accelerato
                   and not isinstance(o, AcceleratedOptimizer)]
     schedulers = [i for i, o in enumerate(objects) if (isinstance(o, DummyScheduler) or _is_scheduler(o))
                   and not isinstance(o, AcceleratedScheduler)]
+    from .sequence_parallel import layout_of, register_attention, wrap_data_loader
+
+    layout = layout_of(run)
+
+    def with_sequence_slices(result: list[Any]) -> list[Any]:
+        # each prepared loader hands this process its sequence slice of its group's batches
+        if layout is None:
+            return result
+        return [wrap_data_loader(o, layout, accelerator.device) if isinstance(o, torch.utils.data.DataLoader) else o
+                for o in result]
+
     if not (models or optimizers or schedulers):
-        return None  # data loaders only: the core has prepared them
+        # data loaders only: the core has prepared them
+        return with_sequence_slices(list(objects)) if layout is not None else None
     if len(models) != 1:
         raise ConfigError(
             "with DeepSpeed, each prepare() call takes one model (with its optimizer and scheduler); "
@@ -315,7 +327,8 @@ def prepare_engine(runtime: DeepSpeedRuntime, objects: Sequence[Any], accelerato
 
     world = run.state.num_processes
     facts = Facts(
-        world_size=world,
+        # with sequence parallelism, the processes of a group work on one batch
+        world_size=world // (layout.sp_size if layout is not None else 1),
         gradient_accumulation_steps=accelerator.gradient_accumulation_steps,
         micro_batch_sizes=_micro_batch_sizes(objects, accelerator, world),
         is_train_batch_min=plugin.is_train_batch_min,
@@ -355,6 +368,8 @@ def prepare_engine(runtime: DeepSpeedRuntime, objects: Sequence[Any], accelerato
         names = [name.strip() for name in str(plugin.transformer_moe_cls_names).split(",") if name.strip()]
         deepspeed.utils.set_z3_leaf_modules(model, names)
     kwargs: dict[str, Any] = {"model": model, "config": config}
+    if layout is not None:
+        kwargs["mpu"] = register_attention(model, layout, (facts.micro_batch_sizes or [1])[0])
     if isinstance(optimizer, DummyOptim):
         kwargs["model_parameters"] = optimizer.params
     elif optimizer is not None:
@@ -385,7 +400,7 @@ def prepare_engine(runtime: DeepSpeedRuntime, objects: Sequence[Any], accelerato
         if scheduler is not None:
             result[schedulers[0]] = DeepSpeedSchedulerWrapper(engine_scheduler or scheduler, [wrapped_optimizer],
                                                               engine)
-    return result
+    return with_sequence_slices(result)
 
 
 def _msamp_initialize(config: dict[str, Any], plugin: DeepSpeedPlugin) -> Any:

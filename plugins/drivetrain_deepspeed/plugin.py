@@ -92,6 +92,7 @@ def drivetrain_register_strategies():
     return [StrategySpec(
         name=NAME, distributed_type="DEEPSPEED", platforms=tuple(sorted(DS_ACCELERATORS)), config_section=SECTION,
         accelerator_arguments=("deepspeed_plugin", "deepspeed_plugins"),
+        composes_arguments=("parallelism_config",),  # Ulysses sequence parallelism (sp_size)
         description="DeepSpeed ZeRO: shard optimizer states, gradients and parameters; CPU/NVMe offload",
     )]
 
@@ -179,6 +180,7 @@ def drivetrain_public_names():
             "DeepSpeedEngineWrapper")},
         **{f"utils.{name}": f"drivetrain_deepspeed.helpers:{name}" for name in (
             "compile_regions_deepspeed", "map_pytorch_optim_to_deepspeed", "prepare_deepspeed_cmd_env")},
+        "utils.DeepSpeedSequenceParallelConfig": "drivetrain_deepspeed.sequence_parallel:DeepSpeedSequenceParallelConfig",
     }
 
 

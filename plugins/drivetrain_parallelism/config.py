@@ -39,7 +39,17 @@ ENV = {
     "tp_size": "PARALLELISM_CONFIG_TP_SIZE",
     "cp_size": "PARALLELISM_CONFIG_CP_SIZE",
     "cp_comm_strategy": "PARALLELISM_CONFIG_CP_COMM_STRATEGY",
+    "sp_size": "PARALLELISM_CONFIG_SP_SIZE",
+    "sp_backend": "PARALLELISM_CONFIG_SP_BACKEND",
+    # read by the sequence-parallel backend's handler (DeepSpeedSequenceParallelConfig)
+    "sp_seq_length": "PARALLELISM_CONFIG_SP_SEQ_LENGTH",
+    "sp_seq_length_is_variable": "PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE",
+    "sp_attn_implementation": "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION",
 }
+#: Fields the layout passes through to the sequence-parallel backend's handler.
+SP_HANDLER_FIELDS = ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation")
+#: Who runs sequence parallelism (``sp_size > 1``): DeepSpeed's Ulysses, under the deepspeed strategy.
+SP_BACKENDS = ("deepspeed",)
 
 
 def _read(variable: str, env: Mapping[str, str] | None) -> str | None:
@@ -124,13 +134,16 @@ class ParallelismConfig:
     cp_size: int | None = None
     tp_handler: TorchTensorParallelConfig | None = None
     cp_handler: TorchContextParallelConfig | None = None
+    sp_size: int | None = None
+    sp_backend: str | None = None
+    sp_handler: Any = None
     device_mesh: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._apply_environment(None)
 
     def _apply_environment(self, env: Mapping[str, str] | None) -> None:
-        for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size"):
+        for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size"):
             value = getattr(self, name)
             if value is None:
                 value = _read(ENV[name], env) or 1
@@ -148,13 +161,21 @@ class ParallelismConfig:
             raise ConfigError("cp_handler was given but cp_size is 1; set cp_size above 1 or drop cp_handler")
         if self.tp_handler is not None and not self.tp_enabled and self.tp_handler.tp_plan is None:
             raise ConfigError("tp_handler was given but tp_size is 1; set tp_size above 1 or drop tp_handler")
+        if self.sp_backend is None:
+            self.sp_backend = _read(ENV["sp_backend"], env) or SP_BACKENDS[0]
+        self.sp_backend = str(self.sp_backend).strip().lower()
+        if self.sp_backend not in SP_BACKENDS:
+            raise ConfigError(f"sp_backend {self.sp_backend!r} is not one of {list(SP_BACKENDS)}")
+        if self.sp_enabled and (self.tp_enabled or self.cp_enabled):
+            raise ConfigError("sequence parallelism (sp_size > 1) composes with data parallelism only; set tp_size and "
+                              "cp_size to 1")
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str]) -> "ParallelismConfig":
         """The layout the variables in ``env`` describe (what a launched process reads)."""
         config = cls.__new__(cls)
-        config.dp_replicate_size = config.dp_shard_size = config.tp_size = config.cp_size = None
-        config.tp_handler = config.cp_handler = config.device_mesh = None
+        config.dp_replicate_size = config.dp_shard_size = config.tp_size = config.cp_size = config.sp_size = None
+        config.tp_handler = config.cp_handler = config.device_mesh = config.sp_backend = config.sp_handler = None
         config._apply_environment(env)
         return config
 
@@ -165,7 +186,7 @@ class ParallelismConfig:
 
     @property
     def total_size(self) -> int:
-        return math.prod(self.size_of(d) for d in DIMENSIONS)
+        return math.prod(self.size_of(d) for d in DIMENSIONS) * self.sp_size
 
     @property
     def data_parallel_size(self) -> int:
@@ -192,6 +213,11 @@ class ParallelismConfig:
     @property
     def cp_enabled(self) -> bool:
         return self.cp_size > 1
+
+    @property
+    def sp_enabled(self) -> bool:
+        """Whether sequences are split over ``sp_size`` processes (DeepSpeed's Ulysses)."""
+        return self.sp_size > 1
 
     @property
     def fsdp_enabled(self) -> bool:
@@ -235,9 +261,10 @@ class ParallelismConfig:
     def validate(self, num_processes: int) -> None:
         """Refuse a layout that does not cover ``num_processes`` exactly."""
         if self.total_size != num_processes:
+            sp = f" × sp_size={self.sp_size}" if self.sp_enabled else ""
             raise ConfigError(
                 f"ParallelismConfig dp_replicate_size={self.dp_replicate_size} × dp_shard_size={self.dp_shard_size} × "
-                f"cp_size={self.cp_size} × tp_size={self.tp_size} = {self.total_size} processes, but the run has "
+                f"cp_size={self.cp_size} × tp_size={self.tp_size}{sp} = {self.total_size} processes, but the run has "
                 f"{num_processes}; change the sizes so their product is {num_processes}")
 
     def build_device_mesh(self, device_type: str) -> Any:
@@ -277,4 +304,6 @@ class ParallelismConfig:
                                                                  "cp_size")}
         if self.cp_handler is not None:
             env[ENV["cp_comm_strategy"]] = self.cp_handler.cp_comm_strategy
+        if self.sp_enabled:
+            env[ENV["sp_size"]], env[ENV["sp_backend"]] = str(self.sp_size), self.sp_backend
         return {**env, **{environment.own_name(key): value for key, value in env.items()}}

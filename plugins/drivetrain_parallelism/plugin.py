@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, StrategySpec, hookimpl
+from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, StrategySpec, bool_argument, hookimpl
 
 # The model is the user's own module once composed, sharded by FSDP2 (or split by TP alone):
 # the fsdp plugin's hooks for optimizers, accumulation and checkpoints (DCP) serve it as they are.
@@ -34,7 +34,7 @@ from drivetrain_fsdp.plugin import (  # noqa: F401 (hook implementations of this
     drivetrain_wrap_optimizer,
 )
 
-from .config import CP_COMM_STRATEGIES, ENV
+from .config import CP_COMM_STRATEGIES, ENV, SP_BACKENDS, SP_HANDLER_FIELDS
 
 PLUGIN_INFO = PluginInfo(api_version="1.2", description="ND parallelism: data × sharded data × tensor × context "
                                                         "(ParallelismConfig)")
@@ -53,6 +53,15 @@ CONFIG_KEYS: dict[str, tuple[str, type, Any, Any, str]] = {
                                    "processes that split each sequence (context parallelism; GPUs only)"),
     "parallelism_config_cp_comm_strategy": ("cp_comm_strategy", str, CP_COMM_STRATEGIES, "allgather",
                                             "how context parallelism exchanges keys and values: allgather or alltoall"),
+    "parallelism_config_sp_size": ("sp_size", int, None, 1,
+                                   "processes that split each sequence with DeepSpeed's Ulysses (deepspeed strategy)"),
+    "parallelism_config_sp_backend": ("sp_backend", str, SP_BACKENDS, "deepspeed", "who runs sequence parallelism"),
+    "parallelism_config_sp_seq_length": ("sp_seq_length", int, None, None,
+                                         "the fixed sequence length, when sp_seq_length_is_variable is false"),
+    "parallelism_config_sp_seq_length_is_variable": ("sp_seq_length_is_variable", bool, None, None,
+                                                     "whether the sequence length may change between batches"),
+    "parallelism_config_sp_attn_implementation": ("sp_attn_implementation", str, None, None,
+                                                  "the attention Ulysses wraps: sdpa, flash_attention_2, ..."),
 }
 
 
@@ -83,7 +92,7 @@ def drivetrain_add_launch_arguments(parser):
                        help="lay processes out as dp_replicate × dp_shard × cp × tp (same as --strategy "
                             "parallelism_config)")
     for key, (_option, kind, choices, _default, text) in CONFIG_KEYS.items():
-        group.add_argument("--" + key.replace("_", "-"), dest=key, type=kind, default=None, choices=choices,
+        group.add_argument("--" + key.replace("_", "-"), dest=key, type=bool_argument if kind is bool else kind, default=None, choices=choices,
                            help=text)
 
 
@@ -92,7 +101,11 @@ def drivetrain_launch_environment(args):
     """The layout's variables, checked against the job's process count before it starts."""
     config = getattr(args, "config", None)
     block = config.sections.get(SECTION) if config is not None else None
-    if getattr(args, "strategy", None) != NAME:
+    selection = getattr(args, "selection", None)
+    strategy = getattr(selection, "strategy", None)
+    # a strategy that composes the layout (DeepSpeed running Ulysses sequence parallelism) reads it too
+    composing = strategy is not None and "parallelism_config" in strategy.composes_arguments
+    if getattr(args, "strategy", None) != NAME and not composing:
         if isinstance(block, dict) and block:
             from drivetrain.errors import ConfigError
 
@@ -112,11 +125,15 @@ def drivetrain_launch_environment(args):
         if value is not None:
             env[ENV[option]] = str(value)
             env.pop("DRIVETRAIN_" + ENV[option], None)
+    if composing and not any(ENV[option] in env or "DRIVETRAIN_" + ENV[option] in env
+                             for _key, (option, *_rest) in CONFIG_KEYS.items()):
+        return None  # no layout asked for
     layout = ParallelismConfig.from_environment(env)
     processes = getattr(args, "num_processes", None)
     if processes:
         layout.validate(int(processes))  # refuse before any process starts
-    return layout.environment()
+    handler = {ENV[name]: str(env[ENV[name]]).lower() for name in SP_HANDLER_FIELDS if ENV[name] in env}
+    return {**layout.environment(), **handler, **{"DRIVETRAIN_" + key: value for key, value in handler.items()}}
 
 
 @hookimpl

@@ -147,6 +147,10 @@ _RUNTIMES: "weakref.WeakKeyDictionary[Any, Runtime]" = weakref.WeakKeyDictionary
 
 def check_platform(config: ParallelismConfig, device_type: str) -> None:
     """Refuse what torch cannot do on this platform, before any model is touched."""
+    if config.sp_enabled:
+        raise ConfigError(f"sequence parallelism (sp_size={config.sp_size}) is DeepSpeed's Ulysses and runs under the "
+                          "deepspeed strategy: pass deepspeed_plugin=DeepSpeedPlugin(...) beside parallelism_config= "
+                          "(or launch with --use-deepspeed)")
     if config.cp_enabled and device_type == "cpu":
         raise ConfigError(
             "context parallelism (cp_size > 1) runs attention as ring attention through torch's context_parallel, "
