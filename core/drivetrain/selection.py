@@ -332,7 +332,8 @@ def choose_precision(
                           (strategy.precisions if strategy else None, f"strategy {strategy.name!r}" if strategy else "")):
         if limits is not None and wanted not in limits:
             raise IncompatibleChoiceError(
-                f"mixed precision {wanted!r} is not supported by {owner} (it supports {', '.join(limits) or 'none'})"
+                f"mixed precision {wanted!r} is not supported by {owner} (it supports {', '.join(limits) or 'none'}); "
+                f"pass mixed_precision={(list(limits) or ['no'])[0]!r} or 'no'"
             )
     problems = []
     for plugin, spec in sorted(candidates, key=lambda pair: -pair[1].priority):

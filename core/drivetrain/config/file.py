@@ -283,11 +283,11 @@ def check_combinations(config: Config, schema: Schema, where: str = "config") ->
                               f"{platform.name!r}; it supports {', '.join(spec.platforms)}")
         if spec.precisions is not None and precision != "no" and precision not in spec.precisions:
             raise ConfigError(f"{where}: mixed_precision {precision!r} is not supported by strategy {spec.name!r} "
-                              f"(it supports {', '.join(spec.precisions) or 'none'})")
+                              f"(it supports {', '.join(spec.precisions) or 'none'}); set mixed_precision to one of them or 'no'")
     if platform is not None and platform.precisions is not None and precision != "no" \
             and precision not in platform.precisions:
         raise ConfigError(f"{where}: mixed_precision {precision!r} is not supported by platform {platform.name!r} "
-                          f"(it supports {', '.join(platform.precisions) or 'none'})")
+                          f"(it supports {', '.join(platform.precisions) or 'none'}); set mixed_precision to one of them or 'no'")
 
 
 def _platform_of(config: Config, schema: Schema) -> Any:
