@@ -19,7 +19,10 @@ the chosen platform, cluster environment, strategy, precision, trackers, and the
 those declare. They are resolved once, when the ``Accelerator`` is built, so a training step
 pays no discovery cost. ``run`` is the :class:`drivetrain.run.Run` of this process: the
 process state, the names chosen for each role, the plugin-owned config sections and the
-user's kwargs handlers.
+user's kwargs handlers. A strategy's or precision's run hooks may instead be methods of a
+role object its descriptor names (``StrategySpec.hooks``, API 1.3): those are called only
+while that item is the run's, so a plugin with several roles needs no check of the run's
+choice in each hook.
 
 Order among active plugins follows pluggy: implementations marked ``tryfirst=True`` run
 first, ``trylast=True`` last. Where a hook says *firstresult*, the first non-``None``

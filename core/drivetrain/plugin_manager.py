@@ -161,6 +161,8 @@ class PluginManager:
         self.hooks.add_hookspecs(hookspecs)
         self.records: dict[str, PluginRecord] = {}
         self.modules: dict[str, Any] = {}
+        # "plugin[role name]" -> a role object (``StrategySpec.hooks``) registered with pluggy
+        self.role_objects: dict[str, Any] = {}
         self.infos: dict[str, PluginInfo] = {}
         self._entry_points = entry_points
         self._registrations: dict[str, dict[str, list[Any]]] = {}
@@ -331,6 +333,15 @@ class PluginManager:
                 return f"implements unknown hook {hook_name!r} (misspelt, or needs a newer drivetrain)"
         return None
 
+    def _not_run_hooks(self, role_object: Any) -> str | None:
+        """Registration hooks run once on every plugin, never on a role object: refuse them there."""
+        for name in dir(role_object):
+            if self.hooks.parse_hookimpl_opts(role_object, name) is None:
+                continue
+            if "run" not in getattr(self.hooks.hook, name).spec.argnames:
+                return f"{name!r} is not a run hook; a role object implements run hooks only (keep it in the module)"
+        return None
+
     def _fail(self, record: PluginRecord, reason: str) -> None:
         record.status = PluginStatus.FAILED
         record.reason = reason
@@ -460,28 +471,63 @@ class PluginManager:
             raise PluginSelectionError(f"{what} {name!r} cannot be used: {record.reason}")
         return self.modules[name]
 
-    def resolve_factory(self, plugin_name: str, spec: Any, what: str) -> Any:
-        """Import the object a descriptor's ``factory`` names, or say which plugin to fix.
+    def resolve_factory(self, plugin_name: str, spec: Any, what: str, attribute: str = "factory") -> Any:
+        """Import the object a descriptor's ``factory`` (or other lazy ``attribute``) names, or
+        say which plugin to fix.
 
         ``what`` names the descriptor in the message (``"tracker 'wandb'"``).
         """
+        ref = getattr(spec, attribute)
         try:
-            return resolve(spec.factory)
+            return resolve(ref)
         except Exception as exc:
-            record = self.records.get(plugin_name)
-            info = self.infos.get(plugin_name)
-            distribution = record.distribution if record else "?"
-            if info is not None and (info.requires or info.install_hint):
-                fix = info.how_to_install()
-            elif record is not None and record.source == "built-in":
-                fix = "reinstall drivetrain (pip install --force-reinstall drivetrain)"
-            else:
-                fix = (f"reinstall or upgrade {distribution} (pip install -U {distribution}), or block the plugin "
-                       f"with {BLOCK_VARIABLE}={plugin_name}")
             raise PluginSelectionError(
-                f"{what} of plugin {plugin_name!r} ({distribution}) cannot be loaded: {spec.factory!r} failed with "
-                f"{type(exc).__name__}: {exc}; {fix}"
+                f"{what} of plugin {plugin_name!r} ({self._distribution(plugin_name)}) cannot be loaded: {ref!r} "
+                f"failed with {type(exc).__name__}: {exc}; {self._fix(plugin_name)}"
             ) from exc
+
+    def _distribution(self, plugin_name: str) -> str:
+        record = self.records.get(plugin_name)
+        return record.distribution if record else "?"
+
+    def _fix(self, plugin_name: str) -> str:
+        """How to repair a plugin whose lazy parts fail: install what it needs, or reinstall it."""
+        record = self.records.get(plugin_name)
+        info = self.infos.get(plugin_name)
+        distribution = self._distribution(plugin_name)
+        if info is not None and (info.requires or info.install_hint):
+            return info.how_to_install()
+        if record is not None and record.source == "built-in":
+            return "reinstall drivetrain (pip install --force-reinstall drivetrain)"
+        return (f"reinstall or upgrade {distribution} (pip install -U {distribution}), or block the plugin "
+                f"with {BLOCK_VARIABLE}={plugin_name}")
+
+    def role_hooks(self, plugin_name: str, spec: Any, role: str) -> str | None:
+        """The pluggy name of the role object ``spec.hooks`` names, registered on first use;
+        ``None`` when the descriptor has none.
+
+        A role object's run hooks answer only while its name is among a run's callers, which
+        the run includes while ``spec`` is its chosen ``role`` (``"strategy"``, ``"precision"``).
+        """
+        if getattr(spec, "hooks", None) is None:
+            return None
+        label = " ".join(dict.fromkeys(filter(None, (spec.name, getattr(spec, "backend", None)))))
+        key = f"{plugin_name}[{role} {label}]"
+        if key not in self.role_objects:
+            what = f"the hooks of {role} {label!r}"
+            target = self.resolve_factory(plugin_name, spec, what, attribute="hooks")
+            role_object = target() if isinstance(target, type) else target
+            problem = self._hook_problem(role_object) or self._not_run_hooks(role_object)
+            if problem:
+                raise PluginSelectionError(f"{what} of plugin {plugin_name!r} ({self._distribution(plugin_name)}): "
+                                           f"{problem}; {self._fix(plugin_name)}")
+            self.hooks.register(role_object, name=key)
+            self.role_objects[key] = role_object
+            record = self.records.get(plugin_name)
+            if record is not None:
+                names = (n for n in dir(role_object) if self.hooks.parse_hookimpl_opts(role_object, n))
+                record.hooks = sorted({*record.hooks, *names})
+        return key
 
     def mark_active(self, names: Iterable[str]) -> None:
         for name in names:
@@ -492,7 +538,7 @@ class PluginManager:
     def subset_caller(self, hook_name: str, active: Iterable[str]) -> pluggy.HookCaller:
         """A caller of ``hook_name`` that reaches only the plugins named in ``active``."""
         keep = set(active)
-        others = [module for name, module in self.modules.items() if name not in keep]
+        others = [plugin for name, plugin in (*self.modules.items(), *self.role_objects.items()) if name not in keep]
         return self.hooks.subset_hook_caller(hook_name, others)
 
 

@@ -81,6 +81,10 @@ def _lazy_ref(value: Any) -> str | None:
     return "a 'module:attribute' string or a callable"
 
 
+def _optional_lazy_ref(value: Any) -> str | None:
+    return None if value is None else _lazy_ref(value)
+
+
 def _callable(value: Any) -> str | None:
     return None if callable(value) else "a callable"
 
@@ -116,6 +120,7 @@ _FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "backend": _text,
     "key": _plain_text,
     "factory": _lazy_ref,
+    "hooks": _optional_lazy_ref,
     "probe": _callable,
     "applies": _callable,
     "priority": _integer,

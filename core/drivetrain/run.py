@@ -53,6 +53,7 @@ class Run:
         self.extensions: list[Any] = []
         self.data_parallel: tuple[int, int] | None = None
         self._extra: list[str] = []
+        self._roles = self._role_objects()
         self._callers: dict[str, pluggy.HookCaller] = {}
         self._collectives: Collectives | None = None
 
@@ -104,7 +105,15 @@ class Run:
         self.selection = selection
         self._refresh()
 
+    def _role_objects(self) -> list[str]:
+        """Pluggy names of the chosen strategy's and precision's role objects (``hooks=``)."""
+        chosen = (("strategy", self.selection.strategy_plugin, self.selection.strategy),
+                  ("precision", self.selection.precision_plugin, self.selection.precision))
+        keys = (self.manager.role_hooks(plugin, spec, role) for role, plugin, spec in chosen if spec is not None)
+        return [key for key in keys if key]
+
     def _refresh(self) -> None:
+        self._roles = self._role_objects()
         self._callers.clear()
         self.manager.mark_active(self.active_plugins)
 
@@ -112,7 +121,7 @@ class Run:
         """The caller of run hook ``name`` restricted to the active plugins."""
         caller = self._callers.get(name)
         if caller is None:
-            caller = self._callers[name] = self.manager.subset_caller(name, self.active_plugins)
+            caller = self._callers[name] = self.manager.subset_caller(name, [*self.active_plugins, *self._roles])
         return caller
 
     def call(self, name: str, **kwargs: Any) -> Any:

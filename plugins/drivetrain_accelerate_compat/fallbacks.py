@@ -9,7 +9,7 @@ from .catalogue import PROBES
 
 def __getattr__(name: str) -> Any:
     if name in PROBES:
-        from drivetrain.utils.imports import absent_probe
+        from drivetrain.plugin_api import absent_probe
 
         return absent_probe(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

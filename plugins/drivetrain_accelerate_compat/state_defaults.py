@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError
 
 #: ``AcceleratorState`` attributes of strategies that are not in use, and their values.
 ACCELERATOR_STATE = {

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from drivetrain.errors import ConfigError, PluginSelectionError
+from drivetrain.plugin_api import ConfigError, PluginSelectionError
 
 logger = logging.getLogger(__name__)
 
@@ -144,10 +144,7 @@ def load_and_quantize_model(model: nn.Module, bnb_quantization_config: BnbQuanti
     ``keep_in_fp32_modules``. ``device_map`` may name one device, ``"auto"`` or a dict without
     disk; quantised layers are not offloaded.
     """
-    from drivetrain.big_modeling import dispatch_model
-    from drivetrain.utils.device_map import resolve_device_map
-    from drivetrain.utils.modeling import resolve_device
-    from drivetrain.utils.weights_loading import load_checkpoint_in_model
+    from drivetrain.plugin_api import dispatch_model, load_checkpoint_in_model, resolve_device, resolve_device_map
 
     config = bnb_quantization_config
     _bnb()

@@ -33,6 +33,6 @@ def drivetrain_public_names():
 
 def is_comet_ml_available() -> bool:
     """Whether the tracker's library is installed (imports nothing)."""
-    from drivetrain.utils.imports import is_package_available
+    from drivetrain.plugin_api import is_package_available
 
     return is_package_available("comet_ml")

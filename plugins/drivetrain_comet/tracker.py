@@ -6,7 +6,7 @@ import logging
 import os
 from typing import Any
 
-from drivetrain.tracking import GeneralTracker, is_number, plain_value
+from drivetrain.plugin_api import GeneralTracker, is_number, plain_value
 
 logger = logging.getLogger(__name__)
 

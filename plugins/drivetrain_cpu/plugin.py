@@ -18,7 +18,7 @@ def drivetrain_register_platforms():
     return [
         PlatformSpec(
             name="cpu",
-            factory="drivetrain.platform:Platform",
+            factory="drivetrain.plugin_api.platform:Platform",
             probe=_probe,
             priority=0,
             multi_process_type="MULTI_CPU",

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from drivetrain.environment import parse_bool, read_pair
-from drivetrain.platform import Platform
+from drivetrain.plugin_api.environment import parse_bool, read_pair
+from drivetrain.plugin_api import Platform
 
 logger = logging.getLogger(__name__)
 

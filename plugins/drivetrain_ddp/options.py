@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from drivetrain.kwargs_handlers import KwargsHandler
+from drivetrain.plugin_api import KwargsHandler
 
 
 class DDPCommunicationHookType(str, Enum):

@@ -8,7 +8,7 @@ from typing import Any, Iterator
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError
 
 from .options import DDPCommunicationHookType, DistributedDataParallelKwargs
 

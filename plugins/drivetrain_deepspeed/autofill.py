@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError
 
 from .options import AUTO, get_key, has_key, set_key
 

@@ -25,8 +25,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from drivetrain.errors import CheckpointError
-from drivetrain.plugin_api import safe_torch_load
+from drivetrain.plugin_api import CheckpointError, safe_torch_load
 
 from .engine import is_engine, is_zero3, load_full_state_dict, trains
 from .fit import check_engine_fits
@@ -166,7 +165,7 @@ def load_engine(engine: Any, index: int, directory: str, run: Any, manifest: Map
 def _load_frozen(engine: Any, index: int, directory: str) -> bool | None:
     if not is_zero3(engine):
         return None  # the core loads whole weights into engine.module
-    from drivetrain.checkpointing.model_files import read_model_files
+    from drivetrain.plugin_api import read_model_files
 
     path = Path(directory) / f"model_{index}"
     if not path.exists():

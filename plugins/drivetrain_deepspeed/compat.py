@@ -10,7 +10,7 @@ import json
 import os
 from typing import Any, Callable, Iterator
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError
 
 
 def is_deepspeed_available() -> bool:

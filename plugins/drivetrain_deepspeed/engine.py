@@ -26,9 +26,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
-from drivetrain.errors import ConfigError, DrivetrainError
-from drivetrain.optimizer import AcceleratedOptimizer
-from drivetrain.scheduler import AcceleratedScheduler
+from drivetrain.plugin_api import AcceleratedOptimizer, AcceleratedScheduler, ConfigError, DrivetrainError
 
 from .autofill import Facts, fill_auto_values, fill_precision
 from .inputs import cast_inputs_to_engine_dtype
@@ -465,7 +463,7 @@ def backward(models: Sequence[Any], loss: torch.Tensor, kwargs: dict[str, Any]) 
             "which one the loss trains; train each with its own Accelerator (they share the process state), "
             "as in Accelerate")
     engine = engines[0]
-    from drivetrain.state import GradientState
+    from drivetrain.plugin_api import GradientState
 
     engine.set_gradient_accumulation_boundary(GradientState().sync_gradients)
     engine.backward(loss, **kwargs)
@@ -578,7 +576,7 @@ def load_full_state_dict(engine: Any, state_dict: Mapping[str, torch.Tensor], st
 @contextlib.contextmanager
 def zero3_init(plugin: DeepSpeedPlugin) -> Iterator[None]:
     """``deepspeed.zero.Init`` with the plugin's ZeRO settings and the run's precision."""
-    from drivetrain.state import PartialState
+    from drivetrain.plugin_api import PartialState
 
     state = PartialState()
     run = state.run

@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from drivetrain.cluster import ClusterEnvironment, int_var
-from drivetrain.plugin_api import Probe
+from drivetrain.plugin_api import ClusterEnvironment, Probe, int_var
 
 _VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
 

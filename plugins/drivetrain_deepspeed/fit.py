@@ -18,8 +18,7 @@ from typing import Any, Mapping
 
 import torch
 
-from drivetrain.errors import CheckpointError
-from drivetrain.plugin_api import safe_torch_load
+from drivetrain.plugin_api import CheckpointError, safe_torch_load
 
 
 def _show(shape: Any, dtype: Any) -> str:
@@ -99,7 +98,7 @@ def _check_optimizer(checkpoint: Mapping[str, Any], engine: Any, where: str) -> 
         return
     saved = checkpoint.get("optimizer")
     if saved is not None and isinstance(engine.optimizer, torch.optim.Optimizer):  # ZeRO off, a torch optimizer
-        from drivetrain.checkpointing.compatibility import check_optimizer
+        from drivetrain.plugin_api import check_optimizer
 
         check_optimizer(saved, engine.optimizer, f"{where}'s optimizer state")
 

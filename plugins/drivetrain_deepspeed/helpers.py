@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError
 
 from .compat import deepspeed_required
 
@@ -20,7 +20,7 @@ def compile_regions_deepspeed(module: Any, **compile_kwargs: Any) -> None:
     from ``torch.compile`` would hide; compiling in place keeps the module object (and its
     hooks) the engine holds.
     """
-    from drivetrain.utils.other import _repeated_blocks
+    from drivetrain.plugin_api import repeated_blocks as _repeated_blocks
 
     containers = [container for container in module.modules() if _repeated_blocks(container)]
     if not containers:
@@ -72,7 +72,7 @@ def prepare_deepspeed_cmd_env(args: argparse.Namespace) -> tuple[list[str], dict
     Unlike ``drivetrain launch``, nothing is written: variables reach remote hosts only through
     the user's own ``.deepspeed_env`` file.
     """
-    from drivetrain.utils.launch import prepare_multi_gpu_env
+    from drivetrain.plugin_api import prepare_multi_gpu_env
 
     from .launcher import runner_arguments
     from .options import deepspeed_accelerator

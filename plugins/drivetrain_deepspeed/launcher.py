@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import CHILD_MODULE, ConfigError
 
 NAME = "deepspeed"
 MULTINODE_LAUNCHERS = ("pdsh", "standard", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh")
@@ -96,7 +96,7 @@ def runner_arguments(args: argparse.Namespace) -> list[str]:
     argv += ["--master_port", str(port)]
     if args.no_python:
         return argv + ["--no_python", "--no_local_rank", args.training_script, *args.training_script_args]
-    return argv + ["--module", "--no_local_rank", "drivetrain.cli.child",
+    return argv + ["--module", "--no_local_rank", CHILD_MODULE,
                    "--module" if args.module else "--script", args.training_script, *args.training_script_args]
 
 

@@ -25,8 +25,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from drivetrain import environment
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError, environment
 
 AUTO = "auto"
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")

@@ -11,8 +11,6 @@ when the strategy is in use.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import os
 from typing import Any
 
@@ -24,6 +22,7 @@ from drivetrain.plugin_api import (
     LauncherSpec,
     PluginInfo,
     StrategySpec,
+    bool_argument,
     hookimpl,
 )
 
@@ -31,9 +30,10 @@ from .environment import probe_deepspeed_launcher
 from .launcher import MULTINODE_LAUNCHERS, applies
 from .options import DS_ACCELERATORS, OFFLOAD_DEVICES, OPTIONS
 
-# API 1.2: drivetrain_compile_model and drivetrain_clip_grad_value (1.1: drivetrain_configure_run,
-# and the accelerator/models given to prepare_objects/backward).
-PLUGIN_INFO = PluginInfo(api_version="1.2", description="DeepSpeed ZeRO stages 0-3 with CPU/NVMe offload",
+# API 1.3: the strategy's run hooks on its role object (1.2: drivetrain_compile_model and
+# drivetrain_clip_grad_value; 1.1: drivetrain_configure_run, the accelerator/models given to
+# prepare_objects/backward).
+PLUGIN_INFO = PluginInfo(api_version="1.3", description="DeepSpeed ZeRO stages 0-3 with CPU/NVMe offload",
                          requires=("deepspeed>=0.14",), extra="deepspeed")
 
 NAME = "deepspeed"
@@ -70,20 +70,6 @@ CONFIG_KEYS: dict[str, tuple[str | None, type, Any, bool, str]] = {
 }
 
 
-def _bool_argument(text: str) -> bool:
-    from drivetrain.environment import parse_bool
-
-    try:
-        return parse_bool(text, "value")
-    except Exception:
-        raise argparse.ArgumentTypeError(f"{text!r} is not true or false") from None
-
-
-def _mine(run: Any) -> bool:
-    strategy = run.selection.strategy
-    return strategy is not None and strategy.name == NAME
-
-
 # --------------------------------------------------------------------------- registration
 
 
@@ -93,6 +79,7 @@ def drivetrain_register_strategies():
         name=NAME, distributed_type="DEEPSPEED", platforms=tuple(sorted(DS_ACCELERATORS)), config_section=SECTION,
         accelerator_arguments=("deepspeed_plugin", "deepspeed_plugins"),
         composes_arguments=("parallelism_config",),  # Ulysses sequence parallelism (sp_size)
+        hooks="drivetrain_deepspeed.strategy:DeepSpeedStrategy",
         description="DeepSpeed ZeRO: shard optimizer states, gradients and parameters; CPU/NVMe offload",
     )]
 
@@ -132,7 +119,7 @@ def drivetrain_add_launch_arguments(parser):
     for key, (option, kind, choices, _ask, text) in CONFIG_KEYS.items():
         if key == "gradient_accumulation_steps":
             continue  # a core option (--gradient-accumulation-steps)
-        argument_type = {bool: _bool_argument, int: int, float: float}.get(kind, str)
+        argument_type = {bool: bool_argument, int: int, float: float}.get(kind, str)
         group.add_argument("--" + key.replace("_", "-"), dest=key, type=argument_type, default=None,
                            metavar="BOOL" if kind is bool else None, help=text)
 
@@ -199,53 +186,8 @@ def drivetrain_env_report():
 
 
 # ----------------------------------------------------------------------------- the run
-
-
-@hookimpl
-def drivetrain_configure_run(run, accelerator):
-    if not _mine(run):
-        return None
-    from .engine import runtime_of
-
-    return runtime_of(run).configure(accelerator)
-
-
-@hookimpl
-def drivetrain_prepare_objects(objects, run, device_placement, accelerator):
-    if not _mine(run):
-        return None
-    from .engine import prepare_engine, runtime_of
-
-    return prepare_engine(runtime_of(run), objects, accelerator)
-
-
-@hookimpl
-def drivetrain_wrap_model(model, run, evaluation_mode):
-    if not _mine(run):
-        return None
-    from drivetrain.errors import ConfigError
-
-    raise ConfigError("with DeepSpeed, models are prepared by accelerator.prepare(model, optimizer, ...), which "
-                      "builds the engine; prepare_model() alone cannot")
-
-
-@hookimpl(tryfirst=True)
-def drivetrain_wrap_optimizer(optimizer, run):
-    if not _mine(run):
-        return None
-    from drivetrain.errors import ConfigError
-
-    raise ConfigError("with DeepSpeed, pass the optimizer to accelerator.prepare() together with its model")
-
-
-@hookimpl(tryfirst=True)
-def drivetrain_wrap_scheduler(scheduler, optimizers, run):
-    if not _mine(run):
-        return None
-    from drivetrain.errors import ConfigError
-
-    raise ConfigError("with DeepSpeed, pass the scheduler to accelerator.prepare() together with its model and "
-                      "optimizer")
+# The strategy's run hooks are DeepSpeedStrategy's (strategy.py). Unwrapping is not: an engine
+# is unwrapped whatever strategy the run uses now.
 
 
 @hookimpl
@@ -253,103 +195,3 @@ def drivetrain_unwrap_model(model, run, keep_fp32_wrapper):
     from .engine import is_engine
 
     return model.module if is_engine(model) else None
-
-
-@hookimpl(tryfirst=True)
-def drivetrain_make_grad_scaler(run, kwargs):
-    # DeepSpeed scales fp16 losses in its engine: the run must have no scaler of its own.
-    return False if _mine(run) else None
-
-
-@hookimpl(tryfirst=True)
-def drivetrain_autocast(run, kwargs):
-    # The engine runs the model in the config's precision; autocast on top would change it.
-    return contextlib.nullcontext() if _mine(run) else None
-
-
-@hookimpl(tryfirst=True)
-def drivetrain_backward(loss, run, kwargs, models):
-    if not _mine(run):
-        return None
-    from .engine import backward
-
-    return backward(models, loss, kwargs)
-
-
-@hookimpl(tryfirst=True)
-def drivetrain_clip_grad_norm(parameters, max_norm, norm_type, run):
-    if not _mine(run):
-        return None
-    from .engine import clip_grad_norm, runtime_of
-
-    return clip_grad_norm(runtime_of(run), list(parameters), max_norm)
-
-
-@hookimpl(tryfirst=True)
-def drivetrain_clip_grad_value(parameters, clip_value, run):
-    if not _mine(run):
-        return None
-    from drivetrain.errors import DrivetrainError
-
-    # The engine stepped (and cleared the gradients) inside accelerator.backward, as in Accelerate.
-    raise DrivetrainError("DeepSpeed cannot clip gradients by value: its engine steps inside "
-                          "accelerator.backward; use accelerator.clip_grad_norm_ (gradient_clipping in the "
-                          "DeepSpeed config) instead")
-
-
-@hookimpl
-def drivetrain_compile_model(model, run, options):
-    if not _mine(run):
-        return None
-    from .engine import compile_engine, is_engine
-
-    return compile_engine(model, options) if is_engine(model) else None
-
-
-@hookimpl
-def drivetrain_get_state_dict(model, run, unwrap):
-    if not _mine(run):
-        return None
-    from .engine import full_state_dict, is_engine, is_zero3, runtime_of
-
-    if not (is_engine(model) and is_zero3(model)):
-        return None
-    state = full_state_dict(model, run, runtime_of(run).plugin_of(model))
-    return state if unwrap else {f"module.{key}": value for key, value in state.items()}
-
-
-@hookimpl
-def drivetrain_save_model_state(model, index, directory, run, safe_serialization, options):
-    if not _mine(run):
-        return None
-    from .checkpoint import save_engine
-
-    return save_engine(model, index, directory, run, options)
-
-
-@hookimpl
-def drivetrain_load_model_state(model, index, directory, run, manifest, options):
-    if not _mine(run):
-        return None
-    from .checkpoint import load_engine
-
-    return load_engine(model, index, directory, run, manifest, options)
-
-
-@hookimpl
-def drivetrain_save_optimizer_state(optimizer, index, directory, run):
-    if not _mine(run):
-        return None
-    from .engine import DeepSpeedOptimizerWrapper
-
-    # Saved with its engine (deepspeed_model_<i>/): nothing more to write.
-    return [] if isinstance(optimizer, DeepSpeedOptimizerWrapper) else None
-
-
-@hookimpl
-def drivetrain_load_optimizer_state(optimizer, index, directory, run, manifest):
-    if not _mine(run):
-        return None
-    from .engine import DeepSpeedOptimizerWrapper
-
-    return True if isinstance(optimizer, DeepSpeedOptimizerWrapper) else None

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from drivetrain.plugin_api import ConfigError, environment
+from drivetrain.plugin_api import ConfigError, contributed, environment
 
 #: Variables the launcher sets from the ``parallelism_config:`` block, by field.
 ENV = {
@@ -108,9 +108,12 @@ def layout_of(run: Any) -> SequenceParallelLayout | None:
         size = environment.read_pair(environment.own_name("PARALLELISM_CONFIG_SP_SIZE"), "PARALLELISM_CONFIG_SP_SIZE")
         if not size or int(size) <= 1:
             return None
-        from drivetrain_parallelism.config import ParallelismConfig
-
-        config = ParallelismConfig.from_environment(os.environ)
+        # ParallelismConfig is the parallelism plugin's: reached through the name it contributes.
+        parallelism_config = contributed("ParallelismConfig", None)
+        if parallelism_config is None:
+            raise ConfigError("PARALLELISM_CONFIG_SP_SIZE is set but no plugin offers ParallelismConfig; "
+                              "unblock the parallelism plugin (DRIVETRAIN_BLOCK_PLUGINS)")
+        config = parallelism_config.from_environment(os.environ)
     sp_size = int(getattr(config, "sp_size", 1) or 1)
     if sp_size <= 1:
         others = [f"{name}={getattr(config, name)}" for name in ("tp_size", "cp_size")

@@ -31,9 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from drivetrain.checkpointing.model_files import read_model_files, write_model_files
-from drivetrain.checkpointing.tree_io import load_tree, save_tree
-from drivetrain.errors import CheckpointError
+from drivetrain.plugin_api import CheckpointError, load_tree, read_model_files, save_tree, write_model_files
 
 from .runtime import runtime_of
 from .wrap import quiet, version_of

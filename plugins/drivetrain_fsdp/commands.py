@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError
 
 from .merge import _run as _run_merge
 from .merge import add_merge_command

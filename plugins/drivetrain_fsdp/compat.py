@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from drivetrain import environment
+from drivetrain.plugin_api import environment
 
 from .options import ENV
 
@@ -41,7 +41,7 @@ def fsdp2_canonicalize_names(named_params: dict[str, Any]) -> dict[str, Any]:
 def compile_regions_fsdp2(module: Any, **compile_kwargs: Any) -> None:
     """Compile each repeated block of ``module`` in place (``Module.compile``), so that sharding
     it afterwards keeps the compiled blocks as the units it shards."""
-    from drivetrain.utils.other import _repeated_blocks
+    from drivetrain.plugin_api import repeated_blocks as _repeated_blocks
 
     for container in list(module.modules()):
         if _repeated_blocks(container):

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import torch
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError
 
 from .options import FullyShardedDataParallelPlugin
 from .runtime import runtime_of

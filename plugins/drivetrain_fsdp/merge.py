@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from drivetrain.errors import CheckpointError
+from drivetrain.plugin_api import CheckpointError
 
 DCP_METADATA = ".metadata"
 
@@ -63,7 +63,7 @@ def merge_fsdp_weights(checkpoint_dir: str | os.PathLike, output_path: str | os.
 
     Returns the names of the files written.
     """
-    from drivetrain.checkpointing.model_files import write_model_files
+    from drivetrain.plugin_api import write_model_files
 
     source = sharded_model_directory(Path(checkpoint_dir), model_index)
     state = read_sharded_weights(source)

@@ -19,8 +19,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Mapping
 
-from drivetrain import environment
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError, environment
 
 logger = logging.getLogger(__name__)
 

@@ -11,10 +11,9 @@ Importing this module is cheap (no torch): the hooks import what they need when 
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
-from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, StrategySpec, hookimpl
+from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, StrategySpec, bool_argument, hookimpl
 
 from .options import (
     AUTO_WRAP_POLICIES,
@@ -70,15 +69,6 @@ CONFIG_KEYS: dict[str, tuple[str, type, Any, Any, bool, str]] = {
 }
 
 
-def _bool_argument(text: str) -> bool:
-    from drivetrain.environment import parse_bool
-
-    try:
-        return parse_bool(text, "value")
-    except Exception:
-        raise argparse.ArgumentTypeError(f"{text!r} is not true or false") from None
-
-
 # --------------------------------------------------------------------------- registration
 
 
@@ -109,7 +99,7 @@ def drivetrain_add_launch_arguments(parser):
     for key, (_option, kind, choices, _default, _ask, text) in CONFIG_KEYS.items():
         if key == "fsdp_backward_prefetch_policy":
             continue
-        argument_type = {bool: _bool_argument, int: int}.get(kind, str)
+        argument_type = {bool: bool_argument, int: int}.get(kind, str)
         group.add_argument("--" + key.replace("_", "-"), dest=key, type=argument_type, default=None,
                            metavar="BOOL" if kind is bool else None, help=text)
 
@@ -229,7 +219,7 @@ def drivetrain_clip_grad_norm(parameters, max_norm, norm_type, run):
 
 @hookimpl
 def drivetrain_clip_grad_value(parameters, clip_value, run):
-    from drivetrain.errors import DrivetrainError
+    from drivetrain.plugin_api import DrivetrainError
 
     # As in Accelerate: clipping by value is refused with sharded gradients; the norm is global.
     raise DrivetrainError("FSDP cannot clip gradients by value; use accelerator.clip_grad_norm_ instead")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError
 
 from .options import FullyShardedDataParallelPlugin
 

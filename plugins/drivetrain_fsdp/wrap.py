@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from drivetrain.errors import ConfigError, DrivetrainError
+from drivetrain.plugin_api import ConfigError, DrivetrainError
 
 from .options import HYBRID_STRATEGIES, FullyShardedDataParallelPlugin
 from .runtime import Runtime, runtime_of

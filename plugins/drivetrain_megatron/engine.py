@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError
 
 CORE_MODULE = "megatron.core"
 TRAINING_MODULE = "megatron.training"
@@ -142,7 +142,7 @@ def gather_across_data_parallel_groups(tensor: Any) -> Any:
     import torch
     import torch.distributed as dist
 
-    from drivetrain.utils import recursively_apply
+    from drivetrain.plugin_api import recursively_apply
 
     group = _data_parallel_group()
 
@@ -160,8 +160,7 @@ def gather_across_data_parallel_groups(tensor: Any) -> Any:
 def is_megatron_lm_available() -> bool:
     """Accelerate's probe: Megatron-LM is requested (``ACCELERATE_USE_MEGATRON_LM``), megatron-core
     0.8 or newer is installed, and Megatron-LM's training package can be imported."""
-    from drivetrain import environment
-    from drivetrain.utils.imports import is_package_available
+    from drivetrain.plugin_api import environment, is_package_available
 
     if not environment.read_bool("USE_MEGATRON_LM"):
         return False

@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Callable, Mapping
 
-from drivetrain import environment
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError, environment
 
 #: option -> variable Accelerate's launcher sets
 ENV = {

@@ -109,7 +109,7 @@ def drivetrain_public_names():
 
 @hookimpl
 def drivetrain_configure_run(run):
-    from drivetrain.errors import ConfigError
+    from drivetrain.plugin_api import ConfigError
 
     from .engine import refusal
     from .options import MegatronLMPlugin

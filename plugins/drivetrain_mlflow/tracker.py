@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from drivetrain.tracking import GeneralTracker, flatten_config, is_number, plain_value
+from drivetrain.plugin_api import GeneralTracker, flatten_config, is_number, plain_value
 
 logger = logging.getLogger(__name__)
 

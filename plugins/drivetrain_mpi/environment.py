@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from drivetrain.cluster import ClusterEnvironment, int_var
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ClusterEnvironment, ConfigError, int_var
 
 
 def from_mpi(env: Mapping[str, str] | None = None) -> ClusterEnvironment:

@@ -13,9 +13,8 @@ import shutil
 import subprocess
 import sys
 
-from drivetrain.errors import LaunchError
+from drivetrain.plugin_api import CHILD_MODULE as CHILD, LaunchError
 
-CHILD = "drivetrain.cli.child"
 # Variables every process needs: the run's choice and the rendezvous address.
 _EXPORTED_PREFIXES = ("DRIVETRAIN_", "ACCELERATE_")
 _EXPORTED = ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS")

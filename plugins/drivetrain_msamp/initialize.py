@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError
 
 
 def initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, opt_level: str) -> tuple[Any, Any]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from drivetrain.errors import ConfigError
-from drivetrain.kwargs_handlers import KwargsHandler
+from drivetrain.plugin_api import ConfigError, KwargsHandler
 
 OPT_LEVELS = ("O1", "O2")
 

@@ -32,7 +32,7 @@ def autocast_forward(model: torch.nn.Module, run: Any) -> torch.nn.Module:
     # Resolved once here, not on every forward: a step should cost what plain torch costs.
     kwargs = {"device_type": run.platform.device_type, "dtype": DTYPES[run.selection.mixed_precision], **kwargs}
     original = model.forward
-    from drivetrain.utils.operations import convert_to_fp32
+    from drivetrain.plugin_api import convert_to_fp32
 
     @functools.wraps(original)
     def forward(*args: Any, **inner_kwargs: Any) -> Any:

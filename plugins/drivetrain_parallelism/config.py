@@ -25,8 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from drivetrain import environment
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError, environment
 
 #: Mesh dimensions, outermost first (the order ranks are laid out in).
 DIMENSIONS = ("dp_replicate", "dp_shard", "cp", "tp")

@@ -107,7 +107,7 @@ def drivetrain_launch_environment(args):
     composing = strategy is not None and "parallelism_config" in strategy.composes_arguments
     if getattr(args, "strategy", None) != NAME and not composing:
         if isinstance(block, dict) and block:
-            from drivetrain.errors import ConfigError
+            from drivetrain.plugin_api import ConfigError
 
             raise ConfigError(f"the config file has a {SECTION}: block but the run's strategy is "
                               f"{getattr(args, 'strategy', None)!r}; add `strategy: {NAME}` (FSDP options still apply "
@@ -172,7 +172,7 @@ def drivetrain_clip_grad_norm(parameters, max_norm, norm_type, run):
 
 @hookimpl
 def drivetrain_clip_grad_value(parameters, clip_value, run):
-    from drivetrain.errors import DrivetrainError
+    from drivetrain.plugin_api import DrivetrainError
 
     raise DrivetrainError("gradients split over a device mesh cannot be clipped by value; use "
                           "accelerator.clip_grad_norm_ instead")

@@ -7,7 +7,7 @@ import contextlib
 import weakref
 from typing import Any, Iterator
 
-from drivetrain.errors import ConfigError, DrivetrainError
+from drivetrain.plugin_api import ConfigError, DrivetrainError
 
 from .config import ParallelismConfig, TorchTensorParallelPlugin
 
@@ -172,7 +172,7 @@ def configure(run: Any) -> Runtime:
     from drivetrain_fsdp.wrap import ensure_process_group
 
     if run.options.get("fsdp_plugin") is None:
-        from drivetrain import environment
+        from drivetrain.plugin_api import environment
         from drivetrain_fsdp.options import ENV as FSDP_ENV
         from drivetrain_fsdp.options import FullyShardedDataParallelPlugin
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError
 
 from .runtime import Runtime, runtime_of
 

@@ -6,7 +6,7 @@ import os
 import re
 from typing import Mapping
 
-from drivetrain.cluster import ClusterEnvironment, int_var
+from drivetrain.plugin_api import ClusterEnvironment, int_var
 
 
 def first_host(nodelist: str) -> str:

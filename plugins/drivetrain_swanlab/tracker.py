@@ -6,7 +6,7 @@ import inspect
 import os
 from typing import Any
 
-from drivetrain.tracking import LibraryRunTracker, images_by_key, plain_value
+from drivetrain.plugin_api import LibraryRunTracker, images_by_key, plain_value
 
 
 class SwanLabTracker(LibraryRunTracker):

@@ -33,6 +33,6 @@ def drivetrain_public_names():
 
 def is_tensorboard_available() -> bool:
     """Whether the tracker's library is installed (imports nothing)."""
-    from drivetrain.utils.imports import is_package_available
+    from drivetrain.plugin_api import is_package_available
 
     return is_package_available("tensorboard") or is_package_available("tensorboardX")

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from drivetrain.errors import DistributedError
+from drivetrain.plugin_api import DistributedError
 
 logger = logging.getLogger(__name__)
 

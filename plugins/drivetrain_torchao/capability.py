@@ -7,8 +7,7 @@ import importlib.util
 import os
 from typing import Any, Callable, TypeVar
 
-from drivetrain.errors import ConfigError
-from drivetrain.plugin_api import Probe
+from drivetrain.plugin_api import ConfigError, Probe
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
@@ -41,10 +40,9 @@ def torchao_required(function: _Function) -> _Function:
 
 def check_cuda_fp8_capability() -> bool:
     """The cuda plugin's answer (through the public names), ``False`` without that plugin."""
-    import drivetrain.utils
+    from drivetrain.plugin_api import contributed
 
-    check = getattr(drivetrain.utils, "check_cuda_fp8_capability", None)
-    return bool(check()) if check is not None else False
+    return bool(contributed("utils.check_cuda_fp8_capability", lambda: False)())
 
 
 def probe() -> Probe:

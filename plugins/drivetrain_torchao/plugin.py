@@ -84,7 +84,7 @@ def drivetrain_add_launch_arguments(parser):
 
 @hookimpl
 def drivetrain_launch_environment(args):
-    from drivetrain.environment import as_env_value
+    from drivetrain.plugin_api.environment import as_env_value
 
     env = {}
     for option, variable in (("fp8_enable_fsdp_float8_all_gather", "ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from drivetrain.kwargs_handlers import KwargsHandler
+from drivetrain.plugin_api import KwargsHandler
 
 from .capability import environment_flag
 

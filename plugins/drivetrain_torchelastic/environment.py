@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from drivetrain.cluster import ClusterEnvironment, int_var
+from drivetrain.plugin_api import ClusterEnvironment, int_var
 
 
 def from_env_variables(env: Mapping[str, str] | None = None, name: str = "env") -> ClusterEnvironment:

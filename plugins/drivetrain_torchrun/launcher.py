@@ -10,7 +10,7 @@ import sys
 import tempfile
 import uuid
 
-CHILD = "drivetrain.cli.child"
+from drivetrain.plugin_api import CHILD_MODULE as CHILD
 
 
 def _target(args: argparse.Namespace) -> list[str]:
@@ -49,8 +49,7 @@ def torchrun_arguments(args: argparse.Namespace) -> list[str]:
 
 def summarize(error, errors_dir: str | None = None, exits=None) -> str:
     """One line per failed rank: which rank, how it ended, and its error (first failure first)."""
-    from drivetrain.launchers import failure_summary, recorded_failures
-    from drivetrain.process_exits import last_stderr_line
+    from drivetrain.plugin_api import failure_summary, last_stderr_line, recorded_failures
 
     if not errors_dir:
         return failure_summary(error, "drivetrain launch")
@@ -93,8 +92,7 @@ def launch_torchrun(args: argparse.Namespace) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from drivetrain.launchers import ERRORS_DIR_VARIABLE
-    from drivetrain.process_exits import ExitWatcher
+    from drivetrain.plugin_api import ERRORS_DIR_VARIABLE, ExitWatcher
 
     os.environ.setdefault("DRIVETRAIN_RDZV_ID", str(uuid.uuid4()))
     if getattr(args, "quiet", None):
@@ -127,8 +125,7 @@ def launch_torchrun(args: argparse.Namespace) -> int:
 def launch_single(args: argparse.Namespace) -> int:
     import signal
 
-    from drivetrain.launchers import ERRORS_DIR_VARIABLE, recorded_failures
-    from drivetrain.process_exits import describe_exit, last_stderr_line
+    from drivetrain.plugin_api import ERRORS_DIR_VARIABLE, describe_exit, last_stderr_line, recorded_failures
 
     command = [sys.executable, *_target(args)] if not args.no_python else _target(args)
     received: list[int] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drivetrain.tracking import GeneralTracker, images_by_key, plain_value
+from drivetrain.plugin_api import GeneralTracker, images_by_key, plain_value
 
 
 class TrackioTracker(GeneralTracker):

@@ -9,75 +9,32 @@ from __future__ import annotations
 
 from drivetrain.plugin_api import PluginInfo, PrecisionSpec, Probe, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="fp8 with NVIDIA Transformer Engine",
+# API 1.3: the precision's run hooks on its role object.
+PLUGIN_INFO = PluginInfo(api_version="1.3", description="fp8 with NVIDIA Transformer Engine",
                          requires=("transformer-engine>=1.8",), extra="te")
 
 
 def probe() -> Probe:
     import torch
 
-    import drivetrain.utils
+    from drivetrain.plugin_api import contributed
 
     if not torch.cuda.is_available():
         return Probe(False, "Transformer Engine needs a CUDA GPU of compute capability 8.9 or newer "
                             "(use --fp8-backend ao to emulate fp8 on the CPU)")
-    if not drivetrain.utils.check_cuda_fp8_capability():
+    # The cuda plugin answers whether the GPU has fp8 units; without it, no GPU qualifies.
+    if not contributed("utils.check_cuda_fp8_capability", lambda: False)():
         major, minor = torch.cuda.get_device_capability()
         return Probe(False, f"fp8 needs a GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell); "
                             f"this one has {major}.{minor}: use bf16")
     return Probe(True, "Transformer Engine on an fp8-capable GPU")
 
 
-def _mine(run) -> bool:
-    return run.selection.precision is not None and run.selection.precision.backend == "te"
-
-
-def _recipe(run):
-    from .recipe import TERecipeKwargs
-
-    return run.handler_kwargs.get("TERecipeKwargs") or run.handler_kwargs.get("FP8RecipeKwargs") or TERecipeKwargs()
-
-
 @hookimpl
 def drivetrain_register_precisions():
     return [PrecisionSpec(name="fp8", backend="te", platforms=("cuda",), probe=probe, priority=30,
+                          hooks="drivetrain_transformer_engine.precision:TransformerEnginePrecision",
                           description="Transformer Engine layers under fp8_autocast")]
-
-
-@hookimpl
-def drivetrain_configure_run(run, accelerator):
-    if not _mine(run):
-        return None
-    import types
-
-    given = run.handler_kwargs.get("TERecipeKwargs") or run.handler_kwargs.get("FP8RecipeKwargs")
-    recipe = given or _recipe(run)
-    return types.SimpleNamespace(fp8_backend="TE", fp8_enabled=True, has_fp8_handler=given is not None,
-                                 te_recipe_handler=recipe, fp8_recipe_handler=recipe, ao_recipe_handler=None,
-                                 msamp_recipe_handler=None, delayed_fp8_autocast=False)
-
-
-@hookimpl
-def drivetrain_convert_model(model, run):
-    if not _mine(run):
-        return None
-    from .layers import convert_model, has_transformer_engine_layers
-
-    if not has_transformer_engine_layers(model):
-        import torch
-
-        with torch.no_grad():
-            convert_model(model)
-    return model
-
-
-@hookimpl
-def drivetrain_finalize_model(model, run):
-    if not _mine(run):
-        return None
-    from .layers import apply_fp8_autowrap
-
-    return apply_fp8_autowrap(model, _recipe(run))
 
 
 @hookimpl
@@ -124,7 +81,7 @@ def drivetrain_add_launch_arguments(parser):
 
 @hookimpl
 def drivetrain_launch_environment(args):
-    from drivetrain.environment import as_env_value
+    from drivetrain.plugin_api.environment import as_env_value
 
     return {variable: as_env_value(getattr(args, option)) for option, variable in VARIABLES.items()
             if getattr(args, option, None) is not None}

@@ -6,8 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from drivetrain.errors import ConfigError
-from drivetrain.kwargs_handlers import KwargsHandler
+from drivetrain.plugin_api import ConfigError, KwargsHandler
 
 FORMATS = ("HYBRID", "E4M3", "E5M2")
 AMAX_ALGORITHMS = ("max", "most_recent")

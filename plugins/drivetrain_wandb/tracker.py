@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from drivetrain.tracking import LibraryRunTracker, plain_value
+from drivetrain.plugin_api import LibraryRunTracker, plain_value
 
 
 class WandBTracker(LibraryRunTracker):

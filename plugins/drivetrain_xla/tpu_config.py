@@ -12,7 +12,7 @@ import shlex
 import subprocess
 from typing import Any, Sequence
 
-from drivetrain.errors import ConfigError
+from drivetrain.plugin_api import ConfigError
 
 
 def _add(holder: Any) -> None:
@@ -53,7 +53,7 @@ def _from_config(path: str | None) -> dict[str, Any]:
 
     import yaml
 
-    from drivetrain.config import default_config_path
+    from drivetrain.plugin_api import default_config_path
 
     source = Path(path) if path else default_config_path()
     if not source.is_file():

@@ -169,6 +169,11 @@ class StrategySpec:
             ``drivetrain_wrap_model``, so the core does not move them first. A sharding
             strategy shards a model before moving it (a model larger than one device then
             fits, and weights on the meta device are filled instead of copied).
+        hooks: lazy reference to this strategy's role object (API 1.3): a class (built once
+            per process, without arguments) or an object whose ``@hookimpl`` methods are run
+            hooks called only while this strategy is the run's. A plugin that plays several
+            roles keeps each role's run hooks there instead of checking, in module-level
+            hooks, whether the run chose it.
     """
 
     name: str
@@ -181,6 +186,7 @@ class StrategySpec:
     accelerator_arguments: Sequence[str] = ()
     composes_arguments: Sequence[str] = ()
     places_models: bool = False
+    hooks: LazyRef | None = None
     description: str = ""
 
 
@@ -196,6 +202,8 @@ class PrecisionSpec:
         backend: which implementation this is; users may pin it (``fp8_backend: te``).
         platforms: platform names it works on, or ``None`` for any.
         probe: checks that the implementation can run here (a library, a device feature).
+        hooks: lazy reference to this precision's role object, as ``StrategySpec.hooks``:
+            its run hooks are called only while this precision and backend are the run's.
     """
 
     name: str
@@ -203,6 +211,7 @@ class PrecisionSpec:
     platforms: Sequence[str] | None = None
     probe: Callable[[], Probe] = field(default_factory=lambda: _always("always available"))
     priority: int = 0
+    hooks: LazyRef | None = None
     description: str = ""
 
 

@@ -1,0 +1,231 @@
+"""The plugin API is the only part of drivetrain a plugin imports, built-in or third-party."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import drivetrain.plugin_api as api
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN_ROOTS = [ROOT / "plugins", ROOT / "examples" / "plugin_template"]
+API = "drivetrain.plugin_api"
+# A lazy reference ("module:attribute") to a core module would be an import in disguise.
+LAZY_REF = re.compile(r"^drivetrain(\.\w+)+:\w")
+
+#: Imports of one plugin's package by another that stay, each with its reason. Otherwise a plugin
+#: reaches another only through hooks, the run and the names plugins contribute (``contributed``).
+ALLOWED_CROSS_PLUGIN: dict[tuple[str, str], str] = {
+    ("drivetrain_parallelism", "drivetrain_fsdp"):
+        "ParallelismConfig is FSDP2 composed with tensor and context parallelism: it shards with the fsdp "
+        "plugin's code on a sub-mesh and serves its models with that plugin's optimizer, accumulation and "
+        "DCP checkpoint hooks. Both ship in one distribution and change together; a third-party strategy "
+        "built on another plugin would depend on that plugin's distribution the same way.",
+}
+
+
+def _packages() -> dict[str, Path]:
+    """Every plugin package (built-in and the template's) by its import name."""
+    found = {}
+    for root in PLUGIN_ROOTS:
+        for init in root.glob("drivetrain_*/__init__.py"):
+            found[init.parent.name] = init.parent
+    return found
+
+
+def _modules() -> list[tuple[str, Path]]:
+    return [(name, path) for name, package in sorted(_packages().items())
+            for path in sorted(package.rglob("*.py"))]
+
+
+def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "drivetrain":  # `from drivetrain import x` imports drivetrain.x
+                found += [(node.lineno, f"drivetrain.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, node.module))
+    return found
+
+
+def test_the_scan_sees_every_plugin():
+    packages = _packages()
+    assert {"drivetrain_cpu", "drivetrain_deepspeed", "drivetrain_fsdp", "drivetrain_jsonl"} <= set(packages)
+    assert len(_modules()) > 3 * len(packages) // 2
+
+
+def test_plugins_import_only_the_plugin_api():
+    packages = set(_packages())
+    problems = []
+    for own, path in _modules():
+        tree = ast.parse(path.read_text(), str(path))
+        where = path.relative_to(ROOT)
+        for line, module in _imported_modules(tree):
+            top = module.split(".")[0]
+            if top == "drivetrain" and module != API and not module.startswith(API + "."):
+                problems.append(f"{where}:{line} imports {module}: import it from {API}, or add it there")
+            elif top in packages and top != own and (own, top) not in ALLOWED_CROSS_PLUGIN:
+                problems.append(f"{where}:{line} imports the plugin {top}: reach it through a hook or a public name")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and LAZY_REF.match(node.value)
+                    and not node.value.startswith(API)):
+                problems.append(f"{where}:{node.lineno} refers to {node.value!r}: name it through {API}")
+    assert not problems, "\n".join(problems)
+
+
+def test_allowed_cross_plugin_imports_are_still_needed():
+    # An exception nobody needs any more must go, or the list hides the next one.
+    for (own, other), reason in ALLOWED_CROSS_PLUGIN.items():
+        assert reason
+        sources = "".join(p.read_text() for p in _packages()[own].rglob("*.py"))
+        assert re.search(rf"^\s*(from|import) {other}\b", sources, re.M), (own, other)
+
+
+@pytest.mark.parametrize("submodule", sorted({*api._LAZY_BY_MODULE, "descriptors", "errors", "environment"}))
+def test_every_name_of_a_submodule_is_offered_by_the_package(submodule):
+    module = importlib.import_module(f"{API}.{submodule}")
+    if submodule == "environment":  # read with its module's name: `environment.read_pair(...)`
+        assert all(callable(getattr(module, n)) or isinstance(getattr(module, n), str) for n in module.__all__)
+        return
+    for name in module.__all__:
+        assert getattr(api, name) is getattr(module, name), name
+    assert set(api._LAZY_BY_MODULE.get(submodule, ())) <= set(module.__all__)
+
+
+def test_importing_the_plugin_api_imports_no_torch():
+    code = ("import sys, drivetrain.plugin_api as api, drivetrain.plugin_api.environment, "
+            "drivetrain.plugin_api.options, drivetrain.plugin_api.probes, drivetrain.plugin_api.cluster, "
+            "drivetrain.plugin_api.tracking, drivetrain.plugin_api.launching; "
+            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no_such_helper"):
+        api.no_such_helper  # noqa: B018
+
+
+def test_contributed_reaches_another_plugins_name_or_the_default():
+    # The cuda plugin contributes this probe; a plugin asks for it without importing drivetrain_cuda.
+    check = api.contributed("utils.check_cuda_fp8_capability", None)
+    assert check is None or isinstance(check(), bool)
+    marker = object()
+    assert api.contributed("utils.no_plugin_contributes_this", marker) is marker
+    with pytest.raises(AttributeError):
+        api.contributed("utils.no_plugin_contributes_this")
+
+
+# ------------------------------------------------------------------------------ role objects
+
+class _Conducting:
+    """A strategy's role object: its run hooks answer only while the strategy is the run's."""
+
+    built = 0
+
+    def __init__(self) -> None:
+        type(self).built += 1
+
+    @api.hookimpl(tryfirst=True)
+    def drivetrain_autocast(self, run, kwargs):
+        return ("conducting", run.selection.strategy.name)
+
+
+def _multi_role_manager(role_object):
+    import warnings
+
+    from fake_plugins import fake_plugin
+
+    from drivetrain.plugin_manager import PluginManager, importlib_metadata
+
+    @api.hookimpl
+    def drivetrain_register_strategies():
+        return [api.StrategySpec(name="conduct", hooks=role_object), api.StrategySpec(name="plain")]
+
+    @api.hookimpl
+    def drivetrain_unwrap_model(model, run, keep_fp32_wrapper):
+        return "module-level hooks answer whichever strategy is chosen"
+
+    plugin = fake_plugin("multi", PLUGIN_INFO=api.PluginInfo(api_version="1.3"),
+                         drivetrain_register_strategies=drivetrain_register_strategies,
+                         drivetrain_unwrap_model=drivetrain_unwrap_model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        entry_points = [*importlib_metadata.entry_points(group="drivetrain.plugins"), plugin]
+        return PluginManager(env={}, entry_points=entry_points).load()
+
+
+def _run(manager, strategy):
+    from drivetrain.cluster import ClusterEnvironment
+    from drivetrain.run import Run
+    from drivetrain.selection import Requests, select
+
+    selection = select(manager, Requests(strategy=strategy), cluster=ClusterEnvironment(name="test"))
+    return Run(manager, selection, platform=None)
+
+
+def test_a_role_objects_hooks_answer_only_while_its_strategy_is_chosen():
+    from drivetrain.selection import Requests, select
+
+    _Conducting.built = 0
+    manager = _multi_role_manager(_Conducting)
+    run = _run(manager, "conduct")
+    assert run.call("drivetrain_autocast", kwargs={}) == ("conducting", "conduct")
+    assert "drivetrain_autocast" in manager.records["multi"].hooks
+    # The same plugin, active through another strategy of its own: the module answers, the role does not.
+    other = _run(manager, "plain")
+    assert "multi" in other.active_plugins
+    assert other.call("drivetrain_autocast", kwargs={}) is None
+    assert other.call("drivetrain_unwrap_model", model=None, keep_fp32_wrapper=True) is not None
+    # Choosing again swaps the callers; the object is built once per manager.
+    other.reselect(select(manager, Requests(strategy="conduct"), cluster=run.selection.cluster))
+    assert other.call("drivetrain_autocast", kwargs={}) == ("conducting", "conduct")
+    assert _Conducting.built == 1
+
+
+class _RegistersThings:
+    @api.hookimpl
+    def drivetrain_register_trackers(self):
+        return []
+
+
+class _WrongSignature:
+    @api.hookimpl
+    def drivetrain_autocast(self, run, colour):
+        return None
+
+
+@pytest.mark.parametrize("role_object, reason", [
+    (_RegistersThings, "'drivetrain_register_trackers' is not a run hook"),
+    (_WrongSignature, "bad hook implementation"),
+    ("no_such_module_here:Strategy", "cannot be loaded: 'no_such_module_here:Strategy' failed with ModuleNotFoundError"),
+])
+def test_a_broken_role_object_is_refused_when_chosen_naming_the_plugin(role_object, reason):
+    manager = _multi_role_manager(role_object)
+    assert manager.records["multi"].usable  # nothing of the role is imported before it is chosen
+    with pytest.raises(api.PluginSelectionError, match=r"plugin 'multi'") as caught:
+        _run(manager, "conduct")
+    assert reason in str(caught.value)
+    _run(manager, "plain")  # the plugin's other strategy still works
+
+
+def test_deepspeed_strategy_hooks_live_on_its_role_object():
+    # The plugin is also a launcher and a cluster environment: none of its module-level run
+    # hooks may act as the strategy.
+    import drivetrain_deepspeed.plugin as module
+    from drivetrain_deepspeed.strategy import DeepSpeedStrategy
+
+    (spec,) = module.drivetrain_register_strategies()
+    assert api.resolve(spec.hooks) is DeepSpeedStrategy
+    run_hooks = {name for name in dir(module) if name.startswith("drivetrain_") and "run" in
+                 getattr(module, name).__code__.co_varnames[:getattr(module, name).__code__.co_argcount]}
+    assert run_hooks == {"drivetrain_unwrap_model"}
