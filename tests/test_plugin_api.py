@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import re
 import subprocess
 import sys
@@ -229,3 +230,7 @@ def test_deepspeed_strategy_hooks_live_on_its_role_object():
     run_hooks = {name for name in dir(module) if name.startswith("drivetrain_") and "run" in
                  getattr(module, name).__code__.co_varnames[:getattr(module, name).__code__.co_argcount]}
     assert run_hooks == {"drivetrain_unwrap_model"}
+    # `plugins info` says where the role's hooks live, without importing them.
+    info = subprocess.run([sys.executable, "-m", "drivetrain", "plugins", "info", "deepspeed", "--json"],
+                          capture_output=True, text=True, check=True).stdout
+    assert json.loads(info)["role_objects"] == {"deepspeed": ["drivetrain_deepspeed.strategy:DeepSpeedStrategy"]}
