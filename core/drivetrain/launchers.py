@@ -98,6 +98,9 @@ def _free_port() -> int:
 
 #: Directory where each process of a job writes the error that ended it (set by launchers).
 ERRORS_DIR_VARIABLE = "DRIVETRAIN_ERRORS_DIR"
+#: The module every launched process runs (``python -m CHILD_MODULE --script PATH ...``): it
+#: records an uncaught exception where the launcher reads it.
+CHILD_MODULE = "drivetrain.cli.child"
 
 
 def record_failure(exc: BaseException, errors: str | None = None) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from ..enums import DistributedType
 from ..errors import LaunchError
+from ..launchers import CHILD_MODULE
 
 
 class PrepareForLaunch:
@@ -67,7 +68,7 @@ def _child_command(args: argparse.Namespace) -> list[str]:
     if getattr(args, "no_python", False):
         return [args.training_script, *args.training_script_args]
     mode = "--module" if getattr(args, "module", False) else "--script"
-    return [sys.executable, "-m", "drivetrain.cli.child", mode, args.training_script, *args.training_script_args]
+    return [sys.executable, "-m", CHILD_MODULE, mode, args.training_script, *args.training_script_args]
 
 
 def prepare_simple_launcher_cmd_env(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
