@@ -300,13 +300,16 @@ def test_a_strategy_preparing_objects_together_still_gets_every_model_transform(
     monkeypatch.setattr(run, "chain", chain)
     model, optimizer = make()
     prepared, same_optimizer = accelerator.prepare(model, optimizer)
-    assert calls == [("drivetrain_convert_model", "Sequential"), ("prepare_objects", True),
+    # the call's objects are transformed together first (an optimising library), then each model converted
+    assert calls == [("drivetrain_transform_objects", "list"), ("drivetrain_convert_model", "Sequential"),
+                     ("prepare_objects", True),
                      ("drivetrain_finalize_model", "Engine")]
     assert type(prepared._orig_mod) is Engine and prepared._orig_mod.module is model  # compiled
     assert accelerator._models == [prepared] and same_optimizer is optimizer
     x = torch.randn(3, 4).to(accelerator.device)
     torch.testing.assert_close(prepared(x), model(x))
-    assert accelerator.prepare(prepared) is prepared and len(calls) == 3  # prepared already: no transform again
+    assert accelerator.prepare(prepared) is prepared  # prepared already: no model transform again
+    assert calls[4:] == [("drivetrain_transform_objects", "list")]  # (plugins see every call's objects)
 
 
 def test_find_executable_batch_size_halves_until_it_fits():

@@ -16,14 +16,8 @@ import pytest
 
 NAMES_FILE = Path(__file__).parent / "data" / "accelerate-public-names.txt"
 
-_PLATFORMS = "issue 18 (XLA/MPS/XPU/IPEX platforms)"
-
 #: "module:name" -> the issue that brings it.
-LATER: dict[str, str] = {
-    **{f"drivetrain.utils:{n}": _PLATFORMS for n in (
-        "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION", "check_cuda_p2p_ib_support",
-        "get_gpu_info", "set_numa_affinity")},
-}
+LATER: dict[str, str] = {}
 
 
 def _accelerate_names() -> list[tuple[str, str]]:

@@ -252,6 +252,10 @@ class Accelerator(AcceleratorProperties, AcceleratorProcesses, AccelerateMembers
         placement = [self.device_placement if p is None else p for p in device_placement]
         # Data loaders first: a strategy preparing the rest together may need their batch size.
         objects = [self._prepare_if_dataloader(obj, placement[index]) for index, obj in enumerate(args)]
+        transformed = self.run.chain("drivetrain_transform_objects", "objects", objects, accelerator=self)
+        if len(transformed) != len(objects):
+            raise DrivetrainError(f"a plugin transformed the {len(objects)} objects of prepare into {len(transformed)}")
+        objects = list(transformed)
         converted: list[int] = []
         prepared = None
         if self.run.hook("drivetrain_prepare_objects").get_hookimpls():

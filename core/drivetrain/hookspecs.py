@@ -347,6 +347,29 @@ def drivetrain_prepare_objects(
 
 
 @hookspec
+def drivetrain_transform_objects(objects: Sequence[Any], run: Run, accelerator: Any) -> Sequence[Any] | None:
+    """Rewrite the models and optimizers of one ``accelerator.prepare(...)`` call together,
+    before anything else is done to them (API 1.4).
+
+    *chained*: each implementation receives the list the previous one returned. Called at
+    the start of every ``prepare``, once its data loaders are prepared, whatever the
+    strategy. A library that optimises a model together with its optimizer (kernels swapped,
+    master weights kept beside low-precision ones: Intel Extension for PyTorch's
+    ``optimize``) answers here, so the strategy then places and wraps what it returned as it
+    would the user's objects (DDP composes with it).
+
+    Args:
+        objects: what the user passed, in order (flattened); data loaders already prepared,
+            models and optimizers as given (a model prepared earlier may be among them).
+        run: this process's run.
+        accelerator: the ``Accelerator`` whose ``prepare`` this is.
+
+    Return a list of the same length, each replacement in the position of what it replaces,
+    or ``None`` to keep the objects.
+    """
+
+
+@hookspec
 def drivetrain_convert_model(model: Any, run: Run) -> Any:
     """Convert a model's layers or dtypes for the chosen precision, before wrapping.
 

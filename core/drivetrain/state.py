@@ -21,6 +21,7 @@ from .errors import ConfigError, DistributedError
 from .plugin_manager import get_plugin_manager
 from .run import Run
 from .selection import Requests, requests_from_env, select
+from .use_variables import requested_features
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ class PartialState:
                                            f"platform {selection.platform.name!r}")()
         run = Run(manager, selection, platform)
         run.state = self
+        for feature in requested_features(manager):  # DRIVETRAIN_USE_<FEATURE>=1
+            run.activate_feature(feature)
         self.platform = platform
         self.cluster = selection.cluster
         self.debug = environment.read_bool("DEBUG_MODE")

@@ -1,7 +1,8 @@
 """``DRIVETRAIN_USE_<NAME>=true`` (Accelerate's ``ACCELERATE_USE_<NAME>``): a backend chosen by a variable.
 
 ``NAME`` is matched, case-blind, to an installed strategy, then to an installed platform
-(``USE_CPU`` is read by the selection itself). A variable set to true that nothing installed
+(``USE_<PLATFORM>_DEVICE`` too), then to a feature a plugin declares (``USE_IPEX``), which
+the run activates (``USE_CPU`` is read by the selection itself). A variable set to true that nothing installed
 answers is an error, never ignored: a script that asks for a backend must not train without
 it. The error says what would make it work, from what is known here without naming any
 backend in the core:
@@ -74,6 +75,28 @@ def _missing(manager: PluginManager, name: str, variable: str) -> PluginSelectio
         f"install a plugin that does (`drivetrain plugins list` shows what is installed), or unset {variable}")
 
 
+def _features(manager: PluginManager) -> dict[str, str]:
+    """Each optional feature a loaded plugin declares (``PluginInfo.features``), lower case,
+    and the first plugin declaring it."""
+    found: dict[str, str] = {}
+    for plugin, info in manager.infos.items():
+        for feature in info.features:
+            found.setdefault(feature.lower(), plugin)
+    return found
+
+
+def requested_features(manager: PluginManager, env: Mapping[str, str] | None = None) -> list[str]:
+    """The features the ``*_USE_<NAME>`` variables ask for (``DRIVETRAIN_USE_<FEATURE>=1``).
+
+    A feature is named like the plugins that provide it declare it, so a plugin that is no
+    role of the run (an optimising library) is switched on by a variable, a launch option
+    that sets it, or a config key whose ``ConfigField.env`` names it.
+    """
+    env = os.environ if env is None else env
+    features = _features(manager)
+    return [name for name in _requested(env) if name in features]
+
+
 def use_requests(manager: PluginManager, env: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
     """The ``(strategy, platform)`` the ``*_USE_<NAME>`` variables select (``None`` when none does).
 
@@ -83,14 +106,18 @@ def use_requests(manager: PluginManager, env: Mapping[str, str] | None = None) -
     env = os.environ if env is None else env
     strategies = [spec.name for _p, spec in manager.registrations("drivetrain_register_strategies")]
     platforms = [spec.name for _p, spec in manager.registrations("drivetrain_register_platforms")]
+    features = _features(manager)
     strategy = platform = None
     for name in _requested(env):
         found_strategy = next((s for s in strategies if _same(name, s)), None)
-        found_platform = next((p for p in platforms if _same(name, p)), None)
+        # Accelerate's USE_MPS_DEVICE spells a platform with a suffix
+        found_platform = next((p for p in platforms if _same(name, p) or _same(name, p + "_device")), None)
         if found_strategy is not None:
             strategy = strategy or found_strategy
         elif found_platform is not None:
             platform = platform or found_platform
+        elif name in features and manager.records[features[name]].usable:
+            continue  # a feature, activated on the run (requested_features)
         else:
             own, alias = environment.names_of("USE_" + name.upper())
             raise _missing(manager, name, own if own in env else alias)

@@ -10,4 +10,5 @@ __version__ = "0.1.0"
 #: 1.3: ``drivetrain.plugin_api`` is a package, the whole surface plugins import (base classes,
 #: errors, options, probes, launching, checkpoint and model helpers); descriptors of a role may
 #: name a role object whose hooks are called only while that item is chosen (``hooks=``).
-PLUGIN_API_VERSION = "1.3"
+#: 1.4: ``drivetrain_transform_objects``: the objects of a ``prepare`` call rewritten together, first.
+PLUGIN_API_VERSION = "1.4"

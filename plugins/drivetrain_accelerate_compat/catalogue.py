@@ -15,15 +15,14 @@ PROBES = (
     "is_deepspeed_available", "is_dvclive_available", "is_fp16_available", "is_fp8_available",
     "is_habana_gaudi1", "is_hpu_available", "is_import_timer_available", "is_lomo_available",
     "is_matplotlib_available", "is_megatron_lm_available", "is_mlflow_available", "is_mlu_available",
-    "is_mps_available", "is_msamp_available", "is_musa_available", "is_neuron_available", "is_npu_available",
+    "is_msamp_available", "is_musa_available", "is_neuron_available", "is_npu_available",
     "is_pandas_available", "is_peft_available", "is_pippy_available", "is_pynvml_available",
     "is_pytest_available", "is_rich_available", "is_rocm_available", "is_sagemaker_available",
     "is_schedulefree_available", "is_sdaa_available", "is_swanlab_available", "is_tensorboard_available",
     "is_timm_available", "is_torch_xla_available", "is_torchao_available", "is_torchdata_available",
     "is_torchdata_stateful_dataloader_available", "is_torchvision_available", "is_trackio_available",
     "is_transformer_engine_available", "is_transformer_engine_mxfp8_available", "is_transformers_available",
-    "is_triton_available", "is_wandb_available", "is_weights_only_available", "is_xccl_available",
-    "is_xpu_available",
+    "is_triton_available", "is_wandb_available", "is_weights_only_available",
 )
 
 #: Members of Accelerate's enumerations, by enumeration.

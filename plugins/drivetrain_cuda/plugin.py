@@ -139,7 +139,10 @@ def drivetrain_env_report():
 def drivetrain_public_names():
     return {"utils.check_cuda_fp8_capability": "drivetrain_cuda.fp8:check_cuda_fp8_capability",
             "utils.is_cuda_available": "drivetrain_cuda.plugin:is_cuda_available",
-            "utils.is_rocm_available": "drivetrain_cuda.plugin:is_rocm_available"}
+            "utils.is_rocm_available": "drivetrain_cuda.plugin:is_rocm_available",
+            "utils.get_gpu_info": "drivetrain_cuda.system:get_gpu_info",
+            "utils.check_cuda_p2p_ib_support": "drivetrain_cuda.system:check_cuda_p2p_ib_support",
+            "utils.set_numa_affinity": "drivetrain_cuda.system:set_numa_affinity"}
 
 
 def is_cuda_available() -> bool:

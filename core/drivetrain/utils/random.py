@@ -24,8 +24,45 @@ def _platform() -> Any:
     return PartialState._shared_state.get("platform")
 
 
+#: Platform objects of the usable platforms, per plugin manager: ``set_seed`` before any state
+#: exists seeds them all (probing once per process).
+_usable_platforms: dict[int, list[Any]] = {}
+
+
+def usable_platforms() -> list[Any]:
+    """A platform object for each platform whose probe says it is usable in this process.
+
+    What ``set_seed`` seeds when it is called before the process state exists (a script
+    seeds first and builds its ``Accelerator`` afterwards): the platform the state will
+    choose is among them, whichever it is. A platform whose factory cannot be loaded is
+    skipped with a warning (selecting it later says what to fix).
+    """
+    from ..detection import probe_all
+    from ..plugin_manager import get_plugin_manager
+
+    manager = get_plugin_manager()
+    found = _usable_platforms.get(id(manager))
+    if found is None:
+        found = []
+        for candidate in probe_all(manager, "drivetrain_register_platforms", "platform"):
+            if not candidate.available:
+                continue
+            try:
+                found.append(manager.resolve_factory(candidate.plugin, candidate.spec,
+                                                     f"platform {candidate.name!r}")())
+            except Exception as error:  # seeding must not fail for a platform nobody chose
+                logger.warning("%s; its generator is not seeded", error)
+        _usable_platforms.clear()
+        _usable_platforms[id(manager)] = found
+    return found
+
+
 def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
     """Seed Python's ``random``, NumPy, torch and the platform's device generators.
+
+    The device generators seeded are the run's platform's once the process state exists,
+    and otherwise those of every platform usable here (:func:`usable_platforms`), so seeding
+    before building the ``Accelerator`` seeds the device it will choose.
 
     Args:
         seed: the seed.
@@ -45,8 +82,8 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
         numpy.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     platform = _platform()
-    if platform is not None:
-        platform.manual_seed_all(seed)
+    for device_platform in [platform] if platform is not None else usable_platforms():
+        device_platform.manual_seed_all(seed)
     if deterministic:
         torch.use_deterministic_algorithms(True)
 

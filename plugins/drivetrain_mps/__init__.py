@@ -1,0 +1,1 @@
+"""The ``mps`` platform plugin: Apple silicon GPUs through torch.mps (one process)."""

@@ -1,0 +1,1 @@
+"""The ``xpu`` platform plugin: Intel GPUs through torch.xpu, XCCL or oneCCL between processes."""
