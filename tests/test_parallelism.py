@@ -229,6 +229,46 @@ def test_tensor_parallel_on_two_processes(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.usefixtures("fresh_state", "private_group")
+def test_checkpoints_resume_under_another_layout(tmp_path):
+    # TP=2 -> FSDP2 (dp_shard=2) -> TP=2 in two processes (tests/scripts/check_parallelism_reshard.py) ...
+    result = launch("check_parallelism_reshard.py", str(tmp_path), num_processes=2, timeout=400)
+    assert_ok(result)
+    assert "CHECK-PARALLELISM-RESHARD-OK" in result.stdout
+    from safetensors.torch import load_file
+
+    from drivetrain import Accelerator, ParallelismConfig
+    from drivetrain.errors import CheckpointError
+    from drivetrain.state import AcceleratorState
+
+    # ... then the FSDP2 checkpoint in one process: a plain module under a layout of sizes 1
+    reference = load_file(tmp_path / "reference.safetensors")
+    accelerator = Accelerator(parallelism_config=ParallelismConfig())
+    model = tiny_llama()
+    torch.nn.init.zeros_(model.lm_head.weight)  # other weights than saved
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    accelerator.load_state(tmp_path / "dp_shard")
+    for name, parameter in model.named_parameters():
+        assert type(parameter.data) is torch.Tensor
+        torch.testing.assert_close(parameter.detach().cpu(), reference[name], atol=1e-5, rtol=0, msg=name)
+        momentum = optimizer.optimizer.state[parameter]["momentum_buffer"]
+        torch.testing.assert_close(momentum.cpu(), reference[f"momentum.{name}"], atol=1e-5, rtol=0, msg=name)
+    AcceleratorState._reset_state()
+    # a run without the layout cannot read the sharded files: it says how to convert them, and changes nothing
+    plain = Accelerator()
+    model = tiny_llama()
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    model, optimizer = plain.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    with pytest.raises(CheckpointError, match=r"model_0 holds no weight files the core reads.*merge-weights"):
+        plain.load_state(tmp_path / "dp_shard")
+    assert all(torch.equal(value, before[name]) for name, value in model.state_dict().items())
+    merged = load_file(next((tmp_path / "merged_dp_shard").glob("*.safetensors")))  # what merge-weights wrote
+    model.load_state_dict(merged)
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, reference[name], atol=1e-5, rtol=0, msg=name)
+
+
+@pytest.mark.multiprocess
 def test_fsdp_times_tp_and_hsdp_on_four_processes(tmp_path):
     result = launch("check_parallelism.py", str(tmp_path), "1,2,2", "2,2,1", num_processes=4, timeout=600)
     assert_ok(result)

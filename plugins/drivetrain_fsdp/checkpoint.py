@@ -272,6 +272,7 @@ def load_model(model: Any, index: int, directory: str, run: Any) -> bool | None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
     path = Path(directory) / f"model_{index}"
+    check_optimizers(run, Path(directory))  # models load first: what cannot load must fail before that
     if (path / DCP_METADATA).exists():
         with quiet():
             current = get_model_state_dict(model)
@@ -337,14 +338,9 @@ def load_optimizer(optimizer: Any, index: int, directory: str, run: Any) -> bool
     if (path / f"{STRUCTURE}.json").exists():
         structure = load_tree(path / STRUCTURE)
         if structure.get("state"):
-            current: dict[str, torch.Tensor] = {}
-            _split(_initialised_state(model, inner), "", current)
+            current = _check_structure(structure, model, inner, path)
             wanted: dict[str, torch.Tensor] = {}
             names = _marks(structure)
-            unknown = sorted(set(names) - set(current))
-            if unknown:
-                raise CheckpointError(f"{path} holds optimizer state for {unknown[:3]} that this optimizer does not "
-                                      "have: it was written for another model or optimizer")
             with quiet():
                 for name in names:
                     wanted[name] = current[name].detach().clone()
@@ -365,6 +361,53 @@ def load_optimizer(optimizer: Any, index: int, directory: str, run: Any) -> bool
             inner.state.clear()
         return True
     raise CheckpointError(f"{path} holds no optimizer state (expected {STRUCTURE}.json or {FULL_OPTIMIZER}.json)")
+
+
+def _check_structure(structure: dict[str, Any], model: Any, inner: Any, path: Path) -> dict[str, torch.Tensor]:
+    """Refuse a sharded optimizer state this optimizer cannot take (other parameter groups, other
+    state tensors, other global shapes); returns the optimizer's tensors by name to read into.
+
+    DCP reshards each tensor to any layout of the same global shape (TP, FSDP2, one process),
+    so what is left to refuse is a state of another optimizer or model.
+    """
+    groups = [list(group.get("params", [])) for group in structure.get("param_groups", [])]
+    fix = "create the optimizer that saved it (same class and parameter groups) before load_state()"
+    if len(groups) != len(inner.param_groups):
+        raise CheckpointError(f"{path} holds {len(groups)} parameter groups and this optimizer has "
+                              f"{len(inner.param_groups)}; {fix}")
+    fresh = not inner.state
+    described = _initialised_state(model, inner)
+    current: dict[str, torch.Tensor] = {}
+    _split(described, "", current)
+    mine = [list(group["params"]) for group in described["param_groups"]]
+    if fresh:
+        inner.state.clear()  # described, not changed
+    if [sorted(map(str, group)) for group in groups] != [sorted(map(str, group)) for group in mine]:
+        raise CheckpointError(f"{path} holds parameter groups of other parameters than this optimizer's; {fix}")
+    names = _marks(structure)
+    unknown = sorted(set(names) - set(current))
+    if unknown:
+        raise CheckpointError(f"{path} holds optimizer state {unknown[:3]} that this optimizer does not have: it was "
+                              f"written for another optimizer or model; {fix}")
+    stored = tensor_entries(path)
+    for name in names:
+        shape, here = tuple(stored[name].size) if name in stored else None, tuple(current[name].shape)
+        if shape is not None and shape != here:
+            raise CheckpointError(f"{path} holds {name} of shape {shape}, this optimizer's is {here}; {fix}")
+    return current
+
+
+def check_optimizers(run: Any, directory: Path) -> None:
+    """Check every prepared optimizer against the checkpoint's sharded optimizer state, before a
+    model is loaded: a load that fails must leave models and optimizers as they were."""
+    for index, optimizer in enumerate(runtime_of(run).optimizers):
+        path = directory / f"optimizer_{index}"
+        if not (path / f"{STRUCTURE}.json").exists():
+            continue  # not a sharded state: checked where it is read
+        structure = load_tree(path / STRUCTURE)
+        if structure.get("state"):
+            inner = getattr(optimizer, "optimizer", optimizer)
+            _check_structure(structure, _model_of(optimizer, run), inner, path)
 
 
 def _initialised_state(model: Any, inner: Any) -> dict[str, Any]:

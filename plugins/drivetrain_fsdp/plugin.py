@@ -180,9 +180,11 @@ def drivetrain_unwrap_model(model, run, keep_fp32_wrapper):
 
 @hookimpl(tryfirst=True)
 def drivetrain_wrap_optimizer(optimizer, run):
+    from .runtime import runtime_of
     from .wrap import point_optimizer_at_sharded_parameters
 
     point_optimizer_at_sharded_parameters(optimizer, run)
+    runtime_of(run).add_optimizer(optimizer)  # a checkpoint load checks every optimizer before changing anything
     return None  # the default wrapper suits FSDP
 
 

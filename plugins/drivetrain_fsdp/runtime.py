@@ -19,6 +19,7 @@ class Runtime:
     Attributes:
         options: the resolved :class:`FullyShardedDataParallelPlugin`.
         models: the models this run wrapped, in order (weak references).
+        optimizers: the optimizers this run prepared, in order (weak references).
         replaced: original parameter -> what replaced it when its model was sharded, for
             optimizers created before ``prepare`` (weak: dropped with the old parameters).
     """
@@ -29,6 +30,7 @@ class Runtime:
         self._run = weakref.ref(run)
         self.options = options
         self._models: list[weakref.ref] = []
+        self._optimizers: list[weakref.ref] = []
         self.replaced: Any = WeakIdKeyDictionary()
         self.meshes: dict[tuple[int, ...], Any] = {}
         self.extension = Extension(self)
@@ -39,6 +41,15 @@ class Runtime:
 
     def add_model(self, model: Any) -> None:
         self._models.append(weakref.ref(model))
+
+    @property
+    def optimizers(self) -> list[Any]:
+        """The optimizers prepared in this run, in order: the ``index`` of each in a checkpoint."""
+        return [optimizer for optimizer in (ref() for ref in self._optimizers) if optimizer is not None]
+
+    def add_optimizer(self, optimizer: Any) -> None:
+        if not any(ref() is optimizer for ref in self._optimizers):
+            self._optimizers.append(weakref.ref(optimizer))
 
     def active(self) -> bool:
         """Whether the run still uses FSDP (a later ``Accelerator`` may have chosen another strategy)."""
@@ -109,6 +120,7 @@ def configure(run: Any) -> Runtime:
     if runtime is None:
         runtime = _RUNTIMES[run] = Runtime(run, options)
     runtime.options = options
+    runtime._optimizers = []  # a new Accelerator: its optimizers are numbered from 0 in its checkpoints
     return runtime
 
 

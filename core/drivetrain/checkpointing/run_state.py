@@ -312,10 +312,17 @@ def _count_problem(manifest: dict[str, Any], accelerator: Accelerator) -> str | 
 
 
 def _read_model_later(directory: Path, index: int, jobs: FileJobs | None = None,
-                      verifier: checksums.Verifier | None = None) -> Callable[[], dict[str, torch.Tensor]]:
+                      verifier: checksums.Verifier | None = None,
+                      manifest: dict[str, Any] | None = None) -> Callable[[], dict[str, torch.Tensor]]:
     path = directory / f"model_{index}"
     if not path.exists():
         raise CheckpointError(f"{path} is missing: the checkpoint holds fewer models than were prepared")
+    if manifest is not None and path.is_dir() and not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        # a strategy's own format (sharded, engine checkpoints) that this run's strategy does not read
+        plugins = sorted((manifest.get("plugins") or {}))
+        raise CheckpointError(f"{path} holds no weight files the core reads: it was written in a strategy's own "
+                              f"format (plugins {plugins}); load it under that strategy (any layout of it), or "
+                              "convert it to full weights first (drivetrain merge-weights)")
     return read_model_files_later(path, jobs, verifier)
 
 
@@ -405,7 +412,7 @@ def _read_and_check(accelerator: Accelerator, directory: Path, options: dict[str
         pending_models: dict[int, Callable[[], dict[str, torch.Tensor]]] = {}
         if not run.hook("drivetrain_load_model_state").get_hookimpls():
             for index in range(len(accelerator._models)):
-                pending_models[index] = _read_model_later(directory, index, jobs, verifier)
+                pending_models[index] = _read_model_later(directory, index, jobs, verifier, manifest)
         pending_trees: dict[str, Callable[[], Any]] = {}
         for name, objects in (("optimizer", accelerator._optimizers), ("scheduler", accelerator._schedulers),
                               ("dataloader", accelerator._dataloaders),
