@@ -7,8 +7,11 @@ processes. Every process still reads its own batches; DeepSpeed's
 ``UlyssesSPDataLoaderAdapter`` gathers the batches of the ``N`` processes of a group and hands
 each process its slice of one of them in turn, and the model's attention is swapped for
 ``UlyssesSPAttentionHF``, which exchanges sequence slices for head slices (an all-to-all) around
-the model's own attention. The ZeRO engine averages gradients over every process, data- and
-sequence-parallel alike (DeepSpeed's ``mpu``).
+the model's own attention: with ``sdpa`` under a name of its own set on the prepared model
+(other models of the process keep plain sdpa); flash and flex attention are swapped for the
+whole process, as DeepSpeed does. The engine sums gradients over a sequence-parallel group and
+averages them over the data-parallel replicas (DeepSpeed's ``mpu``): each process's loss must
+be its share of the group's loss, its token-loss sum divided by the group's token count.
 
 Importing this module is cheap: torch and DeepSpeed are imported by the functions that use them.
 """
@@ -159,6 +162,7 @@ def register_attention(model: Any, layout: SequenceParallelLayout, micro_batch_s
         if mpu.get_sequence_parallel_world_size() != layout.sp_size:
             raise ConfigError("sequence parallelism was set up with another sp_size in this process; "
                               "one process runs one sp_size")
+        _use_scoped_attention(model, layout.handler.sp_attn_implementation)
         return mpu
     import deepspeed.comm
     import torch.distributed
@@ -167,13 +171,41 @@ def register_attention(model: Any, layout: SequenceParallelLayout, micro_batch_s
         # DeepSpeed's groups are made through its own comm layer, over the run's process group
         deepspeed.comm.init_distributed(dist_backend=torch.distributed.get_backend(), auto_mpi_discovery=False)
     handler = layout.handler
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    core = handler.sp_attn_implementation
+    original = ALL_ATTENTION_FUNCTIONS[core] if core in ALL_ATTENTION_FUNCTIONS else None
     try:
-        return UlyssesSPAttentionHF.register_with_transformers(
-            model_name_or_path=model, core_attn_implementation=handler.sp_attn_implementation,
+        groups = UlyssesSPAttentionHF.register_with_transformers(
+            model_name_or_path=model, core_attn_implementation=core,
             sequence_parallel_size=layout.sp_size, micro_batch_size=micro_batch_size,
             seq_length=handler.sp_seq_length, seq_length_is_variable=handler.sp_seq_length_is_variable)
     except ValueError as exc:
         raise ConfigError(f"Ulysses sequence parallelism: {' '.join(str(exc).split())}") from exc
+    if core in SCOPED_ATTENTION and original is not None:
+        # DeepSpeed put its wrapper in place of the core attention for every model of the process;
+        # give the core its own function back and the wrapper a name of its own, used by this model
+        ALL_ATTENTION_FUNCTIONS[SCOPED_ATTENTION[core]] = ALL_ATTENTION_FUNCTIONS[core]
+        ALL_ATTENTION_FUNCTIONS[core] = original
+        _use_scoped_attention(model, core)
+    return groups
+
+
+#: Core attentions whose Ulysses wrapper gets a name of its own, set on the prepared model only.
+#: transformers consults sdpa's name only to find the function and its mask (a name without a
+#: mask function gets none, which Ulysses discards anyway); flash and flex attention are also
+#: recognised by name elsewhere in transformers, so DeepSpeed's process-wide swap stays for them.
+SCOPED_ATTENTION = {"sdpa": "drivetrain_ulysses_sdpa"}
+
+
+def _use_scoped_attention(model: Any, core: str) -> None:
+    name = SCOPED_ATTENTION.get(core)
+    if name is None:
+        return
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if name in ALL_ATTENTION_FUNCTIONS:  # else this process kept DeepSpeed's process-wide swap
+        model.set_attn_implementation(name)
 
 
 def wrap_data_loader(loader: Any, layout: SequenceParallelLayout, device: Any) -> Any:

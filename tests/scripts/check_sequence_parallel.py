@@ -1,11 +1,13 @@
 """Launched on 2 CPU processes: DeepSpeed's Ulysses sequence parallelism (sp_size=2) under the
-deepspeed strategy gives the loss of one process that sees whole sequences, and backward runs through the all-to-all.
+deepspeed strategy trains exactly as one process that sees whole sequences.
 
 Each process reads its own batch; DeepSpeed's adapter gathers the two batches and hands each
 process its half of one, then of the other. Each process's loss is its share of the mean over
-the whole sequence; the pair's loss equals the loss of one process on the whole batch.
-(Weights are not stepped here: how DeepSpeed scales the gradients of a sequence-parallel pair
-is not checked yet.)
+the whole sequence (its token-loss sum over the pair's token count): DeepSpeed sums gradients
+over a sequence-parallel group. For every step (SGD with momentum at lr=0.1, DeepSpeed clipping
+at 1.0), the pair's loss equals the loss of one process on the whole sequence, and the pair's
+weights after the step equal that process's weights. The Ulysses attention is the prepared
+model's own: the reference model in the same process keeps plain sdpa.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from drivetrain import Accelerator
 from drivetrain.utils import DeepSpeedPlugin, DeepSpeedSequenceParallelConfig, ParallelismConfig
 
-VOCAB, SEQ = 64, 16
+VOCAB, SEQ, LR, MOMENTUM, CLIP = 64, 16, 0.1, 0.9, 1.0
 
 
 def token_loss_sum(model, batch):
@@ -34,17 +36,22 @@ def main() -> None:
                          attn_implementation="sdpa")
     model = LlamaForCausalLM(config)
     reference = copy.deepcopy(model)
-    # Ulysses replaces transformers' sdpa entry for the whole process: the reference attends eagerly
-    reference.set_attn_implementation("eager")
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=LR, momentum=MOMENTUM)
     ids = torch.randint(0, VOCAB, (4, SEQ))
     rows = [{"input_ids": ids[i], "labels": ids[i], "position_ids": torch.arange(SEQ)} for i in range(4)]
     loader = torch.utils.data.DataLoader(rows, batch_size=1)
 
     layout = ParallelismConfig(sp_size=2, sp_handler=DeepSpeedSequenceParallelConfig(sp_attn_implementation="sdpa"))
-    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=1), parallelism_config=layout)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # the engine steps in backward: keep the weights
+    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=1, gradient_clipping=CLIP),
+                              parallelism_config=layout)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    initial = model.model.embed_tokens.weight.detach().clone()
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     assert accelerator.distributed_type == "DEEPSPEED", accelerator.distributed_type
+    # the swap is the prepared model's: the reference in this process still runs plain sdpa
+    attention = model.module.config._attn_implementation
+    assert attention == "drivetrain_ulysses_sdpa", attention
+    assert reference.config._attn_implementation == "sdpa"
     from drivetrain_deepspeed.sequence_parallel import sequence_parallel_group
 
     group = sequence_parallel_group()
@@ -57,20 +64,31 @@ def main() -> None:
         whole = torch.cat(halves, dim=1)
         assert batch["input_ids"].shape[1] == SEQ // 2 and whole.shape[1] == SEQ
 
-        count = torch.tensor((batch["shift_labels"] != -100).sum().item())
+        count = (batch["shift_labels"] != -100).sum()
         torch.distributed.all_reduce(count, group=group)
         # this process's share of the mean over the whole sequence: the engine sums the shares'
         # gradients over the group (DeepSpeed's sequence-data-parallel reduction)
         share = token_loss_sum(model, batch) / count
         accelerator.backward(share)  # through the all-to-all's backward
+        optimizer.step()
+        optimizer.zero_grad()
         loss = share.detach().clone()
         torch.distributed.all_reduce(loss, group=group)
-        optimizer.zero_grad()
-        with torch.no_grad():
-            expected = reference(input_ids=whole, labels=whole).loss  # one process, whole sequences
-        assert torch.allclose(loss.detach(), expected.detach(), atol=1e-5), (rank, steps, float(loss), float(expected))
+
+        reference_optimizer.zero_grad()
+        expected = reference(input_ids=whole.to(reference.device), labels=whole.to(reference.device)).loss
+        expected.backward()
+        torch.nn.utils.clip_grad_norm_(reference.parameters(), CLIP)
+        reference_optimizer.step()
+        assert torch.allclose(loss.cpu(), expected.detach().cpu(), atol=1e-5), (rank, steps, loss, expected)
+        for (name, value), expected_value in zip(model.module.named_parameters(), reference.parameters()):
+            diff = (value.detach().cpu() - expected_value.detach().cpu()).abs().max().item()
+            assert diff <= 1e-5, f"process {rank}, step {steps}: {name} differs from one process's by {diff}"
         steps += 1
     assert steps == 4, steps  # 2 batches per process, each split over the pair: 4 steps of half sequences
+    moved = (model.module.model.embed_tokens.weight.detach().cpu() - initial).abs().max().item()
+    assert moved > 1e-3, moved  # the steps did change the weights
+    accelerator.print(f"loss of the last step {loss.item():.5f} (one process {expected.item():.5f})")
     accelerator.print("CHECK-SEQUENCE-PARALLEL-OK")
 
 
