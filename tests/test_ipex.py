@@ -199,3 +199,15 @@ def test_ipex_on_a_platform_it_does_not_optimise_is_refused(fresh_state, monkeyp
     with pytest.raises(IncompatibleChoiceError, match="IPEX optimises CPU and XPU runs, not platform 'cuda'"):
         plugin.drivetrain_configure_run(run, None)
     assert Accelerator(cpu=True).state.use_ipex is True
+
+
+@pytest.mark.ipex
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not HAS_IPEX, reason=NO_IPEX_REASON)
+def test_ipex_composes_with_ddp_on_two_processes_and_checkpoints(tmp_path):
+    from launching import assert_ok, launch
+
+    result = launch("check_ipex_ddp.py", str(tmp_path / "ckpt"), launch_args=("--ipex", "--mixed-precision", "bf16"))
+    assert_ok(result)
+    first, last = map(float, result.stdout.split("IPEX-DDP OK")[1].split())
+    assert last < first / 4
