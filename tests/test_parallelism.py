@@ -93,7 +93,7 @@ def test_public_names_at_accelerates_paths(clean_env):
 
     assert drivetrain.ParallelismConfig is ParallelismConfig is drivetrain.utils.ParallelismConfig
     for name in ("TorchTensorParallelConfig", "TorchContextParallelConfig", "TorchTensorParallelPlugin"):
-        assert getattr(drivetrain.utils, name).__module__ == "drivetrain_parallelism.config"
+        assert getattr(drivetrain.utils, name).__module__ == "drivetrain_fsdp.parallelism.config"
     manager = get_plugin_manager()
     assert requests_from_env(manager, {"ACCELERATE_USE_PARALLELISM_CONFIG": "true"}).strategy == "parallelism_config"
     spec = {s.name: s for _p, s in manager.registrations("drivetrain_register_strategies")}["parallelism_config"]
@@ -105,7 +105,7 @@ def test_public_names_at_accelerates_paths(clean_env):
 
 def test_context_parallelism_is_refused_on_the_cpu(clean_env):
     from drivetrain import ParallelismConfig
-    from drivetrain_parallelism.runtime import check_platform
+    from drivetrain_fsdp.parallelism.runtime import check_platform
 
     with pytest.raises(ConfigError, match=r"^context parallelism \(cp_size > 1\) runs attention as ring attention "
                                           r".*CUDA only.*set cp_size to 1 on the CPU, or run on GPUs$"):
@@ -117,7 +117,7 @@ def test_tensor_parallel_plan_from_the_model_or_the_user(clean_env):
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     from drivetrain import ParallelismConfig, TorchTensorParallelConfig
-    from drivetrain_parallelism.wrap import _expanded, plan_of
+    from drivetrain_fsdp.parallelism.wrap import _expanded, plan_of
 
     class Layout:  # what plan_of reads from the runtime
         config = ParallelismConfig(tp_size=2)
@@ -280,7 +280,7 @@ def test_fsdp_times_tp_and_hsdp_on_four_processes(tmp_path):
 
 def test_sequence_parallel_layout_and_refusals(clean_env):
     from drivetrain.utils import DeepSpeedSequenceParallelConfig, ParallelismConfig
-    from drivetrain_parallelism.runtime import check_platform
+    from drivetrain_fsdp.parallelism.runtime import check_platform
 
     layout = ParallelismConfig(dp_shard_size=2, sp_size=2, sp_handler=DeepSpeedSequenceParallelConfig())
     assert (layout.total_size, layout.sp_backend, layout.sp_handler.sp_attn_implementation) == (4, "deepspeed", "sdpa")

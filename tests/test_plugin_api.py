@@ -22,13 +22,7 @@ LAZY_REF = re.compile(r"^drivetrain(\.\w+)+:\w")
 
 #: Imports of one plugin's package by another that stay, each with its reason. Otherwise a plugin
 #: reaches another only through hooks, the run and the names plugins contribute (``contributed``).
-ALLOWED_CROSS_PLUGIN: dict[tuple[str, str], str] = {
-    ("drivetrain_parallelism", "drivetrain_fsdp"):
-        "ParallelismConfig is FSDP2 composed with tensor and context parallelism: it shards with the fsdp "
-        "plugin's code on a sub-mesh and serves its models with that plugin's optimizer, accumulation and "
-        "DCP checkpoint hooks. Both ship in one distribution and change together; a third-party strategy "
-        "built on another plugin would depend on that plugin's distribution the same way.",
-}
+ALLOWED_CROSS_PLUGIN: dict[tuple[str, str], str] = {}
 
 
 def _packages() -> dict[str, Path]:

@@ -168,13 +168,13 @@ def configure(run: Any) -> Runtime:
     config.validate(world)
     device_type = run.platform.device_type
     check_platform(config, device_type)
-    from drivetrain_fsdp.runtime import configure as configure_fsdp
-    from drivetrain_fsdp.wrap import ensure_process_group
+    from ..runtime import configure as configure_fsdp
+    from ..wrap import ensure_process_group
 
     if run.options.get("fsdp_plugin") is None:
         from drivetrain.plugin_api import environment
-        from drivetrain_fsdp.options import ENV as FSDP_ENV
-        from drivetrain_fsdp.options import FullyShardedDataParallelPlugin
+        from ..options import ENV as FSDP_ENV
+        from ..options import FullyShardedDataParallelPlugin
 
         variable = FSDP_ENV["fsdp_version"]
         chosen = environment.read_pair(environment.own_name(variable), variable)

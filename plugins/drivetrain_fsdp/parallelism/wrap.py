@@ -110,7 +110,7 @@ def fsdp_mesh(runtime: Runtime) -> Any:
 
 
 def wrap_model(model: torch.nn.Module, run: Any) -> torch.nn.Module:
-    from drivetrain_fsdp import wrap as fsdp_wrap
+    from .. import wrap as fsdp_wrap
 
     runtime = runtime_of(run)
     if getattr(model, "_drivetrain_parallelized", False) or fsdp_wrap.version_of(model) is not None:

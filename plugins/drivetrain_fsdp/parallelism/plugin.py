@@ -21,7 +21,7 @@ from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, Strate
 
 # The model is the user's own module once composed, sharded by FSDP2 (or split by TP alone):
 # the fsdp plugin's hooks for optimizers, accumulation and checkpoints (DCP) serve it as they are.
-from drivetrain_fsdp.plugin import (  # noqa: F401 (hook implementations of this plugin too)
+from ..plugin import (  # noqa: F401 (hook implementations of this plugin too)
     drivetrain_get_state_dict,
     drivetrain_load_model_state,
     drivetrain_load_optimizer_state,
@@ -138,11 +138,11 @@ def drivetrain_launch_environment(args):
 
 @hookimpl
 def drivetrain_public_names():
-    names = {name: f"drivetrain_parallelism.config:{name}"
+    names = {name: f"drivetrain_fsdp.parallelism.config:{name}"
              for name in ("ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig",
                           "TorchTensorParallelPlugin")}
-    names["parallelism_config.ParallelismConfig"] = "drivetrain_parallelism.config:ParallelismConfig"
-    names["utils.get_model_tp_size"] = "drivetrain_parallelism.model_info:get_model_tp_size"
+    names["parallelism_config.ParallelismConfig"] = "drivetrain_fsdp.parallelism.config:ParallelismConfig"
+    names["utils.get_model_tp_size"] = "drivetrain_fsdp.parallelism.model_info:get_model_tp_size"
     return names
 
 
