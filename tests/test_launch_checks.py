@@ -135,8 +135,9 @@ def test_use_variables_select_installed_backends_and_refuse_the_rest():
     assert requests_from_env(manager, env={"DRIVETRAIN_USE_CPU": "1"}).platform is None  # the cpu request, not a name
     assert requests_from_env(manager, env={"DRIVETRAIN_USE_CUDA": "1"}).platform == "cuda"
     assert requests_from_env(manager, env={"ACCELERATE_USE_XPU": "false"}).strategy is None  # false asks nothing
-    with pytest.raises(PluginSelectionError, match=r"ACCELERATE_USE_XPU=true selects 'xpu', but no installed plugin"):
-        requests_from_env(manager, env={"ACCELERATE_USE_XPU": "true"})
+    assert requests_from_env(manager, env={"ACCELERATE_USE_XPU": "true"}).platform == "xpu"
+    with pytest.raises(PluginSelectionError, match=r"ACCELERATE_USE_NPU=true selects 'npu', but no installed plugin"):
+        requests_from_env(manager, env={"ACCELERATE_USE_NPU": "true"})
     with pytest.raises(ConfigError, match="ACCELERATE_USE_XPU='maybe' is not a boolean"):
         requests_from_env(manager, env={"ACCELERATE_USE_XPU": "maybe"})
 
