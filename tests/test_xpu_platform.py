@@ -107,7 +107,13 @@ def test_accelerates_names_are_real(fake_xpu, monkeypatch):
 
     assert utils.is_xpu_available() is True
     assert utils.XPU_PROFILING_AVAILABLE_PYTORCH_VERSION == "2.4.0"
-    assert utils.is_xccl_available() in (True, False)
+    from drivetrain_xpu import backend
+
+    monkeypatch.setattr(dist, "is_xccl_available", lambda: True, raising=False)
+    monkeypatch.setattr(backend, "_torch_at_least", lambda version: False)
+    assert utils.is_xccl_available() is False  # torch older than 2.8 has no XCCL, whatever it says
+    monkeypatch.setattr(backend, "_torch_at_least", lambda version: True)
+    assert utils.is_xccl_available() is True
     monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
     assert utils.is_xpu_available() is False
 
