@@ -143,3 +143,18 @@ def test_checkpoints_keep_and_restore_the_platforms_generator(with_fakedev, tmp_
     assert RecordingPlatform.restored == [saved[:8].tolist()]
     assert torch.equal(torch.randn(4, generator=platform.generator), expected)
     assert model.weight.shape == (2, 2)
+
+
+@pytest.mark.parametrize("name", ["cpu", "cuda", "mps", "xpu"])
+def test_built_in_platforms_bring_all_three_generator_methods_or_none(name):
+    """A platform with a device generator overrides seeding, reading and restoring it together
+    (a checkpoint of a seeded generator must come back); the CPU's is torch's own (none)."""
+    from drivetrain.plugin_api import Platform, resolve
+    from drivetrain.plugin_manager import get_plugin_manager
+
+    spec = next(s for _p, s in get_plugin_manager().registrations("drivetrain_register_platforms") if s.name == name)
+    cls = resolve(spec.factory)
+    overridden = {method for method in ("manual_seed_all", "get_rng_state", "set_rng_state")
+                  if getattr(cls, method) is not getattr(Platform, method)}
+    assert overridden in (set(), {"manual_seed_all", "get_rng_state", "set_rng_state"})
+    assert (overridden == set()) == (name == "cpu")
