@@ -89,7 +89,7 @@ def test_the_collective_backend_is_xccl_or_oneccls(monkeypatch, tmp_path):
     from drivetrain_xpu import backend
 
     platform = resolve(spec().factory)()
-    monkeypatch.setattr(backend, "_torch_at_least", lambda version: True)
+    monkeypatch.setattr(backend, "is_torch_version", lambda operation, version: True)
     monkeypatch.setattr(dist, "is_xccl_available", lambda: True, raising=False)
     assert platform.default_backend == "xccl"
     monkeypatch.setattr(dist, "is_xccl_available", lambda: False, raising=False)
@@ -110,9 +110,9 @@ def test_accelerates_names_are_real(fake_xpu, monkeypatch):
     from drivetrain_xpu import backend
 
     monkeypatch.setattr(dist, "is_xccl_available", lambda: True, raising=False)
-    monkeypatch.setattr(backend, "_torch_at_least", lambda version: False)
+    monkeypatch.setattr(backend, "is_torch_version", lambda operation, version: False)
     assert utils.is_xccl_available() is False  # torch older than 2.8 has no XCCL, whatever it says
-    monkeypatch.setattr(backend, "_torch_at_least", lambda version: True)
+    monkeypatch.setattr(backend, "is_torch_version", lambda operation, version: True)
     assert utils.is_xccl_available() is True
     monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
     assert utils.is_xpu_available() is False

@@ -81,8 +81,7 @@ def drivetrain_public_names():
 def is_mps_available(min_version: str = "1.12") -> bool:
     """Whether torch (``min_version`` or newer) was built with MPS and the device is available."""
     import torch
-    from packaging.version import Version
 
-    if Version(torch.__version__.split("+")[0]) < Version(min_version):
-        return False
-    return torch.backends.mps.is_built() and torch.backends.mps.is_available()
+    from drivetrain.plugin_api import is_torch_version
+
+    return is_torch_version(">=", min_version) and torch.backends.mps.is_built() and torch.backends.mps.is_available()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from drivetrain.plugin_api import is_torch_version
+
 #: Accelerate's constant: the torch version whose profiler records XPU activity.
 XPU_PROFILING_AVAILABLE_PYTORCH_VERSION = "2.4.0"
 
@@ -14,16 +16,9 @@ XCCL_TORCH_VERSION = "2.8.0"
 CCL_BINDINGS = "oneccl_bindings_for_pytorch"
 
 
-def _torch_at_least(version: str) -> bool:
-    import torch
-    from packaging.version import Version
-
-    return Version(torch.__version__.split("+")[0]) >= Version(version)
-
-
 def is_xccl_available() -> bool:
     """Whether this torch (2.8 or newer) was built with the XCCL backend."""
-    if not _torch_at_least(XCCL_TORCH_VERSION):
+    if not is_torch_version(">=", XCCL_TORCH_VERSION):
         return False
     import torch.distributed as dist
 
