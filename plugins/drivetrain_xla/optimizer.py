@@ -36,14 +36,14 @@ def reduce_gradients(optimizer: torch.optim.Optimizer) -> None:
 
 
 class XlaOptimizer(AcceleratedOptimizer):
-    """The optimizer wrapper of an XLA run (steps only when gradients synchronise)."""
+    """The optimizer wrapper of an XLA run: the base's step (no scaler: bf16 needs none),
+    between averaging the gradients and cutting the graph."""
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         if not self.gradient_state.sync_gradients:
-            return None  # accumulating: the step happens at the end of the window
-        self._is_overflow = False
+            return None  # accumulating: nothing to average before the window's last step
         reduce_gradients(self.optimizer)
-        result = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+        result = super().step(closure)
         set_gradients_synced(False)
         sync()
         return result
