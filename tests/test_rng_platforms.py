@@ -70,7 +70,7 @@ def with_fakedev(monkeypatch, fresh_state):
             manager = PluginManager(env={}, entry_points=[*importlib_metadata.entry_points(group="drivetrain.plugins"),
                                                           fakedev_plugin(available)]).load()
         monkeypatch.setattr(plugin_manager, "_default_manager", manager)
-        monkeypatch.setattr(rng, "_usable_platforms", {})
+        monkeypatch.setattr(rng, "_usable_platforms", None)
         RecordingPlatform.seeds.clear()
         RecordingPlatform.restored.clear()
         return manager

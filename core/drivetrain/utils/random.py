@@ -16,6 +16,7 @@ import torch
 
 from ..errors import ConfigError
 from ..state import PartialState
+from ..public_names import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -24,9 +25,10 @@ def _platform() -> Any:
     return PartialState._shared_state.get("platform")
 
 
-#: Platform objects of the usable platforms, per plugin manager: ``set_seed`` before any state
-#: exists seeds them all (probing once per process).
-_usable_platforms: dict[int, list[Any]] = {}
+#: The plugin manager last asked and the platform objects of its usable platforms: ``set_seed``
+#: before any state exists seeds them all (probing once per manager). The manager itself is kept,
+#: not its ``id``, which a later manager may reuse.
+_usable_platforms: tuple[Any, list[Any]] | None = None
 
 
 def usable_platforms() -> list[Any]:
@@ -40,10 +42,10 @@ def usable_platforms() -> list[Any]:
     from ..detection import probe_all
     from ..plugin_manager import get_plugin_manager
 
+    global _usable_platforms
     manager = get_plugin_manager()
-    found = _usable_platforms.get(id(manager))
-    if found is None:
-        found = []
+    if _usable_platforms is None or _usable_platforms[0] is not manager:
+        found: list[Any] = []
         for candidate in probe_all(manager, "drivetrain_register_platforms", "platform"):
             if not candidate.available:
                 continue
@@ -52,9 +54,8 @@ def usable_platforms() -> list[Any]:
                                                      f"platform {candidate.name!r}")())
             except Exception as error:  # seeding must not fail for a platform nobody chose
                 logger.warning("%s; its generator is not seeded", error)
-        _usable_platforms.clear()
-        _usable_platforms[id(manager)] = found
-    return found
+        _usable_platforms = (manager, found)
+    return _usable_platforms[1]
 
 
 def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
@@ -138,3 +139,7 @@ def synchronize_rng_states(rng_types: Iterable[str], generator: torch.Generator 
 
 
 __all__ = ["set_seed", "synchronize_rng_state", "synchronize_rng_states"]
+
+
+# names a plugin contributes to this module (keys "utils.random.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)
