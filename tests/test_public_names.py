@@ -73,9 +73,47 @@ def test_names_left_for_later_are_still_missing_and_few():
     "from drivetrain.utils.operations import gather_object",
     "from drivetrain.utils.random import set_seed",
     "from drivetrain.utils.tqdm import tqdm",
+    # a plugin's function at the submodule path Accelerate documents (the cuda platform's)
+    "from drivetrain.utils.environment import override_numa_affinity",
 ])
 def test_accelerate_submodule_paths(statement):
     exec(statement, {})
+
+
+def test_every_utils_submodule_serves_names_contributed_to_it(monkeypatch):
+    import collections
+    import pkgutil
+    import warnings
+
+    from fake_plugins import fake_plugin
+
+    import drivetrain.utils
+    from drivetrain import plugin_manager
+    from drivetrain.plugin_api import PluginInfo, hookimpl
+
+    submodules = [info.name for info in pkgutil.iter_modules(drivetrain.utils.__path__)]
+    assert {"environment", "constants", "modeling", "dataclasses"} <= set(submodules)
+
+    @hookimpl
+    def drivetrain_public_names():
+        names = {f"utils.{sub}.contributed_thing": "collections:OrderedDict" for sub in submodules}
+        names["utils.environment.str_to_bool"] = "collections:Counter"  # cannot replace the module's own
+        return names
+
+    entry = fake_plugin("contributor", PLUGIN_INFO=PluginInfo(api_version="1.0", description="names"),
+                        drivetrain_public_names=drivetrain_public_names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        manager = plugin_manager.PluginManager(env={}, entry_points=[entry]).load()
+    monkeypatch.setattr(plugin_manager, "_default_manager", manager)
+    for sub in submodules:
+        module = importlib.import_module(f"drivetrain.utils.{sub}")
+        assert module.contributed_thing is collections.OrderedDict, sub
+        with pytest.raises(AttributeError, match=f"drivetrain.utils.{sub}"):
+            module.not_contributed_anywhere  # noqa: B018
+    from drivetrain.utils.environment import str_to_bool
+
+    assert str_to_bool("yes") == 1
 
 
 def test_backend_probes_come_from_plugins_or_answer_false(monkeypatch):

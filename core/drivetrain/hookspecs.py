@@ -191,6 +191,9 @@ def drivetrain_public_names() -> dict[str, str]:
     ``"tracking.WandBTracker"`` is importable as ``from drivetrain.tracking import
     WandBTracker``, ``"utils.is_deepspeed_available"`` from ``drivetrain.utils``. A plain key
     belongs to ``drivetrain`` (and ``drivetrain.utils``, which offers every top-level name).
+    Every submodule of ``drivetrain.utils`` serves its own keys the same way:
+    ``"utils.environment.override_numa_affinity"`` is importable from
+    ``drivetrain.utils.environment``; a name the module defines itself cannot be replaced.
     """
 
 

@@ -7,7 +7,7 @@ key (``"tracking.WandBTracker"``) names the module it belongs to, relative to ``
 
 from __future__ import annotations
 
-from .plugin_manager import get_plugin_manager
+from typing import Any, Callable
 
 TOP_LEVEL = ""
 
@@ -18,6 +18,10 @@ def _split(key: str) -> tuple[str, str]:
 
 
 def _collect(hook_name: str) -> dict[str, dict[str, str]]:
+    # imported here so that a light module (``utils.environment``) can install
+    # :func:`contributed_getattr` without loading the plugin manager until a name is asked for
+    from .plugin_manager import get_plugin_manager
+
     by_module: dict[str, dict[str, str]] = {}
     for _plugin, (key, ref) in get_plugin_manager().registrations(hook_name):
         module, name = _split(key)
@@ -62,3 +66,20 @@ def resolve_module_name(module: str, name: str, *, also_top_level: bool = False)
         raise AttributeError(f"module 'drivetrain{'.' + module if module else ''}' has no attribute {name!r}")
     return resolve(ref)
 
+
+
+def contributed_getattr(module_name: str) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``module_name`` (``"drivetrain.utils.environment"``) that serves
+    what plugins contribute under its dotted key (``"utils.environment.override_numa_affinity"``).
+
+    Lets a submodule offer a backend's function at the path Accelerate documents without the
+    core naming the backend; the look-up runs only for names the module does not define.
+    """
+    module = module_name.partition(".")[2]
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return resolve_module_name(module, name)
+
+    return __getattr__

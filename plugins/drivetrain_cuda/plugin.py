@@ -142,7 +142,8 @@ def drivetrain_public_names():
             "utils.is_rocm_available": "drivetrain_cuda.plugin:is_rocm_available",
             "utils.get_gpu_info": "drivetrain_cuda.system:get_gpu_info",
             "utils.check_cuda_p2p_ib_support": "drivetrain_cuda.system:check_cuda_p2p_ib_support",
-            "utils.set_numa_affinity": "drivetrain_cuda.system:set_numa_affinity"}
+            "utils.set_numa_affinity": "drivetrain_cuda.system:set_numa_affinity",
+            "utils.environment.override_numa_affinity": "drivetrain_cuda.system:override_numa_affinity"}
 
 
 def is_cuda_available() -> bool:

@@ -6,6 +6,8 @@ The names are those of Accelerate's checkpoint layout, which the ecosystem (and 
 
 from __future__ import annotations
 
+from ..public_names import contributed_getattr
+
 MODEL_NAME = "pytorch_model"
 SAFE_MODEL_NAME = "model"
 RNG_STATE_NAME = "random_states"
@@ -41,4 +43,7 @@ def __getattr__(name: str) -> object:
         from ..enums import DistributedType
 
         return [str(member) for member in DistributedType if str(member).startswith("MULTI_")]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _contributed(name)
+
+
+_contributed = contributed_getattr(__name__)  # a plugin's name for this module: "utils.constants.<name>"

@@ -46,6 +46,10 @@ def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
     try:
+        return resolve_module_name("utils.dataclasses", name)
+    except AttributeError:
+        pass
+    try:
         return resolve_module_name("utils", name, also_top_level=True)
     except AttributeError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

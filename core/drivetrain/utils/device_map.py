@@ -27,6 +27,7 @@ from .modeling import (
     get_max_layer_size,
     get_max_memory,
 )
+from ..public_names import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -253,3 +254,7 @@ def resolve_device_map(model: nn.Module, device_map: Any, max_memory: dict[int |
                                          low_zero=device_map == "balanced_low_0")
     return infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=no_split, dtype=dtype,
                                  offload_buffers=offload_buffers)
+
+
+# names a plugin contributes to this module (keys "utils.device_map.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from packaging.version import InvalidVersion, parse
+from ..public_names import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -198,3 +199,7 @@ def get_current_device_type() -> str:
     from ..state import PartialState
 
     return PartialState().device.type
+
+
+# names a plugin contributes to this module (keys "utils.environment.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)

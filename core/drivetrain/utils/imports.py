@@ -14,6 +14,7 @@ import importlib.util
 from typing import Callable
 
 from .versions import compare_versions, is_torch_version
+from ..public_names import contributed_getattr
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,3 +113,7 @@ def absent_probe(name: str) -> Callable[..., bool]:
     probe.__name__ = probe.__qualname__ = name
     probe.__doc__ = f"``False``: no installed plugin provides what ``{name}`` asks about."
     return probe
+
+
+# names a plugin contributes to this module (keys "utils.imports.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from ..enums import DistributedType
 from ..errors import LaunchError
 from ..launchers import CHILD_MODULE
+from ..public_names import contributed_getattr
 
 
 class PrepareForLaunch:
@@ -110,3 +111,7 @@ def _filter_args(args: argparse.Namespace, parser: argparse.ArgumentParser,
     """The options of ``args`` that ``parser`` knows, others dropped, parser defaults filled in."""
     known = vars(parser.parse_args(list(default_args)))
     return argparse.Namespace(**{key: value for key, value in vars(args).items() if key in known})
+
+
+# names a plugin contributes to this module (keys "utils.launch.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)

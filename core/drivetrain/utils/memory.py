@@ -3,5 +3,10 @@
 from __future__ import annotations
 
 from ..memory import find_executable_batch_size, release_memory, should_reduce_batch_size
+from ..public_names import contributed_getattr
 
 __all__ = ["find_executable_batch_size", "release_memory", "should_reduce_batch_size"]
+
+
+# names a plugin contributes to this module (keys "utils.memory.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)

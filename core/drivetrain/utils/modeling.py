@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from ..public_names import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -456,12 +457,15 @@ _ELSEWHERE = {
 }
 
 
+_contributed = contributed_getattr(__name__)  # a plugin's name for this module: "utils.modeling.<name>"
+
+
 def __getattr__(name: str) -> Any:
     import importlib
 
     module = _ELSEWHERE.get(name)
     if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return _contributed(name)
     return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
 

@@ -25,6 +25,7 @@ from torch import nn
 
 from ..errors import CheckpointError
 from .modeling import as_dtype
+from ..public_names import contributed_getattr
 
 __all__ = [
     "offload_weight", "load_offloaded_weight", "save_offload_index", "offload_state_dict",
@@ -277,3 +278,7 @@ def extract_submodules_state_dict(state_dict: dict[str, torch.Tensor], submodule
                 break
             probe = probe.rpartition(".")[0]
     return result
+
+
+# names a plugin contributes to this module (keys "utils.offload.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)

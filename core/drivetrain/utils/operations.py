@@ -27,6 +27,7 @@ import torch
 from ..collectives import REDUCTIONS
 from ..errors import DistributedError
 from ..state import GradientState, PartialState
+from ..public_names import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -587,3 +588,7 @@ __all__ = [
     "gather", "gather_object", "broadcast", "broadcast_object_list", "reduce", "pad_across_processes",
     "pad_input_tensors", "copy_tensor_to_devices", "wait_for_everyone", "gather_for_metrics",
 ]
+
+
+# names a plugin contributes to this module (keys "utils.operations.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)

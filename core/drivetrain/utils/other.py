@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 import torch
+from ..public_names import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -242,3 +243,7 @@ def is_peft_model(model: Any) -> bool:
     from peft import PeftModel
 
     return isinstance(model, PeftModel)
+
+
+# names a plugin contributes to this module (keys "utils.other.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)

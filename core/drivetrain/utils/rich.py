@@ -4,8 +4,13 @@ installs them, as importing Accelerate's does."""
 from __future__ import annotations
 
 from .imports import is_rich_available
+from ..public_names import contributed_getattr
 
 if is_rich_available():
     from rich.traceback import install
 
     install(show_locals=False)
+
+
+# names a plugin contributes to this module (keys "utils.rich.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from ..public_names import contributed_getattr
 
 
 def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
@@ -25,3 +26,7 @@ def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
 
         kwargs["disable"] = kwargs.get("disable", False) or not PartialState().is_local_main_process
     return _tqdm(*args, **kwargs)
+
+
+# names a plugin contributes to this module (keys "utils.tqdm.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)

@@ -7,6 +7,7 @@ import operator
 from typing import Callable
 
 from packaging.version import InvalidVersion, Version, parse
+from ..public_names import contributed_getattr
 
 STR_OPERATION_TO_FUNC: dict[str, Callable[[object, object], bool]] = {
     ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<=": operator.le, "<": operator.lt,
@@ -50,3 +51,7 @@ def is_torch_version(operation: str, version: str) -> bool:
     if operation not in STR_OPERATION_TO_FUNC:
         raise ValueError(f"operation must be one of {list(STR_OPERATION_TO_FUNC)}, not {operation!r}")
     return STR_OPERATION_TO_FUNC[operation](torch_version(), parse(version))
+
+
+# names a plugin contributes to this module (keys "utils.versions.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)

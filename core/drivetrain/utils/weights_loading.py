@@ -38,6 +38,7 @@ from .offload import (
     safetensors_metadata,
     save_offload_index,
 )
+from ..public_names import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -325,3 +326,7 @@ def _place(model: nn.Module, shard: _Shard, name: str, current: torch.Tensor, de
         return
     set_module_tensor_to_device(model, target_name, device, value=value, dtype=wanted)
     del value
+
+
+# names a plugin contributes to this module (keys "utils.weights_loading.<name>"), served on first access
+__getattr__ = contributed_getattr(__name__)
