@@ -35,14 +35,13 @@ PLUGIN_INFO = PluginInfo(api_version="1.2", description="TPUs and other PJRT dev
                          requires=("torch-xla>=2.4",), extra="xla")
 
 NAME = "xla"
-INSTALL = "pip install 'drivetrain[xla]'"
 
 
 def probe() -> Probe:
     # Reads the environment only: opening the runtime here would hold the TPU, and the
     # processes the launcher starts could not open it.
     if importlib.util.find_spec("torch_xla") is None:
-        return Probe(False, f"torch_xla is not installed ({INSTALL})")
+        return Probe(False, f"torch_xla is not installed ({PLUGIN_INFO.how_to_install()})")
     device = os.environ.get("PJRT_DEVICE")
     if device:
         return Probe(True, f"PJRT_DEVICE={device}")
