@@ -299,6 +299,18 @@ def test_sequence_parallel_layout_and_refusals(clean_env):
     assert DeepSpeedSequenceParallelConfig().sp_attn_implementation == "flash_attention_2"
 
 
+def test_sequence_parallel_options_from_the_variables(clean_env):
+    from drivetrain.utils import DeepSpeedSequenceParallelConfig
+
+    clean_env.setenv("PARALLELISM_CONFIG_SP_SEQ_LENGTH", "8")
+    clean_env.setenv("PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE", "false")
+    handler = DeepSpeedSequenceParallelConfig()
+    assert (handler.sp_seq_length, handler.sp_seq_length_is_variable) == (8, False)
+    clean_env.setenv("PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE", "sometimes")
+    with pytest.raises(ConfigError, match="PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE='sometimes' is not a boolean"):
+        DeepSpeedSequenceParallelConfig()
+
+
 def test_sequence_parallel_from_a_deepspeed_config_file(clean_env, tmp_path):
     env = _launch_env(["--cpu", "--num_processes", "2"], tmp_path,
                       "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 1\nparallelism_config:\n"

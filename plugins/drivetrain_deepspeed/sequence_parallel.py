@@ -75,7 +75,8 @@ class DeepSpeedSequenceParallelConfig:
                 raise ConfigError(f"sp_seq_length must be at least 1, got {self.sp_seq_length}")
         if self.sp_seq_length_is_variable is None:
             text = _read("sp_seq_length_is_variable", env)
-            self.sp_seq_length_is_variable = True if text is None else environment.str_to_bool(text)
+            self.sp_seq_length_is_variable = (True if text is None else
+                                              environment.parse_bool(text, ENV["sp_seq_length_is_variable"]))
         self.sp_seq_length_is_variable = bool(self.sp_seq_length_is_variable)
         if self.sp_attn_implementation is None:
             self.sp_attn_implementation = _read("sp_attn_implementation", env) or "sdpa"
