@@ -117,6 +117,42 @@ def test_launch_option_and_config_key_switch_it_on_in_the_children(tmp_path):
     assert args.ipex is True
 
 
+class _PlacementRecorder(torch.nn.Linear):
+    """A layer that notes where it is asked to go and stays (no XPU needed to see the request)."""
+
+    def to(self, *args, **kwargs):
+        self.moved_to.append(torch.device(args[0] if args else kwargs["device"]))
+        return self
+
+
+def test_an_xpu_model_goes_to_the_device_before_ipex_only_when_placement_is_on(monkeypatch):
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    optimised = []
+
+    def optimize(model, optimizer=None, dtype=None, inplace=False, level="O1", **extra):
+        optimised.append(model)
+        return model if optimizer is None else (model, optimizer)
+
+    # IPEX's ``optimize`` stands in: what is checked is what the plugin does before calling it
+    monkeypatch.setitem(sys.modules, "intel_extension_for_pytorch", types.SimpleNamespace(optimize=optimize))
+    monkeypatch.delitem(sys.modules, "drivetrain_ipex.optimize", raising=False)
+    from drivetrain_ipex.optimize import MARK
+    from drivetrain_ipex.plugin import drivetrain_transform_objects
+
+    xpu = torch.device("xpu", 0)
+    run = SimpleNamespace(selection=SimpleNamespace(mixed_precision="no"), state=SimpleNamespace(device=xpu))
+    for placement, expected in ((True, [xpu]), (False, [])):
+        model = _PlacementRecorder(4, 2)
+        model.moved_to = []
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        result = drivetrain_transform_objects([model, optimizer], run, SimpleNamespace(device_placement=placement))
+        assert model.moved_to == expected, placement
+        assert optimised[-1] is model and getattr(result[0], MARK) and result[1] is optimizer
+
+
 def test_accelerates_names(fresh_state):
     from drivetrain import AcceleratorState, PartialState
     from drivetrain.utils import is_ipex_available

@@ -31,14 +31,16 @@ def _owner(optimizer: torch.optim.Optimizer, models: list[torch.nn.Module]) -> t
 
 
 def optimize_objects(objects: Sequence[Any], dtype: torch.dtype | None, device: torch.device,
-                     level: str = "O1") -> list[Any] | None:
+                     level: str = "O1", place: bool = True) -> list[Any] | None:
     """Run ``ipex.optimize`` on each model of ``objects`` with the optimizer that updates it.
 
     A model in training mode is optimised with its optimizer (fused updates, bf16 weights with
     fp32 master copies when ``dtype`` is bfloat16); one in evaluation mode without an
     optimizer is optimised for inference; a training model with no optimizer in the call is
-    left alone (IPEX needs the optimizer to train). Models go to ``device`` first when it is
-    not the CPU (IPEX optimises an XPU model on the XPU). Returns ``None`` when nothing changed.
+    left alone (IPEX needs the optimizer to train). With ``place``, models go to ``device`` first
+    when it is not the CPU (IPEX optimises an XPU model on the XPU); without it (the user's
+    ``device_placement=False``) each is optimised where the user left it. Returns ``None`` when
+    nothing changed.
     """
     result = list(objects)
     models = [o for o in result if isinstance(o, torch.nn.Module) and not getattr(o, MARK, False)]
@@ -61,7 +63,7 @@ def optimize_objects(objects: Sequence[Any], dtype: torch.dtype | None, device: 
             logger.debug("IPEX leaves %s alone: it trains and no optimizer of it is in this prepare call",
                          type(model).__name__)
             continue
-        if device.type != "cpu":
+        if place and device.type != "cpu":
             model.to(device)
         new_model, new_optimizer = _optimize(model, optimizer, dtype, level, extra)
         setattr(new_model, MARK, True)

@@ -52,13 +52,14 @@ def drivetrain_configure_run(run, accelerator):
 
 
 @hookimpl
-def drivetrain_transform_objects(objects, run):
+def drivetrain_transform_objects(objects, run, accelerator):
     import torch
 
     from .optimize import optimize_objects
 
     dtype = torch.bfloat16 if run.selection.mixed_precision == "bf16" else None
-    return optimize_objects(objects, dtype, run.state.device)
+    # the Accelerator's setting; a per-call ``prepare(device_placement=[...])`` does not reach this hook
+    return optimize_objects(objects, dtype, run.state.device, place=bool(accelerator.device_placement))
 
 
 @hookimpl
