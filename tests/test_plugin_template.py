@@ -110,6 +110,28 @@ def test_set_seed_and_checkpoints_carry_its_own_generator(toyaccel, tmp_path):
     assert model.weight.device == accelerator.device
 
 
+def test_its_rng_type_member_names_the_device_generator(toyaccel, caplog):
+    from drivetrain import Accelerator
+    from drivetrain.utils import RNGType, set_seed, synchronize_rng_state
+
+    toyaccel(1)
+    Accelerator()
+    from drivetrain_toyaccel import runtime
+
+    assert RNGType.TOYACCEL == "toyaccel" and RNGType.TOYACCEL.name == "TOYACCEL"
+    assert "toyaccel" in RNGType.values()
+    set_seed(5)
+    expected = runtime.randn(4)
+    set_seed(5)
+    with caplog.at_level("WARNING", logger="drivetrain.utils.random"):
+        synchronize_rng_state(RNGType.TOYACCEL)  # this run's device: taken, and one process keeps its own
+        assert caplog.records == []
+        synchronize_rng_state(RNGType.XLA)  # another platform's generator is only warned about
+    assert [r.getMessage() for r in caplog.records] == [
+        "rng type 'xla' is not this run's platform (toyaccel); it is not synchronised"]
+    assert torch.equal(runtime.randn(4), expected)
+
+
 def test_device_maps_honour_its_memory_report(toyaccel, monkeypatch):
     from drivetrain import Accelerator
     from drivetrain.utils import compute_module_sizes, get_max_memory, infer_auto_device_map

@@ -62,6 +62,13 @@ def drivetrain_distributed_types():
 
 
 @hookimpl
+def drivetrain_enum_members():
+    # ``RNGType.TOYACCEL`` names the device generator (as ``RNGType.XLA`` names XLA's): user code
+    # passes it to ``synchronize_rng_state`` or ``Accelerator(rng_types=[...])``
+    return {"RNGType": [NAME]}
+
+
+@hookimpl
 def drivetrain_env_report():
     answer = probe()
     lines = [EnvReportLine("toyaccel devices", answer.reason)]
