@@ -176,6 +176,18 @@ def test_info_shows_one_plugin(template_site):
     assert missing.returncode == 2 and "no plugin named 'nope'" in missing.stdout
 
 
+def test_info_names_config_sections_and_contributed_names_readably():
+    cuda = json.loads(run_cli("plugins", "info", "cuda", "--json").stdout)["provides"]
+    assert cuda["drivetrain_register_config_sections"] == ["top-level gpu_ids/enable_cpu_affinity"]
+    assert "utils.environment.override_numa_affinity" in cuda["drivetrain_public_names"]
+    xla = json.loads(run_cli("plugins", "info", "xla", "--json").stdout)["provides"]
+    assert xla["drivetrain_enum_members"] == ["DistributedType.XLA", "RNGType.XLA"]
+    text = run_cli("plugins", "info", "ipex").stdout
+    provides = re.search(r"^provides:\s+(.*)$", text, re.M).group(1)
+    assert provides.startswith("register_config_sections: ipex_config; public_names: utils.is_ipex_available")
+    assert "ConfigSection(" not in provides and "('" not in provides  # no descriptor or pair reprs
+
+
 def test_template_tracker_writes_through_the_registry(template_site, with_sites, tmp_path):
     with_sites(template_site)
     from drivetrain.plugin_api import resolve

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..errors import PluginLoadError
+from ..plugin_api import ConfigSection
 from ..plugin_manager import STRICT_VARIABLE, PluginManager, PluginRecord, PluginStatus, get_plugin_manager
 from ..version import PLUGIN_API_VERSION, __version__
 
@@ -107,6 +108,26 @@ def run_list(args: argparse.Namespace) -> int:
     return _strict_exit(manager)
 
 
+def _labels(item: Any) -> list[str]:
+    """How one registered item is named in ``plugins info``: a descriptor's name, a config
+    block's key, a contributed name's key, an enumeration's members (``RNGType.XLA``)."""
+    if isinstance(item, str):
+        return [item]
+    if isinstance(item, tuple) and len(item) == 2:  # one (key, value) of a mapping hook
+        key, value = item
+        if isinstance(value, dict):
+            return [f"{key}.{member}" for member in value]
+        if isinstance(value, (list, tuple)):
+            return [f"{key}.{str(member).upper().replace('-', '_')}" for member in value]
+        return [str(key)]
+    name = getattr(item, "name", None)
+    if isinstance(name, str):
+        return [name]
+    if isinstance(item, ConfigSection):
+        return [item.key or "top-level " + "/".join(field.name for field in item.fields)]
+    return [type(item).__name__]
+
+
 def run_info(args: argparse.Namespace) -> int:
     manager = get_plugin_manager(check_strict=False)
     record = manager.records.get(args.name)
@@ -116,7 +137,7 @@ def run_info(args: argparse.Namespace) -> int:
         return 2
     data = record.to_json()
     data["provides"] = {
-        hook: [getattr(item, "name", item if isinstance(item, str) else repr(item)) for _p, item in pairs]
+        hook: [label for _p, item in pairs for label in _labels(item)]
         for hook, pairs in (
             (hook, [(p, i) for p, i in manager.registrations(hook) if p == record.name])
             for hook in manager._registrations
