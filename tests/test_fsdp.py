@@ -164,6 +164,36 @@ def test_one_process_fsdp_trains_and_exposes_its_options(clean_env):
     assert set(state) == {"0.weight", "0.bias", "2.weight", "2.bias"} and type(state["0.weight"]) is torch.Tensor
 
 
+@pytest.mark.usefixtures("fresh_state", "private_group")
+@pytest.mark.parametrize("state_dict_type", ["SHARDED_STATE_DICT", "FULL_STATE_DICT"])
+def test_one_process_fsdp_load_checks_every_model_before_loading_any(clean_env, tmp_path, state_dict_type):
+    from drivetrain import Accelerator, FullyShardedDataParallelPlugin
+
+    def models(hidden):
+        return (torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)),
+                torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1)))
+
+    def accelerator():
+        return Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2, state_dict_type=state_dict_type))
+
+    torch.manual_seed(0)
+    saver = accelerator()
+    saver.prepare(*models(8))
+    saver.save_state(tmp_path / "ckpt")
+    saver.wait_for_everyone()
+
+    torch.manual_seed(1)  # other weights: a load of model 0 would change them
+    loader = accelerator()
+    first, second = loader.prepare(*models(16))  # the second model does not fit the checkpoint
+    before = [p.full_tensor().clone() for p in first.parameters()]
+    with pytest.raises(CheckpointError) as caught:
+        loader.load_state(tmp_path / "ckpt")
+    message = str(caught.value)
+    assert "\n" not in message and "model_1 does not fit: 0.weight is (8, 4) torch.float32 in the checkpoint but " \
+                                   "(16, 4) torch.float32 here" in message
+    assert all(torch.equal(b, p.full_tensor()) for b, p in zip(before, first.parameters()))
+
+
 # ------------------------------------------------------------ config and launch
 
 

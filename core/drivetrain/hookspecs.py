@@ -620,6 +620,22 @@ def drivetrain_load_model_state(model: Any, index: int, directory: str, run: Run
     """
 
 
+@hookspec
+def drivetrain_check_checkpoint(models: list[Any], optimizers: list[Any], directory: str, run: Run,
+                                manifest: dict[str, Any], options: dict[str, Any]) -> None:
+    """Check a checkpoint against every prepared model and optimizer before anything loads (API 1.5).
+
+    Called on every active plugin, on every process, once every process has verified the
+    checksums and checked the core's own states (so a check may call collectives, as a
+    sharded model's ``state_dict`` does), and before any ``drivetrain_load_*_state``.
+    ``models`` and ``optimizers`` are the prepared ones, in checkpoint order (``index`` is the
+    position); ``options`` are ``load_state``'s model keyword arguments. Raise
+    :class:`drivetrain.errors.CheckpointError` naming the first mismatch among the objects
+    this plugin loads: the processes then agree, every one fails, and nothing has changed.
+    Change nothing here.
+    """
+
+
 @hookspec(firstresult=True)
 def drivetrain_save_optimizer_state(
     optimizer: Any, index: int, directory: str, run: Run

@@ -11,4 +11,6 @@ __version__ = "0.1.0"
 #: errors, options, probes, launching, checkpoint and model helpers); descriptors of a role may
 #: name a role object whose hooks are called only while that item is chosen (``hooks=``).
 #: 1.4: ``drivetrain_transform_objects``: the objects of a ``prepare`` call rewritten together, first.
-PLUGIN_API_VERSION = "1.4"
+#: 1.5: ``drivetrain_check_checkpoint``: a strategy checks every model and optimizer it loads
+#: before the processes agree and before any load hook changes anything.
+PLUGIN_API_VERSION = "1.5"

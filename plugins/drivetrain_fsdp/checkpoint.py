@@ -266,31 +266,56 @@ def save_model(model: Any, index: int, directory: str, run: Any, safe_serializat
     return [f"{relative}/{name}" for name in written]
 
 
+def check_checkpoint(models: list[Any], optimizers: list[Any], directory: str, run: Any) -> None:
+    """Check every model this run sharded and every optimizer against the checkpoint, before
+    any of them loads: a load that fails must leave all of them as they were."""
+    runtime = runtime_of(run)
+    runtime.checked.clear()
+    for index, model in enumerate(models):
+        if handles(model, run):
+            runtime.checked[(directory, index)] = _check_model(model, index, Path(directory), run)
+    check_optimizers(run, Path(directory))
+
+
+def _check_model(model: Any, index: int, directory: Path, run: Any) -> dict[str, Any] | None:
+    """Raise ``CheckpointError`` when ``model_<index>`` does not fit ``model``; returns the full
+    state dict read (a ``FULL_STATE_DICT`` checkpoint), ``None`` for a sharded one (read at load)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    path = directory / f"model_{index}"
+    with quiet():
+        current = get_model_state_dict(model)  # sharded: global shapes, nothing gathered
+    if (path / DCP_METADATA).exists():
+        stored = {key: (tuple(entry.size), entry.properties.dtype) for key, entry in tensor_entries(path).items()}
+        _check_shapes(stored, current, path)
+        return None
+    if not path.exists():
+        raise CheckpointError(f"{path} is missing: the checkpoint holds fewer models than were prepared")
+    state = read_model_files(path)
+    _check_shapes({key: (tuple(value.shape), value.dtype) for key, value in state.items()}, current, path)
+    return state
+
+
 def load_model(model: Any, index: int, directory: str, run: Any) -> bool | None:
     if not handles(model, run):
         return None
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
     path = Path(directory) / f"model_{index}"
-    check_optimizers(run, Path(directory))  # models load first: what cannot load must fail before that
-    if (path / DCP_METADATA).exists():
-        with quiet():
-            current = get_model_state_dict(model)
-        stored = {key: (tuple(entry.size), entry.properties.dtype) for key, entry in tensor_entries(path).items()}
-        _check_shapes(stored, current, path)
+    checked = runtime_of(run).checked
+    if (directory, index) in checked:
+        state = checked.pop((directory, index))
+    else:  # loaded without the first phase's check
+        check_optimizers(run, Path(directory))
+        state = _check_model(model, index, Path(directory), run)
+    if state is None:
         with quiet():
             # read into copies: a read that fails halfway leaves the model as it was
-            target = {key: value.detach().clone() for key, value in current.items()}
+            target = {key: value.detach().clone() for key, value in get_model_state_dict(model).items()}
         dcp_load(target, path)
         with quiet():
             set_model_state_dict(model, target)
         return True
-    if not path.exists():
-        raise CheckpointError(f"{path} is missing: the checkpoint holds fewer models than were prepared")
-    state = read_model_files(path)
-    with quiet():
-        current = get_model_state_dict(model)  # sharded: global shapes, nothing gathered
-    _check_shapes({key: (tuple(value.shape), value.dtype) for key, value in state.items()}, current, path)
     with quiet():
         set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
     return True

@@ -25,7 +25,7 @@ from .options import (
 )
 
 # API 1.2: drivetrain_clip_grad_value.
-PLUGIN_INFO = PluginInfo(api_version="1.2", description="Fully Sharded Data Parallel (torch FSDP1 and FSDP2)")
+PLUGIN_INFO = PluginInfo(api_version="1.5", description="Fully Sharded Data Parallel (torch FSDP1 and FSDP2)")
 
 NAME = "fsdp"
 OPTIONS_ARGUMENT = "fsdp_plugin"
@@ -239,6 +239,13 @@ def drivetrain_save_model_state(model, index, directory, run, safe_serialization
     from .checkpoint import save_model
 
     return save_model(model, index, directory, run, safe_serialization)
+
+
+@hookimpl
+def drivetrain_check_checkpoint(models, optimizers, directory, run):
+    from .checkpoint import check_checkpoint
+
+    check_checkpoint(models, optimizers, directory, run)
 
 
 @hookimpl

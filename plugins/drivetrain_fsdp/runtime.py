@@ -22,6 +22,8 @@ class Runtime:
         optimizers: the optimizers this run prepared, in order (weak references).
         replaced: original parameter -> what replaced it when its model was sharded, for
             optimizers created before ``prepare`` (weak: dropped with the old parameters).
+        checked: what ``load_state``'s check read for each model, by (directory, index),
+            taken by the model's load (a full state dict; ``None`` for a sharded one).
     """
 
     def __init__(self, run: Any, options: FullyShardedDataParallelPlugin) -> None:
@@ -33,6 +35,7 @@ class Runtime:
         self._optimizers: list[weakref.ref] = []
         self.replaced: Any = WeakIdKeyDictionary()
         self.meshes: dict[tuple[int, ...], Any] = {}
+        self.checked: dict[tuple[str, int], Any] = {}
         self.extension = Extension(self)
 
     @property

@@ -390,8 +390,31 @@ def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None
             raise
     _gather_failure(accelerator, error, f"loading {directory}")
     assert read is not None
+    _check_strategy_states(accelerator, directory, read["manifest"], options)
     _restore(accelerator, directory, read, options)
     return directory
+
+
+def _check_strategy_states(accelerator: Accelerator, directory: Path, manifest: dict[str, Any],
+                           options: dict[str, Any]) -> None:
+    """Let strategy plugins check every model and optimizer they load, before any load.
+
+    Their checks may be collective (a sharded model's state dict), so they run once every
+    process has read and checked the rest, and agree on their outcome in turn.
+    """
+    hook = accelerator.run.hook("drivetrain_check_checkpoint")
+    if not hook.get_hookimpls():
+        return
+    error = None
+    try:
+        accelerator.run.call("drivetrain_check_checkpoint", models=list(accelerator._models),
+                             optimizers=list(accelerator._optimizers), directory=str(directory),
+                             manifest=manifest, options=dict(options))
+    except CheckpointError as exc:
+        error = str(exc)
+        if accelerator.num_processes == 1:
+            raise
+    _gather_failure(accelerator, error, f"loading {directory}")
 
 
 def _read_and_check(accelerator: Accelerator, directory: Path, options: dict[str, Any],

@@ -22,6 +22,7 @@ from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, Strate
 # The model is the user's own module once composed, sharded by FSDP2 (or split by TP alone):
 # the fsdp plugin's hooks for optimizers, accumulation and checkpoints (DCP) serve it as they are.
 from ..plugin import (  # noqa: F401 (hook implementations of this plugin too)
+    drivetrain_check_checkpoint,
     drivetrain_get_state_dict,
     drivetrain_load_model_state,
     drivetrain_load_optimizer_state,
@@ -36,7 +37,7 @@ from ..plugin import (  # noqa: F401 (hook implementations of this plugin too)
 
 from .config import CP_COMM_STRATEGIES, ENV, SP_BACKENDS, SP_HANDLER_FIELDS
 
-PLUGIN_INFO = PluginInfo(api_version="1.2", description="ND parallelism: data × sharded data × tensor × context "
+PLUGIN_INFO = PluginInfo(api_version="1.5", description="ND parallelism: data × sharded data × tensor × context "
                                                         "(ParallelismConfig)")
 
 NAME = "parallelism_config"
