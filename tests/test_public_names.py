@@ -75,6 +75,8 @@ def test_names_left_for_later_are_still_missing_and_few():
     "from drivetrain.utils.tqdm import tqdm",
     # a plugin's function at the submodule path Accelerate documents (the cuda platform's)
     "from drivetrain.utils.environment import override_numa_affinity",
+    # probes plugins contribute to `utils` are at `utils.imports` too, as every probe is in Accelerate
+    "from drivetrain.utils.imports import is_deepspeed_available, is_wandb_available, is_xpu_available",
 ])
 def test_accelerate_submodule_paths(statement):
     exec(statement, {})
@@ -155,3 +157,11 @@ def test_enums_have_every_accelerate_member():
     assert RNGType.XPU == "xpu" and DynamoBackend.TENSORRT == "TENSORRT"
     assert CustomDtype.INT4 == "int4" and CustomDtype.FP8 == "fp8"
     assert SageMakerDistributedType.DATA_PARALLEL == "DATA_PARALLEL"
+
+
+def test_utils_imports_refuses_a_probe_nobody_contributes():
+    import drivetrain.utils.imports as imports
+
+    with pytest.raises(AttributeError, match="drivetrain.utils.imports"):
+        imports.is_no_such_backend_available
+

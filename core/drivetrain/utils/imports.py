@@ -11,10 +11,10 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
-from typing import Callable
+from typing import Any, Callable
 
 from .versions import compare_versions, is_torch_version
-from ..public_names import contributed_getattr
+from ..public_names import contributed_getattr, resolve_module_name
 
 
 @functools.lru_cache(maxsize=None)
@@ -116,4 +116,18 @@ def absent_probe(name: str) -> Callable[..., bool]:
 
 
 # names a plugin contributes to this module (keys "utils.imports.<name>"), served on first access
-__getattr__ = contributed_getattr(__name__)
+_contributed = contributed_getattr(__name__)
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        return _contributed(name)
+    except AttributeError as missing:
+        # Accelerate keeps every availability probe here, so `from accelerate.utils.imports import
+        # is_deepspeed_available` must work for the probes plugins contribute to `utils`.
+        if not (name.startswith("is_") and name.endswith("_available")):
+            raise
+        try:
+            return resolve_module_name("utils", name)
+        except AttributeError:
+            raise missing from None
