@@ -313,6 +313,56 @@ def test_wrong_accelerator_arguments(fresh_state):
         Accelerator(deepspeed_plugin=DeepSpeedPlugin(), deepspeed_plugins={"a": DeepSpeedPlugin()})
 
 
+@needs_deepspeed
+@pytest.mark.usefixtures("fresh_state", "private_group")
+def test_one_process_engine_load_reads_its_model_states_once_and_reports_its_own_errors(monkeypatch, tmp_path):
+    """The pre-load check's read of the model states file is what DeepSpeed loads; a keyword
+    load_checkpoint does not take is refused before anything is read, and a TypeError raised
+    inside DeepSpeed is reported as DeepSpeed's failure, not as a wrong keyword."""
+    import torch
+    import drivetrain_deepspeed.checkpoint as ds_checkpoint
+    import drivetrain_deepspeed.fit as ds_fit
+
+    from drivetrain import Accelerator, DeepSpeedPlugin
+    from drivetrain.errors import CheckpointError
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", EXTENSIONS)
+    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=1))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=2)
+    model, optimizer, data = accelerator.prepare(model, optimizer, data)
+    path = accelerator.save_state(tmp_path / "ckpt")
+    accelerator.wait_for_everyone()
+
+    reads: list[str] = []
+    for module in (ds_checkpoint, ds_fit):
+        def counting(file, *args, _load=module.safe_torch_load, **kwargs):
+            reads.append(os.path.basename(file))
+            return _load(file, *args, **kwargs)
+        monkeypatch.setattr(module, "safe_torch_load", counting)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(1.0)
+    changed = [p.detach().clone() for p in model.parameters()]
+    accelerator.load_state(path)
+    assert reads.count("mp_rank_00_model_states.pt") == 1, reads
+    assert not any(torch.equal(a, p) for a, p in zip(changed, model.parameters()))  # it did load
+
+    loaded = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(CheckpointError) as caught:
+        accelerator.load_state(path, load_modul_strict=False)
+    assert str(caught.value).startswith("load_state() got ['load_modul_strict'], which DeepSpeed's load_checkpoint "
+                                        "does not take here; drop them (it takes ['custom_load_fn', ")
+    with pytest.raises(CheckpointError) as caught:
+        accelerator.load_state(path, custom_load_fn=lambda state, module: None)  # DeepSpeed passes src=, dst=
+    message = str(caught.value)
+    assert "DeepSpeed failed loading" in message and "TypeError" in message and "does not take" not in message
+    assert "\n" not in message and "unexpected keyword argument 'src'" in message
+    assert all(torch.equal(a, p) for a, p in zip(loaded, model.parameters()))
+
+
 # ------------------------------------------------------------------ launch options and launcher
 
 

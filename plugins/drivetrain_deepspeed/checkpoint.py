@@ -21,7 +21,9 @@ engine first (``fit.py``), so a checkpoint of another model changes nothing.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
+import weakref
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -61,27 +63,36 @@ def safe_types() -> list[Any]:
 
 
 class _SafeCheckpointEngine:
-    """DeepSpeed's checkpoint engine with ``load`` replaced by drivetrain's safe loader."""
+    """DeepSpeed's checkpoint engine with ``load`` replaced by drivetrain's safe loader.
 
-    def __init__(self, inner: Any) -> None:
+    ``preloaded`` maps a file's real path to what the pre-load check read from it (on the CPU,
+    where DeepSpeed puts its model states too): handed over instead of read again. DeepSpeed
+    opens its model states file twice itself (once to see how it was split), so each request
+    gets its own copy of the top level and the tensors are shared.
+    """
+
+    def __init__(self, inner: Any, preloaded: dict[str, Any] | None = None) -> None:
         self._inner = inner
         self._allowed = safe_types()
+        self._preloaded = dict(preloaded or {})
 
     def load(self, path: str, map_location: Any = None) -> Any:
-        return safe_torch_load(path, self._allowed, map_location)
+        found = self._preloaded.get(os.path.realpath(path))
+        return dict(found) if found is not None else safe_torch_load(path, self._allowed, map_location)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
 @contextlib.contextmanager
-def safe_loading(engine: Any) -> Iterator[None]:
-    """Every file the engine reads inside the block goes through the safe loader."""
+def safe_loading(engine: Any, preloaded: dict[str, Any] | None = None) -> Iterator[None]:
+    """Every file the engine reads inside the block goes through the safe loader (or is one
+    of ``preloaded``: real path -> what was read from it already)."""
     original = getattr(engine, "checkpoint_engine", None)
     if original is None:
         raise CheckpointError("this DeepSpeed engine has no checkpoint_engine to read through safely; "
                               "upgrade deepspeed (drivetrain[deepspeed])")
-    engine.checkpoint_engine = _SafeCheckpointEngine(original)
+    engine.checkpoint_engine = _SafeCheckpointEngine(original, preloaded)
     try:
         yield
     finally:
@@ -116,17 +127,34 @@ def _writer(manifest: Mapping[str, Any]) -> str:
     return ", ".join(sorted(plugins)) or "an unknown run"
 
 
-def load_engine(engine: Any, index: int, directory: str, run: Any, manifest: Mapping[str, Any],
-                options: Mapping[str, Any] | None = None) -> bool | None:
-    """Restore an engine from ``save_engine``'s files (or a frozen ZeRO-3 engine's weights).
+# What check_engines read for each engine's load: (directory, index, model states path, contents).
+_CHECKED: "weakref.WeakKeyDictionary[Any, tuple[str, int, Path, Any]]" = weakref.WeakKeyDictionary()
 
-    ``options`` are ``load_state``'s model keyword arguments, passed to
-    ``engine.load_checkpoint`` as Accelerate does (``strict`` means ``load_module_strict``).
-    """
-    if not is_engine(engine):
-        return None
-    if not trains(engine):
-        return _load_frozen(engine, index, directory)
+
+def _load_arguments(engine: Any, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``engine.load_checkpoint``'s keyword arguments from ``load_state``'s (``strict`` means
+    ``load_module_strict``), refused before anything is read when the method does not take one."""
+    kwargs = {"load_module_strict": True, "load_optimizer_states": True, "load_lr_scheduler_states": True}
+    options = dict(options or {})
+    if "strict" in options:
+        kwargs["load_module_strict"] = bool(options.pop("strict"))
+    options.pop("map_location", None)  # DeepSpeed places its states itself
+    kwargs.update(options)
+    parameters = inspect.signature(engine.load_checkpoint).parameters
+    if not any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values()):
+        unknown = sorted(name for name in kwargs if name not in parameters or name in ("load_dir", "tag"))
+        if unknown:
+            taken = sorted(set(parameters) - {"self", "load_dir", "tag"})
+            raise CheckpointError(f"load_state() got {unknown}, which DeepSpeed's load_checkpoint does not take here; "
+                                  f"drop them (it takes {taken}, and strict)")
+    return kwargs
+
+
+def _check_engine(engine: Any, index: int, directory: str, run: Any, manifest: Mapping[str, Any],
+                  options: Mapping[str, Any] | None) -> tuple[dict[str, Any], Path, Any]:
+    """Everything that can refuse ``model_<index>``'s engine checkpoint, read without changing
+    anything: returns load_checkpoint's arguments and the model states file with its contents."""
+    kwargs = _load_arguments(engine, options)
     target = Path(directory) / engine_directory(index)
     if not (target / TAG).is_dir():
         raise CheckpointError(
@@ -139,25 +167,50 @@ def load_engine(engine: Any, index: int, directory: str, run: Any, manifest: Map
             f"{directory} was saved by {saved_world} processes and its DeepSpeed ZeRO optimizer state is split "
             f"{saved_world} ways; resume it with {saved_world} processes (or convert it with DeepSpeed's universal "
             "checkpoint tools and load it through DeepSpeed)")
-    kwargs = {"load_module_strict": True, "load_optimizer_states": True, "load_lr_scheduler_states": True}
-    options = dict(options or {})
-    if "strict" in options:
-        kwargs["load_module_strict"] = bool(options.pop("strict"))
-    options.pop("map_location", None)  # DeepSpeed places its states itself
-    kwargs.update(options)
-    check_engine_fits(engine, index, target, TAG, run, safe_types(), kwargs)  # nothing is changed before this
+    path, checkpoint = check_engine_fits(engine, index, target, TAG, safe_types(), kwargs)
+    return kwargs, path, checkpoint
+
+
+def check_engines(models: list[Any], directory: str, run: Any, manifest: Mapping[str, Any],
+                  options: Mapping[str, Any] | None = None) -> None:
+    """Check every trained engine against its checkpoint before any of them loads; what each
+    check read is kept for that engine's load."""
+    for engine in list(_CHECKED):
+        _CHECKED.pop(engine, None)
+    for index, engine in enumerate(models):
+        if is_engine(engine) and trains(engine):
+            _kwargs, path, checkpoint = _check_engine(engine, index, directory, run, manifest, options)
+            _CHECKED[engine] = (directory, index, path, checkpoint)
+
+
+def load_engine(engine: Any, index: int, directory: str, run: Any, manifest: Mapping[str, Any],
+                options: Mapping[str, Any] | None = None) -> bool | None:
+    """Restore an engine from ``save_engine``'s files (or a frozen ZeRO-3 engine's weights).
+
+    ``options`` are ``load_state``'s model keyword arguments, passed to
+    ``engine.load_checkpoint`` as Accelerate does (``strict`` means ``load_module_strict``).
+    The model states file that :func:`check_engines` read is handed to DeepSpeed, not read again.
+    """
+    if not is_engine(engine):
+        return None
+    if not trains(engine):
+        return _load_frozen(engine, index, directory)
+    checked = _CHECKED.pop(engine, None)
+    if checked is not None and checked[:2] == (directory, index):
+        kwargs, path, checkpoint = _load_arguments(engine, options), checked[2], checked[3]
+    else:  # loaded without the check of every engine first
+        kwargs, path, checkpoint = _check_engine(engine, index, directory, run, manifest, options)
+    target = Path(directory) / engine_directory(index)
     try:
-        with safe_loading(engine):
-            path, _client_state = engine.load_checkpoint(str(target), tag=TAG, **kwargs)
-    except TypeError as error:
-        raise CheckpointError(f"load_state() passed arguments DeepSpeed's load_checkpoint does not take ({error}); "
-                              "drop them") from None
+        with safe_loading(engine, {os.path.realpath(path): checkpoint}):
+            loaded, _client_state = engine.load_checkpoint(str(target), tag=TAG, **kwargs)
     except Exception as error:  # past the checks: damage in a file only DeepSpeed reads (its optimizer partitions)
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"DeepSpeed failed loading {target} after its model states were checked ({first}); "
-                              f"model {index}'s module weights may already be restored from it, its optimizer "
-                              "state is not: load a checkpoint again before training on") from error
-    if path is None:
+        raise CheckpointError(f"DeepSpeed failed loading {target} after its model states were checked "
+                              f"({type(error).__name__}: {first}); model {index}'s module weights may already be "
+                              "restored from it, its optimizer state is not: load a checkpoint again before "
+                              "training on") from error
+    if loaded is None:
         raise CheckpointError(f"DeepSpeed could not load its checkpoint from {target}")
     return True
 

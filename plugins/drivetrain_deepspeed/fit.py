@@ -8,7 +8,8 @@ strict), shapes (``ds_shape`` of a ZeRO-3 partitioned parameter; its saved shape
 checkpoint's ``param_shapes``) and dtypes (a floating dtype may load into another, as
 ``load_state_dict`` allows). When the optimizer state is loaded too, the ZeRO parameter groups
 the flat partitions were cut from must be the engine's own (same names, order and shapes).
-The processes compare outcomes, so a mismatch on one fails all before anything is copied.
+The core runs this for every engine before any loads, and the processes compare outcomes, so
+a mismatch on one fails all before anything is copied.
 """
 
 from __future__ import annotations
@@ -121,29 +122,21 @@ def _model_states_file(engine: Any, target: Path, tag: str) -> Path:
     return found[0] if found else target / tag / "mp_rank_00_model_states.pt"
 
 
-def check_engine_fits(engine: Any, index: int, target: Path, tag: str, run: Any, allowed: list[Any],
-                      options: Mapping[str, Any]) -> None:
-    """Raise ``CheckpointError`` on every process when the checkpoint does not fit the engine
-    (collective: every process calls it); ``options`` are the load_checkpoint arguments."""
+def check_engine_fits(engine: Any, index: int, target: Path, tag: str, allowed: list[Any],
+                      options: Mapping[str, Any]) -> tuple[Path, Mapping[str, Any]]:
+    """Raise ``CheckpointError`` when the checkpoint does not fit the engine; ``options`` are the
+    load_checkpoint arguments. Returns the model states file and what was read from it, for
+    DeepSpeed's load to take instead of reading the file again. Calls no collective: the core
+    gathers every process's outcome."""
     where = f"model_{index}"
-    error = None
-    try:
-        path = _model_states_file(engine, target, tag)
-        if not path.is_file():
-            raise CheckpointError(f"{path} is missing: the checkpoint was saved by another DeepSpeed set-up "
-                                  "(ZeRO stage, model parallel size); resume with the one that saved it")
-        checkpoint = safe_torch_load(path, allowed, "cpu")
-        if not isinstance(checkpoint, Mapping):
-            raise CheckpointError(f"{path} is not a DeepSpeed model states file")
-        _check_module(checkpoint, engine, where, bool(options.get("load_module_strict", True)))
-        if options.get("load_optimizer_states", True) and not options.get("load_module_only", False):
-            _check_optimizer(checkpoint, engine, where)
-    except CheckpointError as failure:
-        error = str(failure)
-    state = run.state
-    errors = state.collectives.all_gather_object(error) if state.num_processes > 1 else [error]
-    failures = [(rank, message) for rank, message in enumerate(errors) if message]
-    if failures:
-        rank, message = failures[0]
-        raise CheckpointError(message if rank == state.process_index else
-                              f"loading {where} failed on process {rank}: {message}")
+    path = _model_states_file(engine, target, tag)
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: the checkpoint was saved by another DeepSpeed set-up "
+                              "(ZeRO stage, model parallel size); resume with the one that saved it")
+    checkpoint = safe_torch_load(path, allowed, "cpu")
+    if not isinstance(checkpoint, Mapping):
+        raise CheckpointError(f"{path} is not a DeepSpeed model states file")
+    _check_module(checkpoint, engine, where, bool(options.get("load_module_strict", True)))
+    if options.get("load_optimizer_states", True) and not options.get("load_module_only", False):
+        _check_optimizer(checkpoint, engine, where)
+    return path, checkpoint

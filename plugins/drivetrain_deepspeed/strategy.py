@@ -94,6 +94,12 @@ class DeepSpeedStrategy:
         return save_engine(model, index, directory, run, options)
 
     @hookimpl
+    def drivetrain_check_checkpoint(self, models, directory, run, manifest, options):
+        from .checkpoint import check_engines
+
+        check_engines(models, directory, run, manifest, options)
+
+    @hookimpl
     def drivetrain_load_model_state(self, model, index, directory, run, manifest, options):
         from .checkpoint import load_engine
 
