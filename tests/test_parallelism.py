@@ -326,3 +326,52 @@ def test_ulysses_sequence_parallel_on_two_processes(tmp_path):
     result = launch("check_sequence_parallel.py", num_processes=2, timeout=400)
     assert_ok(result)
     assert "CHECK-SEQUENCE-PARALLEL-OK" in result.stdout
+
+
+SP_CONFIG_FILE = ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 1\n  gradient_clipping: 0.0\n"
+                  "parallelism_config:\n  parallelism_config_sp_size: 2\n  parallelism_config_sp_backend: deepspeed\n"
+                  "  parallelism_config_sp_attn_implementation: sdpa\n")
+
+
+def test_the_launchers_deepspeed_keeps_a_sequence_parallel_layout_given_in_code(clean_env):
+    # Accelerate's guide passes parallelism_config= in code and names DeepSpeed in the config file
+    from drivetrain import Accelerator
+    from drivetrain.utils import ParallelismConfig
+
+    options = {"parallelism_config": ParallelismConfig(sp_size=2)}
+    assert Accelerator._strategy_for_options(options) == "parallelism_config"
+    clean_env.setenv("DRIVETRAIN_STRATEGY", "deepspeed")
+    assert Accelerator._strategy_for_options(options) == "deepspeed"
+    clean_env.setenv("DRIVETRAIN_STRATEGY", "fsdp")  # FSDP does not compose a layout: the layout's strategy runs
+    assert Accelerator._strategy_for_options(options) == "parallelism_config"
+
+
+def test_sequence_parallel_mesh_sizes(clean_env):
+    from types import SimpleNamespace
+
+    from drivetrain.utils import ParallelismConfig
+    from drivetrain_deepspeed.sequence_parallel import MESH_DIMENSIONS, layout_of
+
+    def sizes(world, **given):
+        run = SimpleNamespace(options={"parallelism_config": ParallelismConfig(**given)},
+                              state=SimpleNamespace(num_processes=world))
+        layout = layout_of(run)
+        return layout.dp_replicate_size, layout.dp_shard_size, layout.sp_size
+
+    assert MESH_DIMENSIONS[-1] == "sp"  # innermost: sp peers are neighbouring ranks, as DeepSpeed groups them
+    assert sizes(2, sp_size=2, dp_shard_size=1) == (1, 1, 2)
+    assert sizes(4, sp_size=2) == (1, 2, 2)  # the dp sizes left out: the other processes shard
+    assert sizes(4, sp_size=2, dp_replicate_size=2) == (2, 1, 2)
+    with pytest.raises(ConfigError, match="is not the 8 processes of the run"):
+        sizes(8, sp_size=2, dp_shard_size=2)
+
+
+@pytest.mark.multiprocess
+def test_accelerates_sequence_parallel_recipe_on_two_processes(tmp_path):
+    # the strategy and the layout from a config file; the script uses torch_device_mesh["sp"]
+    path = tmp_path / "config.yaml"
+    path.write_text(SP_CONFIG_FILE)
+    result = launch("check_sequence_parallel.py", "recipe", num_processes=2, launch_args=("--config-file", str(path)),
+                    timeout=400)
+    assert_ok(result)
+    assert "CHECK-SEQUENCE-PARALLEL-RECIPE-OK" in result.stdout

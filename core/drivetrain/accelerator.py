@@ -175,6 +175,15 @@ class Accelerator(AcceleratorProperties, AcceleratorProcesses, AccelerateMembers
                             f"accepts them (strategies accept: {sorted(owners) or 'none'}); install the plugin "
                             "that provides it, see `drivetrain plugins list`")
         chosen = {owners[arg] for arg in given}
+        from .selection import requests_from_env
+
+        requested = requests_from_env(get_plugin_manager()).strategy
+        if requested and requested not in chosen and any(
+                spec.name == requested and set(given) <= set(spec.composes_arguments)
+                for _p, spec in get_plugin_manager().registrations("drivetrain_register_strategies")):
+            # the launcher's strategy composes these options (a layout Accelerate's guide passes in
+            # code while the config file names the strategy): it stays the run's
+            return requested
         if len(chosen) > 1:
             # one strategy may compose with another's options (a mesh that shards with FSDP)
             composing = [spec.name for _p, spec in get_plugin_manager().registrations("drivetrain_register_strategies")

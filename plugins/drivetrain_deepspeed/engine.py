@@ -128,6 +128,28 @@ class DeepSpeedStateView:
         """The ``DeepSpeedPlugin`` called ``name``."""
         return self._runtime.plugin_named(name)
 
+    # With sequence parallelism (sp_size > 1) only: otherwise the core's defaults answer.
+
+    def _sequence_mesh(self, name: str) -> Any:
+        found = self._runtime.sequence_mesh
+        if found is None:
+            raise AttributeError(name)
+        return found
+
+    @property
+    def torch_device_mesh(self) -> Any:
+        """The ``DeviceMesh`` (``dp_replicate``, ``dp_shard``, ``sp``; flattened ``dp``) whose
+        ``["sp"]`` group is this process's DeepSpeed sequence-parallel group."""
+        return self._sequence_mesh("torch_device_mesh").mesh
+
+    @property
+    def device_mesh(self) -> Any:
+        return self._sequence_mesh("device_mesh").mesh
+
+    @property
+    def parallelism_config(self) -> Any:
+        return self._sequence_mesh("parallelism_config").layout.config
+
 
 class DeepSpeedRuntime:
     """The DeepSpeed side of one run: its option objects, which is active, its engines."""
@@ -141,6 +163,7 @@ class DeepSpeedRuntime:
         self._given: tuple[Any, Any] = (None, None)  # the deepspeed_plugin(s) arguments last seen
         self._state: Any = None  # (a weak reference to) the AcceleratorState configured for
         self._warned_clip = False
+        self.sequence_mesh: Any = None  # a SequenceParallelMesh when sequences are split
 
     # -------------------------------------------------------------- options
 
@@ -150,6 +173,7 @@ class DeepSpeedRuntime:
             # a new AcceleratorState (first Accelerator, or after _reset_state): start afresh
             self._state = weakref.ref(run.accelerator_state)
             self.plugins, self.active, self._given = {}, None, (None, None)
+            self.sequence_mesh = None
         # run.options keeps every Accelerator's arguments: only those that changed are new.
         single, several = run.options.get("deepspeed_plugin"), run.options.get("deepspeed_plugins")
         seen_single, seen_several = self._given
@@ -175,7 +199,28 @@ class DeepSpeedRuntime:
                 logger.warning("the DeepSpeed config's gradient_accumulation_steps (%d) replaces the Accelerator's "
                                "(%d)", steps, accelerator.gradient_accumulation_steps)
             accelerator.gradient_accumulation_steps = steps
+        self._build_sequence_mesh(accelerator)
         return self.view
+
+    def _build_sequence_mesh(self, accelerator: Any) -> None:
+        # Built with the Accelerator, where every process passes: making its groups is collective.
+        from .sequence_parallel import build_device_mesh, layout_of
+
+        layout = layout_of(self.run)
+        if layout is None:
+            self.sequence_mesh = None
+            return
+        built = self.sequence_mesh
+        sizes = (layout.dp_replicate_size, layout.dp_shard_size, layout.sp_size)
+        if built is not None and sizes == (built.layout.dp_replicate_size, built.layout.dp_shard_size,
+                                           built.layout.sp_size):
+            # a later Accelerator of the run: the same groups, under its own config
+            built.layout = layout
+            if layout.config is not None and hasattr(layout.config, "device_mesh"):
+                layout.config.device_mesh = built.mesh
+            return
+        ensure_process_group(self.run)
+        self.sequence_mesh = build_device_mesh(layout, accelerator.device.type)
 
     @property
     def active_plugin(self) -> DeepSpeedPlugin:

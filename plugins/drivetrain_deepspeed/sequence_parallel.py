@@ -1,17 +1,20 @@
 """Ulysses sequence parallelism (DeepSpeed's ALST) under the deepspeed strategy.
 
 ``ParallelismConfig(sp_size=N, sp_backend="deepspeed", sp_handler=DeepSpeedSequenceParallelConfig(...))``
-beside ``deepspeed_plugin=`` (or ``PARALLELISM_CONFIG_SP_*`` variables, which ``drivetrain
-launch`` sets from the ``parallelism_config:`` block) splits each sequence over ``N``
-processes. Every process still reads its own batches; DeepSpeed's
+beside ``deepspeed_plugin=`` or under the deepspeed strategy the launcher chose (or
+``PARALLELISM_CONFIG_SP_*`` variables, which ``drivetrain launch`` sets from the
+``parallelism_config:`` block) splits each sequence over ``N`` processes. Every process still reads its own batches; DeepSpeed's
 ``UlyssesSPDataLoaderAdapter`` gathers the batches of the ``N`` processes of a group and hands
 each process its slice of one of them in turn, and the model's attention is swapped for
 ``UlyssesSPAttentionHF``, which exchanges sequence slices for head slices (an all-to-all) around
 the model's own attention: with ``sdpa`` under a name of its own set on the prepared model
 (other models of the process keep plain sdpa); flash and flex attention are swapped for the
 whole process, as DeepSpeed does. The engine sums gradients over a sequence-parallel group and
-averages them over the data-parallel replicas (DeepSpeed's ``mpu``): each process's loss must
-be its share of the group's loss, its token-loss sum divided by the group's token count.
+averages them over the data-parallel replicas (DeepSpeed's ``mpu``): for one process's gradients,
+each process's loss must be its share of the group's loss, its token-loss sum divided by the
+group's token count (Accelerate's all-gathered average gives ``sp_size`` times them). The
+run's ``DeviceMesh`` (``accelerator.torch_device_mesh``) has an ``sp`` dimension whose group
+holds the ranks of DeepSpeed's sequence-parallel group.
 
 Importing this module is cheap: torch and DeepSpeed are imported by the functions that use them.
 """
@@ -96,10 +99,13 @@ class DeepSpeedSequenceParallelConfig:
 
 @dataclass
 class SequenceParallelLayout:
-    """What one run's sequence parallelism is: its degree and options."""
+    """What one run's sequence parallelism is: its degree, options and data-parallel sizes."""
 
     sp_size: int
     handler: DeepSpeedSequenceParallelConfig
+    dp_replicate_size: int = 1
+    dp_shard_size: int = 1
+    config: Any = None  # the ParallelismConfig it was read from
 
 
 def layout_of(run: Any) -> SequenceParallelLayout | None:
@@ -124,7 +130,8 @@ def layout_of(run: Any) -> SequenceParallelLayout | None:
                   if int(getattr(config, name, 1) or 1) > 1]
         if others:
             raise ConfigError(f"the deepspeed strategy runs sequence parallelism (sp_size) only, not {', '.join(others)}; "
-                              "use the parallelism_config strategy (without deepspeed_plugin=) for TP and CP")
+                              "use the parallelism_config strategy (without deepspeed_plugin= or a DeepSpeed launch) "
+                              "for TP and CP")
         return None
     backend = getattr(config, "sp_backend", "deepspeed")
     if backend != "deepspeed":
@@ -139,7 +146,47 @@ def layout_of(run: Any) -> SequenceParallelLayout | None:
         raise ConfigError(f"sp_handler must be a DeepSpeedSequenceParallelConfig, not {type(handler).__name__}")
     if handler.sp_seq_length is not None and handler.sp_seq_length % sp_size:
         raise ConfigError(f"sp_seq_length={handler.sp_seq_length} is not a multiple of sp_size={sp_size}")
-    return SequenceParallelLayout(sp_size=sp_size, handler=handler)
+    replicate = int(getattr(config, "dp_replicate_size", 1) or 1)
+    shard = int(getattr(config, "dp_shard_size", 1) or 1)
+    if replicate * shard * sp_size != world:
+        if (replicate, shard) != (1, 1):
+            raise ConfigError(f"dp_replicate_size={replicate} × dp_shard_size={shard} × sp_size={sp_size} is not the "
+                              f"{world} processes of the run; change the sizes (or leave the dp sizes at 1)")
+        shard = world // sp_size  # data-parallel sizes left out: the other processes are data-parallel
+    return SequenceParallelLayout(sp_size=sp_size, handler=handler, dp_replicate_size=replicate, dp_shard_size=shard,
+                                  config=config)
+
+
+#: Dimensions of the run's ``DeviceMesh``, outermost first (Accelerate's names). The ``sp``
+#: dimension is innermost, so a rank's ``sp`` peers are its neighbours, ranks ``i*sp_size`` to
+#: ``(i+1)*sp_size - 1``: the sequence-parallel groups DeepSpeed builds.
+MESH_DIMENSIONS = ("dp_replicate", "dp_shard", "sp")
+
+
+@dataclass
+class SequenceParallelMesh:
+    """The run's ``DeviceMesh`` (``accelerator.torch_device_mesh``) and the layout it was built for."""
+
+    layout: SequenceParallelLayout
+    mesh: Any
+    dp: Any  # the flattened ``dp`` dimension (dp_replicate × dp_shard), kept alive beside the mesh
+
+
+def build_device_mesh(layout: SequenceParallelLayout, device_type: str) -> SequenceParallelMesh:
+    """The mesh of ``dp_replicate × dp_shard × sp`` processes, with the flattened ``dp``.
+
+    Its groups are torch's own, apart from DeepSpeed's, but ``mesh["sp"].get_group()`` holds
+    the same ranks as DeepSpeed's sequence-parallel group. Every process must call this (it
+    makes process groups); the strategy builds it when the Accelerator is created.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(device_type, (layout.dp_replicate_size, layout.dp_shard_size, layout.sp_size),
+                            mesh_dim_names=MESH_DIMENSIONS)
+    flattened = mesh["dp_replicate", "dp_shard"]._flatten("dp")
+    if layout.config is not None and hasattr(layout.config, "device_mesh"):
+        layout.config.device_mesh = mesh  # as Accelerate's ParallelismConfig keeps it
+    return SequenceParallelMesh(layout=layout, mesh=mesh, dp=flattened)
 
 
 def register_attention(model: Any, layout: SequenceParallelLayout, micro_batch_size: int) -> Any:

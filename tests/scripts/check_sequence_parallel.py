@@ -8,11 +8,22 @@ over a sequence-parallel group. For every step (SGD with momentum at lr=0.1, Dee
 at 1.0), the pair's loss equals the loss of one process on the whole sequence, and the pair's
 weights after the step equal that process's weights. The Ulysses attention is the prepared
 model's own: the reference model in the same process keeps plain sdpa.
+
+With the argument ``recipe`` (launched with a config file: ``distributed_type: DEEPSPEED`` and a
+``parallelism_config:`` block) the script follows Accelerate's sequence-parallelism guide as
+written: no ``deepspeed_plugin=`` in code, the group from ``accelerator.torch_device_mesh["sp"]``,
+the per-process losses gathered with ``torch.distributed.nn.functional.all_gather`` and weighted
+by their token counts. That mesh group holds the ranks of DeepSpeed's sequence-parallel group;
+the reported loss equals one process's loss on the whole sequence, and the gradients are
+sp_size × that process's (each process backpropagates the whole loss, then DeepSpeed sums over
+the group): with plain SGD and no clipping, the engine's global gradient norm is 2 × the
+reference's and each step moves the weights 2 × as far.
 """
 
 from __future__ import annotations
 
 import copy
+import sys
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -29,17 +40,21 @@ def token_loss_sum(model, batch):
                                              ignore_index=-100, reduction="sum")
 
 
-def main() -> None:
+def model_reference_and_loader():
+    """A tiny Llama, its copy (one process on whole sequences) and 4 sequences, the same on every process."""
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
                          attn_implementation="sdpa")
     model = LlamaForCausalLM(config)
-    reference = copy.deepcopy(model)
-    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=LR, momentum=MOMENTUM)
     ids = torch.randint(0, VOCAB, (4, SEQ))
     rows = [{"input_ids": ids[i], "labels": ids[i], "position_ids": torch.arange(SEQ)} for i in range(4)]
-    loader = torch.utils.data.DataLoader(rows, batch_size=1)
+    return model, copy.deepcopy(model), torch.utils.data.DataLoader(rows, batch_size=1)
+
+
+def main() -> None:
+    model, reference, loader = model_reference_and_loader()
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=LR, momentum=MOMENTUM)
 
     layout = ParallelismConfig(sp_size=2, sp_handler=DeepSpeedSequenceParallelConfig(sp_attn_implementation="sdpa"))
     accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=1, gradient_clipping=CLIP),
@@ -92,5 +107,68 @@ def main() -> None:
     accelerator.print("CHECK-SEQUENCE-PARALLEL-OK")
 
 
+def recipe() -> None:
+    sp_size = 2
+    model, reference, loader = model_reference_and_loader()
+    # the recipe's gradients are sp_size × the whole sequence's: the same step at sp_size × lr
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=LR * sp_size)
+
+    # the strategy and the DeepSpeed options come from the launcher's config file
+    accelerator = Accelerator(parallelism_config=ParallelismConfig(
+        sp_backend="deepspeed", sp_size=sp_size, dp_shard_size=1,
+        sp_handler=DeepSpeedSequenceParallelConfig(sp_seq_length_is_variable=True, sp_attn_implementation="sdpa")))
+    assert accelerator.distributed_type == "DEEPSPEED", accelerator.distributed_type
+    assert accelerator.parallelism_config.sp_size == sp_size
+    mesh = accelerator.torch_device_mesh
+    assert mesh is accelerator.state.device_mesh
+    assert "sp" in mesh.mesh_dim_names and mesh["sp"].size() == sp_size, mesh
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    from drivetrain_deepspeed.sequence_parallel import sequence_parallel_group
+
+    sp_group = accelerator.torch_device_mesh["sp"].get_group()
+    ranks = torch.distributed.get_process_group_ranks(sp_group)
+    assert ranks == torch.distributed.get_process_group_ranks(sequence_parallel_group()), ranks
+    assert accelerator.torch_device_mesh["dp"].size() == accelerator.num_processes // sp_size
+    unwrapped = accelerator.unwrap_model(model)
+    rank, steps = accelerator.process_index, 0
+    for batch in loader:
+        halves = [torch.empty_like(batch["input_ids"]) for _ in range(sp_size)]
+        torch.distributed.all_gather(halves, batch["input_ids"].contiguous(), group=sp_group)
+        whole = torch.cat(halves, dim=1)
+
+        # Accelerate's guide, as written
+        outputs = model(**batch)
+        shift_labels = batch["shift_labels"]
+        loss = unwrapped.loss_function(logits=outputs.logits, labels=None, shift_labels=shift_labels,
+                                       vocab_size=unwrapped.config.vocab_size)
+        losses_per_rank = torch.distributed.nn.functional.all_gather(loss, group=sp_group)
+        good_tokens = (shift_labels != -100).view(-1).sum()
+        good_tokens_per_rank = torch.distributed.nn.functional.all_gather(good_tokens, group=sp_group)
+        total_loss = sum(losses_per_rank[r] * good_tokens_per_rank[r] for r in range(sp_size)
+                         if good_tokens_per_rank[r] > 0)
+        loss = total_loss / max(sum(good_tokens_per_rank), 1)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        norm = float(model.get_global_grad_norm())
+
+        reference_optimizer.zero_grad()
+        expected = reference(input_ids=whole.to(reference.device), labels=whole.to(reference.device)).loss
+        expected.backward()
+        expected_norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), float("inf")).item()
+        reference_optimizer.step()
+        assert torch.allclose(loss.detach().cpu(), expected.detach().cpu(), atol=1e-5), (rank, steps, loss, expected)
+        assert abs(norm - sp_size * expected_norm) <= 1e-4 * expected_norm, (rank, steps, norm, expected_norm)
+        for (name, value), expected_value in zip(model.module.named_parameters(), reference.parameters()):
+            diff = (value.detach().cpu() - expected_value.detach().cpu()).abs().max().item()
+            assert diff <= 1e-5, f"process {rank}, step {steps}: {name} differs from one process's by {diff}"
+        steps += 1
+    assert steps == 4, steps
+    accelerator.print(f"loss of the last step {loss.item():.5f} (one process {expected.item():.5f}); "
+                      f"grad norm {norm:.5f} = {sp_size} × {expected_norm:.5f}")
+    accelerator.print("CHECK-SEQUENCE-PARALLEL-RECIPE-OK")
+
+
 if __name__ == "__main__":
-    main()
+    recipe() if sys.argv[1:] == ["recipe"] else main()
