@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from drivetrain.plugin_api import CheckpointError, load_tree, read_model_files, save_tree, write_model_files
 
-from .runtime import runtime_of
+from .runtime import configured_runtime, runtime_of
 from .wrap import quiet, version_of
 
 DCP_METADATA = ".metadata"
@@ -269,12 +269,15 @@ def save_model(model: Any, index: int, directory: str, run: Any, safe_serializat
 def check_checkpoint(models: list[Any], optimizers: list[Any], directory: str, run: Any) -> None:
     """Check every model this run sharded and every optimizer against the checkpoint, before
     any of them loads: a load that fails must leave all of them as they were."""
-    runtime = runtime_of(run)
+    runtime = configured_runtime(run)
+    if runtime is None:
+        return  # another strategy's run (this hook reaches every active plugin): nothing here is ours
     runtime.checked.clear()
-    for index, model in enumerate(models):
-        if handles(model, run):
-            runtime.checked[(directory, index)] = _check_model(model, index, Path(directory), run)
-    check_optimizers(run, Path(directory))
+    ours = [index for index, model in enumerate(models) if handles(model, run)]
+    for index in ours:
+        runtime.checked[(directory, index)] = _check_model(models[index], index, Path(directory), run)
+    if ours:
+        check_optimizers(run, Path(directory))
 
 
 def _check_model(model: Any, index: int, directory: Path, run: Any) -> dict[str, Any] | None:

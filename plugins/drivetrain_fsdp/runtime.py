@@ -131,6 +131,12 @@ def configure_extension(run: Any) -> Extension:
     return configure(run).extension
 
 
+def configured_runtime(run: Any) -> Runtime | None:
+    """The run's fsdp state if something configured it, without configuring it (a hook every
+    active plugin gets, in a run of another strategy)."""
+    return _RUNTIMES.get(run)
+
+
 def runtime_of(run: Any) -> Runtime:
     """The run's fsdp state (configured on first use when no ``Accelerator`` did it)."""
     runtime = _RUNTIMES.get(run)
