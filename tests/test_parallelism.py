@@ -375,3 +375,15 @@ def test_accelerates_sequence_parallel_recipe_on_two_processes(tmp_path):
                     timeout=400)
     assert_ok(result)
     assert "CHECK-SEQUENCE-PARALLEL-RECIPE-OK" in result.stdout
+
+
+@pytest.mark.multiprocess
+def test_sequence_parallel_mesh_groups_are_deepspeeds_on_four_processes(tmp_path):
+    # with 2 processes every group is [0, 1]; on 4, a mesh laid out the other way round would not match
+    path = tmp_path / "config.yaml"
+    path.write_text(SP_CONFIG_FILE.replace("  parallelism_config_sp_size: 2\n",
+                                           "  parallelism_config_sp_size: 2\n  parallelism_config_dp_shard_size: 2\n"))
+    result = launch("check_sequence_parallel.py", "mesh", "dp_shard", num_processes=4,
+                    launch_args=("--config-file", str(path)), timeout=400)
+    assert_ok(result)
+    assert "CHECK-SEQUENCE-PARALLEL-MESH-OK dp_shard" in result.stdout

@@ -18,6 +18,10 @@ the reported loss equals one process's loss on the whole sequence, and the gradi
 sp_size × that process's (each process backpropagates the whole loss, then DeepSpeed sums over
 the group): with plain SGD and no clipping, the engine's global gradient norm is 2 × the
 reference's and each step moves the weights 2 × as far.
+
+With the arguments ``mesh dp_shard`` (or ``mesh dp_replicate``), launched on 4 processes with a
+matching config file, each process's ``sp`` and ``dp`` mesh groups are checked against
+DeepSpeed's sequence-parallel group and the data-parallel replicas.
 """
 
 from __future__ import annotations
@@ -170,5 +174,22 @@ def recipe() -> None:
     accelerator.print("CHECK-SEQUENCE-PARALLEL-RECIPE-OK")
 
 
+def mesh_layout() -> None:
+    """On 4 processes: each process's mesh groups against DeepSpeed's, for sp × dp_shard and sp × dp_replicate."""
+    dp_dimension = sys.argv[2]
+    model, _reference, loader = model_reference_and_loader()
+    accelerator = Accelerator(parallelism_config=ParallelismConfig(sp_size=2, **{f"{dp_dimension}_size": 2}))
+    accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=LR), loader)
+    from drivetrain_deepspeed.sequence_parallel import sequence_parallel_group
+
+    mesh, rank = accelerator.torch_device_mesh, accelerator.process_index
+    ranks = torch.distributed.get_process_group_ranks
+    assert mesh.mesh_dim_names == ("dp_replicate", "dp_shard", "sp") and mesh[dp_dimension].size() == 2, mesh
+    assert ranks(mesh["sp"].get_group()) == ranks(sequence_parallel_group()) == [rank - rank % 2, rank - rank % 2 + 1]
+    # the data-parallel replicas: the processes holding the same slice of different batches
+    assert ranks(mesh["dp"].get_group()) == ranks(mesh[dp_dimension].get_group()) == [rank % 2, rank % 2 + 2]
+    accelerator.print(f"CHECK-SEQUENCE-PARALLEL-MESH-OK {dp_dimension}")
+
+
 if __name__ == "__main__":
-    recipe() if sys.argv[1:] == ["recipe"] else main()
+    {"recipe": recipe, "mesh": mesh_layout}.get(sys.argv[1] if sys.argv[1:] else "", main)()
