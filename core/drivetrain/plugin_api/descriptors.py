@@ -164,7 +164,9 @@ class StrategySpec:
         composes_arguments: ``accelerator_arguments`` of other strategies this one uses when
             they are given together with its own (a device-mesh strategy that shards with
             FSDP takes ``fsdp_plugin`` beside ``parallelism_config``); they are filed in
-            ``run.options`` too, and the strategy that declares them is not selected.
+            ``run.options`` too, and the strategy that declares them is not selected. When
+            this strategy is the requested one (launcher, config file, variables), they may
+            also be given alone and this strategy stays.
         places_models: ``True`` when the strategy puts models on the run's device itself, in
             ``drivetrain_wrap_model``, so the core does not move them first. A sharding
             strategy shards a model before moving it (a model larger than one device then
