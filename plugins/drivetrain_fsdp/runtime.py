@@ -56,9 +56,13 @@ class Runtime:
 
     def active(self) -> bool:
         """Whether the run still uses FSDP (a later ``Accelerator`` may have chosen another strategy)."""
-        run = self._run()
-        strategy = run.selection.strategy if run is not None else None
-        return strategy is not None and strategy.name == NAME
+        return strategy_chosen(self._run(), NAME)
+
+
+def strategy_chosen(run: Any, name: str) -> bool:
+    """Whether ``run`` (``None`` once it is gone) still has the strategy ``name`` as its choice."""
+    strategy = run.selection.strategy if run is not None else None
+    return strategy is not None and strategy.name == name
 
 
 class Extension:

@@ -65,9 +65,9 @@ class Runtime:
         return self.config.submesh("dp").get_local_rank()
 
     def active(self) -> bool:
-        run = self._run()
-        strategy = run.selection.strategy if run is not None else None
-        return strategy is not None and strategy.name == NAME
+        from ..runtime import strategy_chosen
+
+        return strategy_chosen(self._run(), NAME)
 
 
 class Extension:
