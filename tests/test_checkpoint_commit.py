@@ -191,7 +191,7 @@ def test_state_trees_shard_and_older_single_file_trees_still_load(tmp_path):
     assert torch.equal(load_tree(tmp_path / "old")["b"][0], torch.ones(3, 3))
     # a listed file outside the checkpoint directory is refused
     (tmp_path / "old.json").write_text(json.dumps(dict(document, files=["../elsewhere.safetensors"])))
-    with pytest.raises(CheckpointError, match="lists its tensor files wrongly"):
+    with pytest.raises(CheckpointError, match=r"lists .\.\./elsewhere\.safetensors., outside"):
         load_tree(tmp_path / "old")
 
 

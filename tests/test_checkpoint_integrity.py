@@ -127,17 +127,19 @@ def test_an_edited_learning_rate_of_the_same_size_is_caught(tmp_path):
     assert unchanged(before, model, optimizer, counter)
 
 
-def test_format_2_checkpoints_without_checksums_still_load(tmp_path):
+def test_format_2_checkpoints_without_checksums_still_load(tmp_path, caplog):
     accelerator, model, optimizer, counter = setup()
     directory = saved(tmp_path, accelerator)
     expected = [p.detach().clone() for p in model.parameters()]
     manifest = json.loads((directory / "manifest.json").read_text())
     del manifest["checksums"], manifest["checksum_algorithm"]
-    (directory / "manifest.json").write_text(json.dumps(dict(manifest, format_version=2)))
+    # as the last writer of format 2 wrote it
+    (directory / "manifest.json").write_text(json.dumps(dict(manifest, format_version=2, plugin_api_version="1.2")))
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.zero_()
     accelerator.load_state(directory)
+    assert "manifest.json is of checkpoint format 2" in caplog.text and "without verification" in caplog.text
     assert all(torch.equal(a, b) for a, b in zip(expected, model.parameters()))
     # a format-3 manifest that lost its checksums is damaged, not old
     (directory / "manifest.json").write_text(json.dumps(dict(manifest, format_version=3)))
@@ -240,3 +242,167 @@ def test_save_and_save_model_honour_save_on_each_node(tmp_path, monkeypatch):
     accelerator.save({"x": torch.ones(1)}, tmp_path / "other.pt")
     accelerator.save_model(model, tmp_path / "other")
     assert not (tmp_path / "other.pt").exists() and not (tmp_path / "other").exists()
+
+
+# ---------------------------------------------------------------- nothing read from outside, every value checked
+
+
+def rewrite(directory: Path, name: str, text: str) -> None:
+    """Replace a checkpoint file and record its new checksum and size, as a forger would."""
+    (directory / name).write_text(text)
+    edit_manifest(directory, lambda m: (m["checksums"].__setitem__(name, file_digest(directory / name)),
+                                        m["sizes"].__setitem__(name, (directory / name).stat().st_size)))
+
+
+def edit_manifest(directory: Path, change) -> None:
+    manifest = json.loads((directory / "manifest.json").read_text())
+    change(manifest)
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+
+
+def list_file(manifest: dict, name: str, target: Path) -> None:
+    manifest["files"].append(name)
+    manifest["sizes"][name] = target.stat().st_size
+    manifest["checksums"][name] = file_digest(target)
+
+
+def refused(accelerator, directory, model, optimizer, counter, match):
+    before = snapshot(model, optimizer, counter)
+    with pytest.raises(CheckpointError, match=match):
+        accelerator.load_state(directory)
+    assert unchanged(before, model, optimizer, counter)
+
+
+def test_a_manifest_naming_a_file_outside_the_checkpoint_is_refused(tmp_path):
+    accelerator, model, optimizer, counter = setup()
+    directory = saved(tmp_path, accelerator)
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not yours")
+    edit_manifest(directory, lambda m: list_file(m, "../secret.txt", outside))
+    refused(accelerator, directory, model, optimizer, counter, r"lists '\.\./secret\.txt', outside")
+    edit_manifest(directory, lambda m: (m["files"].remove("../secret.txt"), m["sizes"].pop("../secret.txt"),
+                                        m["checksums"].pop("../secret.txt"), list_file(m, str(outside), outside)))
+    refused(accelerator, directory, model, optimizer, counter, "outside")
+
+
+def test_a_manifest_naming_a_directory_or_a_device_is_refused(tmp_path):
+    accelerator, model, optimizer, counter = setup()
+    directory = saved(tmp_path, accelerator)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    edit_manifest(directory, lambda m: (m["files"].append("model_0"), m["sizes"].__setitem__("model_0", 4096)))
+    refused(accelerator, directory, model, optimizer, counter, "lists 'model_0', which is not a regular file")
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    os.symlink("/dev/null", directory / "empty")  # a link to a device: /dev/zero would be read forever
+    edit_manifest(directory, lambda m: list_file(m, "empty", Path("/dev/null")))
+    refused(accelerator, directory, model, optimizer, counter, "lists 'empty', which is not a regular file")
+
+
+@pytest.mark.parametrize("field, value", [("sizes", ["model_0/model.safetensors"]), ("files", "model_0"),
+                                          ("checksums", "abc"), ("counts", [1, 1]), ("world_size", "2")])
+def test_a_manifest_field_of_the_wrong_type_is_one_line(tmp_path, field, value):
+    accelerator, model, optimizer, counter = setup()
+    directory = saved(tmp_path, accelerator)
+    edit_manifest(directory, lambda m: m.__setitem__(field, value))
+    refused(accelerator, directory, model, optimizer, counter, f"its '{field}' is not")
+
+
+def test_a_manifest_downgraded_to_format_2_is_refused(tmp_path):
+    accelerator, model, optimizer, counter = setup()
+    directory = saved(tmp_path, accelerator)
+    flip(directory / "optimizer_0.safetensors", 40)
+    edit_manifest(directory, lambda m: m.__setitem__("format_version", 2))
+    refused(accelerator, directory, model, optimizer, counter, "claims checkpoint format 2 but records checksums")
+    edit_manifest(directory, lambda m: (m.pop("checksums"), m.pop("checksum_algorithm")))
+    refused(accelerator, directory, model, optimizer, counter, r"its writer \(plugin API .*\) writes format 3")
+
+
+def test_a_forged_learning_rate_type_is_refused(tmp_path):
+    accelerator, model, optimizer, counter = setup()
+    directory = saved(tmp_path, accelerator)
+    text = (directory / "optimizer_0.json").read_text()
+    rewrite(directory, "optimizer_0.json", text.replace('"lr": 0.01', '"lr": "abc"'))
+    refused(accelerator, directory, model, optimizer, counter, r"parameter group 0 is damaged: 'lr' is 'abc'")
+    rewrite(directory, "optimizer_0.json", text.replace('"betas": {"__t": "tuple", "v": [0.9, 0.999]}',
+                                                        '"betas": {"__t": "tuple", "v": [0.9, "x"]}'))
+    refused(accelerator, directory, model, optimizer, counter, "'betas' is")
+
+
+class Typed:
+    """A registered object whose state holds a dtype."""
+
+    def __init__(self):
+        self.dtype = torch.float32
+
+    def state_dict(self):
+        return {"dtype": self.dtype, "values": torch.ones(2)}
+
+    def load_state_dict(self, state):
+        self.dtype = state["dtype"]
+
+
+@pytest.mark.parametrize("forged, match", [
+    ('{"__t": "dtype", "v": "load"}', "names the dtype 'load', which is not a torch dtype"),
+    ('{"__t": "float", "v": "1e999"}', "the float '1e999'"),
+    ('{"__t": "tuple", "v": 3}', "whose 'v' is not a list"),
+    ('{"__t": "dict", "v": [[[1], 2]]}', "a dict key of type list"),
+    ('{"__t": "ndarray", "k": "t0", "dtype": "object"}', "an array of dtype object"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply"),
+])
+def test_forged_values_in_a_state_tree_are_refused(tmp_path, forged, match):
+    accelerator, model, optimizer, counter = setup()
+    typed = Typed()
+    accelerator.register_for_checkpointing(typed)
+    directory = saved(tmp_path, accelerator)
+    text = (directory / "custom_checkpoint_1.json").read_text()
+    assert '{"__t": "dtype", "v": "float32"}' in text
+    rewrite(directory, "custom_checkpoint_1.json", text.replace('{"__t": "dtype", "v": "float32"}', forged))
+    typed.dtype = torch.float16
+    refused(accelerator, directory, model, optimizer, counter, match)
+    assert typed.dtype is torch.float16
+
+
+def _two_tensor_file(path: Path) -> tuple[bytes, dict]:
+    from drivetrain.checkpointing.safetensors_io import write_safetensors
+
+    write_safetensors(path, {"a": torch.ones(4), "b": torch.full((4,), 2.0)}, metadata={"format": "pt"}, fsync=False)
+    data = path.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    return data[8 + length:], json.loads(data[8:8 + length])
+
+
+def _with_header(path: Path, header: dict, body: bytes) -> None:
+    encoded = json.dumps(header).encode()
+    path.write_bytes(len(encoded).to_bytes(8, "little") + encoded + body)
+
+
+@pytest.mark.parametrize("reader", ["read_safetensors", "safetensors_entries"])
+@pytest.mark.parametrize("damage, match", [
+    ("overlap", "tensor 'b' overlaps another one"),
+    ("deep_metadata", "nested too deeply"),
+    ("metadata_not_strings", "__metadata__ is not a mapping of strings"),
+    ("float_offsets", "bad entry for tensor 'a'"),
+])
+def test_a_damaged_safetensors_header_is_one_line(tmp_path, reader, damage, match):
+    from drivetrain.checkpointing.safetensors_io import read_safetensors
+    from drivetrain.utils.offload import safetensors_entries
+
+    path = tmp_path / "x.safetensors"
+    body, header = _two_tensor_file(path)
+    if damage == "overlap":  # b reads a's bytes, the file keeps its size
+        header["b"]["data_offsets"] = header["a"]["data_offsets"]
+    elif damage == "deep_metadata":
+        header["__metadata__"] = {"format": "pt"}
+        _with_header(path, header, body)
+        text = path.read_bytes()
+        length = int.from_bytes(text[:8], "little")
+        deep = text[8:8 + length].replace(b'"pt"', b"[" * 100000 + b"]" * 100000)
+        path.write_bytes(len(deep).to_bytes(8, "little") + deep + body)
+    elif damage == "metadata_not_strings":
+        header["__metadata__"] = {"format": {"nested": 1}}
+    else:
+        header["a"]["data_offsets"] = [0.0, 16.0]
+    if damage != "deep_metadata":
+        _with_header(path, header, body)
+    read = read_safetensors if reader == "read_safetensors" else safetensors_entries
+    with pytest.raises(CheckpointError, match=match):
+        read(path)

@@ -63,6 +63,10 @@ def check_optimizer(saved: Any, optimizer: Any, where: str) -> None:
         raise CheckpointError(f"{where} does not fit: {len(saved['param_groups'])} parameter groups in the checkpoint, "
                               f"{len(groups)} here; create the optimizer as the saving run did")
     for number, (theirs, ours) in enumerate(zip(saved["param_groups"], groups)):
+        if not isinstance(theirs, Mapping) or not isinstance(theirs.get("params", []), list):
+            raise CheckpointError(f"{where} is damaged: parameter group {number} is not a mapping with a list of "
+                                  "params; load an earlier checkpoint")
+        _check_group_values(theirs, ours, inner, f"{where}, parameter group {number}")
         if len(theirs.get("params", ())) != len(ours["params"]):
             raise CheckpointError(f"{where} does not fit: parameter group {number} has {len(theirs.get('params', ()))} "
                                   f"parameters in the checkpoint, {len(ours['params'])} here")
@@ -87,6 +91,46 @@ def check_optimizer(saved: Any, optimizer: Any, where: str) -> None:
                     raise _refuse(where, label, value, current)
             elif value.dim() > 0 and value.dim() == parameter.dim() and tuple(value.shape) != tuple(parameter.shape):
                 raise _refuse(where, label, value, parameter)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_scalar(value: Any) -> bool:
+    """A number, or a one-element tensor (torch takes a tensor learning rate)."""
+    return _is_number(value) or (isinstance(value, torch.Tensor) and value.numel() == 1)
+
+
+def _fits_value(saved: Any, current: Any) -> bool:
+    """Whether a saved hyperparameter has a type the optimizer can take where it holds ``current``."""
+    if isinstance(current, bool):
+        return isinstance(saved, bool)
+    if _is_scalar(current):
+        return _is_scalar(saved)
+    if isinstance(current, str):
+        return isinstance(saved, str)
+    if isinstance(current, (list, tuple)):
+        return isinstance(saved, (list, tuple)) and len(saved) == len(current) and all(map(_is_scalar, saved))
+    # None or unknown to this optimizer (an option of another torch version, a scheduler's
+    # initial_lr): plain values only, never a string the optimizer does not hold itself.
+    return saved is None or isinstance(saved, bool) or _is_scalar(saved) or (
+        isinstance(saved, (list, tuple)) and all(map(_is_scalar, saved)))
+
+
+def _check_group_values(saved: Mapping[str, Any], current: Mapping[str, Any], optimizer: Any, where: str) -> None:
+    """Each saved hyperparameter (``lr``, ``betas``, ...) must have the type the optimizer
+    holds there: a number, a bool, ``None``, numbers in a list or tuple, a string only where
+    the optimizer itself holds one. A forged ``"lr": "abc"`` is refused before anything
+    loads instead of failing at the next ``step()``."""
+    defaults = getattr(optimizer, "defaults", None) or {}
+    for key, value in saved.items():
+        if key == "params":
+            continue
+        own = current.get(key, defaults.get(key)) if isinstance(key, str) else None
+        if not isinstance(key, str) or not _fits_value(value, own):
+            raise CheckpointError(f"{where} is damaged: {key!r} is {value!r}, which {type(optimizer).__name__} "
+                                  f"cannot take (it holds {own!r}); load an earlier checkpoint")
 
 
 def check_tree(saved: Any, current: Any, where: str, path: str = "") -> None:

@@ -10,6 +10,7 @@ the new one is in place.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -20,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError
+from .paths import member_file
+
+logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 # 2: state trees may list several tensor files (tree format 2); format 1 is still read.
@@ -94,8 +98,43 @@ def recover(final: Path) -> None:
             return
 
 
+# The plugin API version of the last drivetrain that wrote manifests older than format 3:
+# any later writer records checksums, so a manifest of a later one claiming an older format
+# was edited (to switch verification off, for instance).
+_LAST_API_BEFORE_CHECKSUMS = (1, 2)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _strings_to(check: Any) -> Any:
+    return lambda value: isinstance(value, dict) and all(isinstance(k, str) and check(v) for k, v in value.items())
+
+
+# What each field the loaders read must be; a manifest whose field is anything else is damaged.
+_FIELDS: dict[str, tuple[Any, str]] = {
+    "files": (lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v), "a list of file names"),
+    "sizes": (_strings_to(_is_count), "a mapping of file names to sizes"),
+    "checksums": (_strings_to(lambda v: isinstance(v, str)), "a mapping of file names to checksums"),
+    "checksum_algorithm": (lambda v: isinstance(v, str), "a string"),
+    "kind": (lambda v: isinstance(v, str), "a string"),
+    "world_size": (lambda v: _is_count(v) and v > 0, "a number of processes"),
+    "counts": (_strings_to(_is_count), "a mapping of object kinds to counts"),
+    "plugins": (_strings_to(lambda v: v is None or isinstance(v, str)), "a mapping of plugin names to versions"),
+    "drivetrain_version": (lambda v: isinstance(v, str), "a string"),
+    "plugin_api_version": (lambda v: isinstance(v, str), "a string"),
+    "distributed_type": (lambda v: isinstance(v, str), "a string"),
+    "mixed_precision": (lambda v: v is None or isinstance(v, str), "a string"),
+}
+
+
 def read_manifest(directory: Path) -> dict[str, Any]:
-    """The manifest of a complete checkpoint, checked against the files on disk."""
+    """The manifest of a complete checkpoint, checked against the files on disk.
+
+    Every field is checked for its type, and every file it names must be a regular file
+    inside ``directory`` (:func:`member_file`), before anything is read.
+    """
     directory = Path(directory)
     path = directory / MANIFEST
     if not directory.is_dir():
@@ -109,8 +148,10 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{path} is damaged ({error}); load an earlier checkpoint") from None
+    except RecursionError:
+        raise CheckpointError(f"{path} is damaged (nested too deeply); load an earlier checkpoint") from None
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool):
         raise CheckpointError(f"{path} is not a drivetrain manifest")
     if version > FORMAT_VERSION:
         raise CheckpointError(
@@ -118,14 +159,39 @@ def read_manifest(directory: Path) -> dict[str, Any]:
             f"{manifest.get('drivetrain_version', '?')}; this drivetrain reads up to format {FORMAT_VERSION}: "
             "upgrade drivetrain"
         )
+    for field, (valid, what) in _FIELDS.items():
+        if field in manifest and not valid(manifest[field]):
+            raise CheckpointError(f"{path} is damaged: its {field!r} is not {what}; load an earlier checkpoint")
+    if version < FORMAT_VERSION:
+        _check_older_format(path, manifest, version)
+    names = dict.fromkeys([*manifest.get("files", ()), *manifest.get("sizes", {}), *manifest.get("checksums", {})])
+    for name in names:
+        member_file(directory, name, path)
     for name, size in manifest.get("sizes", {}).items():
         file = directory / name
-        if not file.exists():
-            raise CheckpointError(f"{file} is listed in the manifest but missing; the checkpoint is damaged")
         if file.stat().st_size != size:
             raise CheckpointError(f"{file} has {file.stat().st_size} bytes, the manifest says {size}: "
                                   "the file is truncated or damaged; load an earlier checkpoint")
     return manifest
+
+
+def _check_older_format(path: Path, manifest: dict[str, Any], version: int) -> None:
+    """A manifest of an older format loads unverified, with a warning; one that only claims
+    to be older (it has what only format 3 writers record) is refused."""
+    if "checksums" in manifest or "checksum_algorithm" in manifest:
+        raise CheckpointError(f"{path} claims checkpoint format {version} but records checksums, which only format "
+                              f"{FORMAT_VERSION} does: the manifest was edited; load an earlier checkpoint")
+    api = manifest.get("plugin_api_version", "")
+    try:
+        writer = tuple(int(part) for part in api.split("."))
+    except ValueError:
+        writer = ()
+    if writer > _LAST_API_BEFORE_CHECKSUMS:
+        raise CheckpointError(f"{path} claims checkpoint format {version}, but its writer (plugin API {api}) writes "
+                              f"format {FORMAT_VERSION} with checksums: the manifest was edited; load an earlier "
+                              "checkpoint")
+    logger.warning("%s is of checkpoint format %d, written before checkpoints had checksums: its files are loaded "
+                   "without verification; save the state again to add them", path, version)
 
 
 def is_complete(directory: Path) -> bool:

@@ -14,6 +14,7 @@ import torch
 from ..errors import CheckpointError
 from .checksums import Recorder, Verifier, bytes_digest, file_digest
 from .io_pool import FileJobs
+from .paths import member_file
 from .safe_load import safe_torch_load
 from .safetensors_io import read_metadata, read_safetensors, storage_pointer, write_safetensors
 
@@ -137,7 +138,7 @@ def _write_shard(shard: dict[str, torch.Tensor], directory: Path, name: str, saf
 def _load_file(path: Path, verifier: Verifier | None = None) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         state = read_safetensors(path, verifier=verifier)
-        aliases = json.loads(read_metadata(path).get(ALIASES_KEY, "{}"))
+        aliases = tied_aliases(read_metadata(path).get(ALIASES_KEY, "{}"), path)
         for alias, target in aliases.items():
             state[alias] = state[target]
         return state
@@ -147,6 +148,17 @@ def _load_file(path: Path, verifier: Verifier | None = None) -> dict[str, torch.
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path} holds {type(state).__name__}, not a dict of tensors; it is not a weights file")
     return state
+
+
+def tied_aliases(text: str, path: Path) -> dict[str, str]:
+    """The tied names a safetensors file's metadata declares (``alias -> stored name``)."""
+    try:
+        aliases = json.loads(text)
+    except (ValueError, RecursionError):
+        aliases = None
+    if not _string_mapping(aliases):
+        raise CheckpointError(f"{path} is damaged: its {ALIASES_KEY} metadata is not a mapping of names")
+    return aliases
 
 
 def read_model_files(checkpoint: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -178,10 +190,10 @@ def read_model_files_later(checkpoint: str | os.PathLike, jobs: FileJobs | None 
 def _weight_files(path: Path, verifier: Verifier | None = None) -> tuple[list[Path], dict[str, str]]:
     """The files holding a checkpoint's weights, and the aliases its index declares."""
     if path.is_file():
-        return _read_index(path, verifier) if path.name.endswith(".index.json") else ([path], {})
+        return read_index(path, verifier)[:2] if path.name.endswith(".index.json") else ([path], {})
     for index in (SAFE_INDEX, TORCH_INDEX):
         if (path / index).exists():
-            return _read_index(path / index, verifier)
+            return read_index(path / index, verifier)[:2]
     for single in (SAFE_WEIGHTS, TORCH_WEIGHTS):
         if (path / single).exists():
             return [path / single], {}
@@ -189,17 +201,37 @@ def _weight_files(path: Path, verifier: Verifier | None = None) -> tuple[list[Pa
                           f"or {TORCH_INDEX}")
 
 
-def _read_index(index: Path, verifier: Verifier | None = None) -> tuple[list[Path], dict[str, str]]:
+def read_index(index: Path, verifier: Verifier | None = None) -> tuple[list[Path], dict[str, str], dict[str, str]]:
+    """The shard files a sharded checkpoint's index lists, the aliases it declares (tied names
+    stored once) and its weight map (name -> file name). Every shard it names must be a
+    regular file beside the index; anything else is an error naming the index."""
+    def damaged(reason: str) -> CheckpointError:
+        return CheckpointError(f"{index} is damaged ({reason}); replace it with the index saved with the shards")
+
     try:
         raw = index.read_bytes()
         if verifier is not None:
             verifier.check(index, bytes_digest(raw))
         document = json.loads(raw)
-        weight_map: dict[str, str] = document["weight_map"]
-        aliases = dict(document.get("metadata", {}).get("aliases", {}))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise CheckpointError(f"{index} is damaged ({error})") from None
-    return [index.parent / shard for shard in dict.fromkeys(weight_map.values())], aliases
+    except OSError as error:
+        raise CheckpointError(f"cannot read {index}: {error.strerror}") from None
+    except ValueError as error:
+        raise damaged(str(error)) from None
+    except RecursionError:
+        raise damaged("nested too deeply") from None
+    weight_map = document.get("weight_map") if isinstance(document, dict) else None
+    if not _string_mapping(weight_map):
+        raise damaged("its weight_map is not a mapping of weight names to file names")
+    metadata = document.get("metadata") or {}
+    aliases = (metadata.get("aliases") or {}) if isinstance(metadata, dict) else None
+    if not _string_mapping(aliases):
+        raise damaged("its metadata.aliases is not a mapping of names")
+    files = [member_file(index.parent, name, index) for name in dict.fromkeys(weight_map.values())]
+    return files, dict(aliases), dict(weight_map)
+
+
+def _string_mapping(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
 
 
 def load_checkpoint_in_model(*args: Any, **kwargs: Any) -> None:

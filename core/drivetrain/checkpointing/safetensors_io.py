@@ -11,24 +11,25 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import torch
 
 from ..errors import CheckpointError
 from .checksums import Recorder, Verifier, new_hasher
+from .dtypes import SAFETENSORS_DTYPES
 
-_DTYPE_NAMES = {
-    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
-    torch.bool: "BOOL", torch.complex64: "C64",
-    torch.uint16: "U16", torch.uint32: "U32", torch.uint64: "U64",
-}
-for _name in ("float8_e4m3fn", "float8_e5m2"):
-    if hasattr(torch, _name):
-        _DTYPE_NAMES[getattr(torch, _name)] = {"float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}[_name]
+_DTYPE_NAMES = {dtype: code for code, dtype in SAFETENSORS_DTYPES.items()}
 _ALIGN = 8
-_DTYPES_BY_NAME = {name: dtype for dtype, name in _DTYPE_NAMES.items()}
+
+
+class Header(NamedTuple):
+    """A safetensors header, checked against its file: the data start and each tensor in file order."""
+
+    data_start: int
+    tensors: list[tuple[int, str, torch.dtype, list[int]]]  # (offset in the data, name, dtype, shape)
+    metadata: dict[str, str]
+    raw: bytes  # the length prefix and the header, as read (for checksums)
 
 
 def storage_pointer(tensor: torch.Tensor) -> int | None:
@@ -122,6 +123,69 @@ def _hash_span(handle: BinaryIO, start: int, end: int, hasher: Any) -> bool:
     return True
 
 
+def read_header(handle: BinaryIO, path: str | os.PathLike) -> Header:
+    """Read and check the header of the safetensors file open in ``handle``: a mapping of
+    tensors whose dtype and shape agree with their byte ranges, which lie inside the file
+    and do not overlap, and string metadata. Anything else is an error naming the file."""
+    def damaged(reason: str) -> CheckpointError:
+        return CheckpointError(f"{path} is damaged or not a safetensors file ({reason}); "
+                               "load an earlier checkpoint or save again")
+
+    raw_length = handle.read(8)
+    if len(raw_length) != 8:
+        raise damaged("shorter than its header")
+    (length,) = struct.unpack("<Q", raw_length)
+    size = os.fstat(handle.fileno()).st_size - 8 - length
+    if size < 0:
+        raise damaged(f"header length {length} exceeds the file")
+    raw_header = handle.read(length)
+    try:
+        header = json.loads(raw_header)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise damaged(f"unreadable header: {error}") from None
+    except RecursionError:
+        raise damaged("the header is nested too deeply") from None
+    if not isinstance(header, dict):
+        raise damaged("the header is not a mapping")
+    metadata = header.get("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise damaged("its __metadata__ is not a mapping of strings")
+    tensors = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype = SAFETENSORS_DTYPES[entry["dtype"]]
+            shape = [_count(n) for n in entry["shape"]]
+            start, end = (_count(n) for n in entry["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise damaged(f"bad entry for tensor {name!r}") from None
+        if not start <= end <= size or end - start != tensor_nbytes(dtype, shape):
+            raise damaged(f"tensor {name!r} does not fit its bytes")
+        tensors.append((start, name, dtype, shape))
+    tensors.sort(key=lambda item: item[0])
+    position = 0
+    for start, name, dtype, shape in tensors:
+        if start < position:
+            raise damaged(f"tensor {name!r} overlaps another one")
+        position = max(position, start + tensor_nbytes(dtype, shape))
+    return Header(8 + length, tensors, metadata, raw_length + raw_header)
+
+
+def _count(value: Any) -> int:
+    """A shape extent or offset: a non-negative JSON integer (not a bool, a float or a string)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(value)
+    return value
+
+
+def tensor_nbytes(dtype: torch.dtype, shape: list[int]) -> int:
+    numel = 1
+    for extent in shape:
+        numel *= extent
+    return numel * dtype.itemsize
+
+
 def read_safetensors(path: str | os.PathLike, device: str | torch.device = "cpu",
                      verifier: Verifier | None = None) -> dict[str, torch.Tensor]:
     """Every tensor of a safetensors file; a damaged file is an error naming it.
@@ -138,51 +202,26 @@ def read_safetensors(path: str | os.PathLike, device: str | torch.device = "cpu"
     hasher = new_hasher() if verifier is not None and verifier.expected(path) is not None else None
     try:
         with open(path, "rb") as handle:
-            raw_length = handle.read(8)
-            if len(raw_length) != 8:
-                raise damaged("shorter than its header")
-            (length,) = struct.unpack("<Q", raw_length)
-            size = os.fstat(handle.fileno()).st_size - 8 - length
-            if size < 0:
-                raise damaged(f"header length {length} exceeds the file")
-            raw_header = handle.read(length)
+            header = read_header(handle, path)
+            base = header.data_start
+            size = os.fstat(handle.fileno()).st_size - base
             if hasher is not None:
-                hasher.update(raw_length)
-                hasher.update(raw_header)
-            header = json.loads(raw_header)
-            if not isinstance(header, dict):
-                raise damaged("the header is not a mapping")
-            entries = []
-            for name, entry in header.items():
-                if name == "__metadata__":
-                    continue
-                try:
-                    dtype = _DTYPES_BY_NAME[entry["dtype"]]
-                    shape = [int(n) for n in entry["shape"]]
-                    start, end = (int(n) for n in entry["data_offsets"])
-                except (KeyError, TypeError, ValueError):
-                    raise damaged(f"bad entry for tensor {name!r}") from None
-                tensor = torch.empty(shape, dtype=dtype)
-                if not 0 <= start <= end <= size or end - start != tensor.numel() * tensor.element_size():
-                    raise damaged(f"tensor {name!r} does not fit its bytes")
-                entries.append((start, name, tensor))
+                hasher.update(header.raw)
             position = 0
-            for start, name, tensor in sorted(entries, key=lambda item: item[0]):
-                if hasher is not None and start != position:
-                    if start < position or not _hash_span(handle, 8 + length + position, 8 + length + start, hasher):
-                        raise damaged(f"tensor {name!r} overlaps another one")
-                handle.seek(8 + length + start)
+            for start, name, dtype, shape in header.tensors:
+                tensor = torch.empty(shape, dtype=dtype)
+                if hasher is not None and not _hash_span(handle, base + position, base + start, hasher):
+                    raise damaged(f"data of tensor {name!r} is cut short")
+                handle.seek(base + start)
                 if not _read_into(handle, tensor, hasher):
                     raise damaged(f"data of tensor {name!r} is cut short")
                 position = start + tensor.numel() * tensor.element_size()
                 tensors[name] = tensor
             if hasher is not None:
-                _hash_span(handle, 8 + length + position, 8 + length + size, hasher)
+                _hash_span(handle, base + position, base + size, hasher)
                 verifier.check(path, hasher.hexdigest())
     except OSError as error:
         raise CheckpointError(f"cannot read {path}: {error.strerror}") from None
-    except (ValueError, UnicodeDecodeError) as error:
-        raise damaged(f"unreadable header: {error}") from None
     if str(device) != "cpu":  # moved only once the whole file is verified
         tensors = {name: tensor.to(device) for name, tensor in tensors.items()}
     return tensors
@@ -192,8 +231,6 @@ def read_metadata(path: str | os.PathLike) -> dict[str, str]:
     """The ``__metadata__`` of a safetensors file (without reading its tensors)."""
     try:
         with open(path, "rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            header = json.loads(handle.read(length))
-    except (OSError, struct.error, ValueError) as error:
-        raise CheckpointError(f"{path} is damaged or not a safetensors file ({error})") from None
-    return header.get("__metadata__", {})
+            return read_header(handle, path).metadata
+    except OSError as error:
+        raise CheckpointError(f"cannot read {path}: {error.strerror}") from None

@@ -18,7 +18,9 @@ import torch
 
 from ..errors import CheckpointError
 from .checksums import Recorder, Verifier, bytes_digest
+from .dtypes import dtype_named
 from .io_pool import FileJobs
+from .paths import member_file
 from .safetensors_io import read_safetensors, storage_pointer, write_safetensors
 
 FORMAT = "drivetrain-tree/2"  # 2: tensors in a list of files
@@ -74,27 +76,59 @@ class _Splitter:
         )
 
 
+# numpy arrays come back only as plain numeric data (never ``object``, which pickles).
+_NDARRAY_KINDS = "biufc"
+_FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+class _Damaged(Exception):
+    """A node of the tree is not what :class:`_Splitter` writes."""
+
+
 def _join(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """Rebuild the value :class:`_Splitter` split; any node it does not write raises ``_Damaged``."""
     if isinstance(node, list):
         return [_join(v, tensors) for v in node]
     if not isinstance(node, dict):
-        return node
+        return node  # JSON scalars: None, bool, int, float, str
     kind = node.get("__t")
     if kind is None:
         return {k: _join(v, tensors) for k, v in node.items()}
     if kind == "tensor":
-        return tensors[node["k"]]
+        return tensors[_field(node, "k", str)]
     if kind == "ndarray":
-        return tensors[node["k"]].numpy().astype(node["dtype"], copy=False)
+        dtype = np.dtype(_field(node, "dtype", str))
+        if dtype.kind not in _NDARRAY_KINDS:
+            raise _Damaged(f"an array of dtype {dtype} (only numeric arrays are stored)")
+        return tensors[_field(node, "k", str)].numpy().astype(dtype, copy=False)
     if kind == "tuple":
-        return tuple(_join(v, tensors) for v in node["v"])
+        return tuple(_join(v, tensors) for v in _field(node, "v", list))
     if kind == "dict":
-        return {_join(k, tensors): _join(v, tensors) for k, v in node["v"]}
+        pairs = _field(node, "v", list)
+        if not all(isinstance(pair, list) and len(pair) == 2 for pair in pairs):
+            raise _Damaged("a dict node whose items are not pairs")
+        result = {}
+        for key, value in pairs:
+            key = _join(key, tensors)
+            if not isinstance(key, (str, int, float, bool, tuple)) and key is not None:
+                raise _Damaged(f"a dict key of type {type(key).__name__}")
+            result[key] = _join(value, tensors)
+        return result
     if kind == "float":
-        return float(node["v"])
+        text = _field(node, "v", str)
+        if text not in _FLOATS:
+            raise _Damaged(f"the float {text!r} (only inf, -inf and nan are stored this way)")
+        return _FLOATS[text]
     if kind == "dtype":
-        return getattr(torch, node["v"])
+        return dtype_named(_field(node, "v", str), "a dtype node")
     raise CheckpointError(f"unknown node type {kind!r} in a checkpoint: written by a newer drivetrain?")
+
+
+def _field(node: dict[str, Any], name: str, kind: type) -> Any:
+    value = node.get(name)
+    if not isinstance(value, kind):
+        raise _Damaged(f"a {node.get('__t')!r} node whose {name!r} is not a {kind.__name__}")
+    return value
 
 
 def _split_files(tensors: dict[str, torch.Tensor], limit: int | None) -> list[dict[str, torch.Tensor]]:
@@ -168,18 +202,20 @@ def load_tree_later(prefix: str | os.PathLike, device: str | torch.device = "cpu
         raise CheckpointError(f"{path} is missing from the checkpoint") from None
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{path} is damaged ({error}); load an earlier checkpoint") from None
+    except RecursionError:
+        raise CheckpointError(f"{path} is damaged (nested too deeply); load an earlier checkpoint") from None
     if not isinstance(document, dict) or document.get("format") not in _READABLE:
         raise CheckpointError(f"{path} is not a drivetrain state file (format {document.get('format')!r})"
                               if isinstance(document, dict) else f"{path} is not a drivetrain state file")
+    directory = os.path.dirname(prefix)
     if "files" in document:
         names = document["files"]
-        if not isinstance(names, list) or not all(isinstance(n, str) and "/" not in n and n not in ("", ".", "..")
-                                                   for n in names):
+        if not isinstance(names, list):
             raise CheckpointError(f"{path} lists its tensor files wrongly; the checkpoint is damaged")
+        files = [member_file(directory, name, path) for name in names]
     else:  # format 1: one file or none
         names = [os.path.basename(prefix) + ".safetensors"] if document.get("tensors") else []
-    directory = os.path.dirname(prefix)
-    files = [os.path.join(directory, name) for name in names]
+        files = [os.path.join(directory, name) for name in names]
     futures = [(jobs or FileJobs(threads=1)).submit(read_safetensors, file, device, verifier) for file in files]
 
     def finish() -> Any:
@@ -187,9 +223,14 @@ def load_tree_later(prefix: str | os.PathLike, device: str | torch.device = "cpu
         for future in futures:
             tensors.update(future.result())
         try:
-            return _join(document["tree"], tensors)
+            return _join(document.get("tree"), tensors)
         except KeyError as error:
             raise CheckpointError(f"{path} refers to tensor {error} that its safetensors files do not hold; "
                                   "the checkpoint is damaged") from None
+        except (_Damaged, TypeError) as error:
+            raise CheckpointError(f"{path} is damaged: it holds {error}; load an earlier checkpoint") from None
+        except RecursionError:
+            raise CheckpointError(f"{path} is damaged: its tree is nested too deeply; load an earlier "
+                                  "checkpoint") from None
 
     return finish

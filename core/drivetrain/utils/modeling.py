@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from ..checkpointing.dtypes import TORCH_DTYPES
 from ..errors import ConfigError
 from ..public_names import contributed_getattr
 
@@ -77,8 +78,8 @@ def as_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     """``"float16"`` / ``"torch.float16"`` -> ``torch.float16``; ``None`` passes."""
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
-    value = getattr(torch, str(dtype).removeprefix("torch."), None)
-    if not isinstance(value, torch.dtype):
+    value = TORCH_DTYPES.get(str(dtype).removeprefix("torch."))
+    if value is None:
         raise ConfigError(f"unknown dtype {dtype!r}; use a torch dtype such as torch.float16")
     return value
 

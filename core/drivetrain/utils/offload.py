@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -23,6 +22,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..checkpointing.dtypes import dtype_named
+from ..checkpointing.paths import member_file
+from ..checkpointing.safetensors_io import Header, read_header, tensor_nbytes
 from ..errors import CheckpointError
 from .modeling import as_dtype
 from ..public_names import contributed_getattr
@@ -34,14 +36,6 @@ __all__ = [
 ]
 
 INDEX_NAME = "index.json"
-_SAFETENSORS_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool, "C64": torch.complex64, "U16": torch.uint16, "U32": torch.uint32, "U64": torch.uint64,
-}
-for _name, _code in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2")):
-    if hasattr(torch, _name):
-        _SAFETENSORS_DTYPES[_code] = getattr(torch, _name)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -51,48 +45,22 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def safetensors_entries(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
     """Every tensor of a safetensors file: dtype, shape and absolute byte range, from its
     header only. A header that does not fit the file is an error naming the file."""
-    def damaged(reason: str) -> CheckpointError:
-        return CheckpointError(f"{path} is damaged or not a safetensors file ({reason}); replace it with a good copy")
-
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(8)
-            if len(raw) != 8:
-                raise damaged("shorter than its header")
-            (length,) = struct.unpack("<Q", raw)
-            file_size = os.fstat(handle.fileno()).st_size
-            if length > file_size - 8:
-                raise damaged(f"header length {length} exceeds the file")
-            header = json.loads(handle.read(length))
-    except OSError as error:
-        raise CheckpointError(f"cannot read {path}: {error.strerror}") from None
-    except (ValueError, UnicodeDecodeError) as error:
-        raise damaged(f"unreadable header: {error}") from None
-    if not isinstance(header, dict):
-        raise damaged("the header is not a mapping")
-    base = 8 + length
-    entries: dict[str, dict[str, Any]] = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
-            shape = [int(n) for n in entry["shape"]]
-            start, end = (int(n) for n in entry["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise damaged(f"bad entry for tensor {name!r}") from None
-        numel = int(np.prod(shape)) if shape else 1
-        if not 0 <= start <= end <= file_size - base or end - start != numel * torch.empty(0, dtype=dtype).element_size():
-            raise damaged(f"tensor {name!r} does not fit its bytes")
-        entries[name] = {"dtype": dtype, "shape": shape, "offset": base + start, "nbytes": end - start}
-    return entries
+    header = _header(path)
+    return {name: {"dtype": dtype, "shape": shape, "offset": header.data_start + start,
+                   "nbytes": tensor_nbytes(dtype, shape)} for start, name, dtype, shape in header.tensors}
 
 
 def safetensors_metadata(path: str | os.PathLike) -> dict[str, str]:
     """The ``__metadata__`` block of a safetensors file."""
-    with open(path, "rb") as handle:
-        (length,) = struct.unpack("<Q", handle.read(8))
-        return json.loads(handle.read(length)).get("__metadata__", {}) or {}
+    return _header(path).metadata
+
+
+def _header(path: str | os.PathLike) -> Header:
+    try:
+        with open(path, "rb") as handle:
+            return read_header(handle, path)
+    except OSError as error:
+        raise CheckpointError(f"cannot read {path}: {error.strerror}") from None
 
 
 def read_mapped(path: str | os.PathLike, offset: int, dtype: torch.dtype, shape: Iterable[int]) -> torch.Tensor:
@@ -135,6 +103,34 @@ def load_offloaded_weight(weight_file: str | os.PathLike, weight_info: dict[str,
     """Read a weight :func:`offload_weight` wrote, described by its index entry."""
     dtype = as_dtype(weight_info["dtype"])
     return read_mapped(weight_file, int(weight_info.get("offset", 0)), dtype, weight_info["shape"])
+
+
+def read_offload_index(offload_folder: str | os.PathLike) -> dict[str, Any]:
+    """``<offload_folder>/index.json`` (empty when there is none), every entry checked before
+    any weight is read: a dtype and shape, and a weight file that is a regular file (a
+    ``<name>.dat`` inside the folder, or the ``safetensors_file`` a load pointed it to)."""
+    path = Path(offload_folder) / INDEX_NAME
+    if not path.exists():
+        return {}
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as error:
+        raise CheckpointError(f"{path} is damaged ({type(error).__name__}); offload the weights again") from None
+    if not isinstance(index, dict):
+        raise CheckpointError(f"{path} is damaged: it is not a mapping of weight names; offload the weights again")
+    for name, entry in index.items():
+        where = f"{path} (entry {name!r})"
+        if not isinstance(entry, dict) or not isinstance(entry.get("shape"), list) or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in entry["shape"]):
+            raise CheckpointError(f"{where} is damaged: each entry has a dtype and a shape; offload the weights again")
+        dtype_named(entry.get("dtype"), where)
+        source = entry.get("safetensors_file")
+        if source is None:
+            member_file(offload_folder, f"{name}.dat", where)
+        elif not isinstance(source, str) or not os.path.isabs(source) or not os.path.isfile(source):
+            raise CheckpointError(f"{where} points to {source!r}, which is not a weights file; offload the weights "
+                                  "again")
+    return index
 
 
 def save_offload_index(index: dict[str, Any], offload_folder: str | os.PathLike) -> None:
@@ -209,8 +205,7 @@ class OffloadedWeightsLoader(Mapping):
         self.state_dict = {} if state_dict is None else state_dict
         self.save_folder = save_folder
         if index is None and save_folder is not None:
-            path = Path(save_folder) / INDEX_NAME
-            index = json.loads(path.read_text()) if path.exists() else {}
+            index = read_offload_index(save_folder)
         self.index = {} if index is None else index
         self._keys = dict.fromkeys(self.state_dict)
         self._keys.update(dict.fromkeys(self.index))

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..checkpointing.model_files import ALIASES_KEY, read_index, tied_aliases
 from ..errors import CheckpointError, ConfigError
 from .modeling import (
     DISK,
@@ -48,7 +49,6 @@ SAFE_WEIGHTS = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
 TORCH_WEIGHTS = "pytorch_model.bin"
 TORCH_INDEX = "pytorch_model.bin.index.json"
-ALIASES_KEY = "drivetrain_aliases"  # tied names stored once (see checkpointing.model_files)
 
 
 def checkpoint_files(checkpoint: str | os.PathLike) -> tuple[list[Path], dict[str, str], dict[str, str]]:
@@ -57,39 +57,24 @@ def checkpoint_files(checkpoint: str | os.PathLike) -> tuple[list[Path], dict[st
     path = Path(checkpoint)
     if path.is_file():
         if path.name.endswith(".index.json"):
-            return _read_index(path)
+            return read_index(path)
         return [path], {}, {}
     if not path.is_dir():
         raise CheckpointError(f"{path} does not exist; give a weights file, an index file or a folder holding them")
     for name in (SAFE_INDEX, TORCH_INDEX):
         if (path / name).exists():
-            return _read_index(path / name)
+            return read_index(path / name)
     for name in (SAFE_WEIGHTS, TORCH_WEIGHTS):
         if (path / name).exists():
             return [path / name], {}, {}
     singles = sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".pth"))
     indexes = sorted(path.glob("*.index.json"))
     if len(indexes) == 1:
-        return _read_index(indexes[0])
+        return read_index(indexes[0])
     if len(singles) == 1:
         return singles, {}, {}
     raise CheckpointError(f"cannot tell which weights to load in {path}: expected {SAFE_WEIGHTS}, {SAFE_INDEX}, "
                           f"{TORCH_WEIGHTS}, {TORCH_INDEX} or a single weights file")
-
-
-def _read_index(index: Path) -> tuple[list[Path], dict[str, str], dict[str, str]]:
-    try:
-        document = json.loads(index.read_text())
-        weight_map: dict[str, str] = dict(document["weight_map"])
-        aliases = dict((document.get("metadata") or {}).get("aliases", {}) or {})
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise CheckpointError(f"{index} is damaged ({error}); replace it with the index saved with the shards") from None
-    files = [index.parent / name for name in dict.fromkeys(weight_map.values())]
-    missing = [str(f) for f in files if not f.exists()]
-    if missing:
-        raise CheckpointError(f"{index} names shard(s) that do not exist: {', '.join(missing[:3])}; "
-                              "copy the whole checkpoint folder")
-    return files, aliases, weight_map
 
 
 def _torch_load(path: Path) -> dict[str, torch.Tensor]:
@@ -109,7 +94,7 @@ class _Shard:
         self.safetensors = path.suffix == ".safetensors"
         if self.safetensors:
             self.entries = safetensors_entries(path)
-            self.aliases = json.loads(safetensors_metadata(path).get(ALIASES_KEY, "{}"))
+            self.aliases = tied_aliases(safetensors_metadata(path).get(ALIASES_KEY, "{}"), path)
             self._lazy = None
         else:
             self._lazy = _torch_load(path)
