@@ -445,3 +445,85 @@ def test_a_failed_forward_does_not_keep_offloaded_tied_weights(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, expected, rtol=0, atol=0)
     assert tied.depth == 0 and len(tied) == 0
+
+
+# ---------------------------------------------------------------- nothing read from outside, bad maps refused
+
+
+def _plain_checkpoint(directory: Path) -> nn.Module:
+    torch.manual_seed(0)
+    model = PlainNet()
+    directory.mkdir()
+    _save(model, directory)
+    return model
+
+
+@pytest.mark.parametrize("where", ["relative", "absolute"])
+def test_an_index_pointing_outside_its_folder_is_refused(tmp_path, where):
+    directory = tmp_path / "ckpt"
+    _plain_checkpoint(directory)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    index_path = directory / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    shard = sorted(set(index["weight_map"].values()))[0]
+    os.replace(directory / shard, elsewhere / "x.safetensors")
+    target = "../elsewhere/x.safetensors" if where == "relative" else str(elsewhere / "x.safetensors")
+    index["weight_map"] = {k: target if v == shard else v for k, v in index["weight_map"].items()}
+    index_path.write_text(json.dumps(index))
+    model = PlainNet()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=f"model.safetensors.index.json lists '{target}', outside"):
+        load_checkpoint_in_model(model, directory)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_an_offload_index_naming_a_file_outside_its_folder_is_refused(tmp_path):
+    folder = tmp_path / "offload"
+    offload_state_dict(folder, {"w": torch.ones(3)})
+    (tmp_path / "secret.dat").write_bytes(torch.zeros(3).numpy().tobytes())
+    index = json.loads((folder / "index.json").read_text())
+    (folder / "index.json").write_text(json.dumps({"../secret": index["w"]}))
+    with pytest.raises(CheckpointError, match=r"index.json \(entry '\.\./secret'\) lists '\.\./secret\.dat', outside"):
+        OffloadedWeightsLoader(save_folder=folder)
+    (folder / "index.json").write_text(json.dumps({"w": dict(index["w"], dtype="load")}))
+    with pytest.raises(CheckpointError, match="names the dtype 'load'"):
+        OffloadedWeightsLoader(save_folder=folder)
+
+
+@pytest.mark.parametrize("device_map, match", [
+    ({"": "cuda:7"}, r"names device 'cuda:7', which does not exist"),
+    ({"": 5}, r"names device 5, which does not exist"),
+    ({"embed": "cpu", "blocks": "cpu", "norm": "cpu", "head": "cpu", "scale": "cpu", "offset": "cpu",
+      "decoder": "cpu"}, r"names 'decoder', which PlainNet has no module"),
+    ({"": "gpu!"}, r"names 'gpu!', which is not a device"),
+])
+def test_a_device_map_naming_what_does_not_exist_is_one_line(tmp_path, device_map, match):
+    from drivetrain.errors import ConfigError
+
+    directory = tmp_path / "ckpt"
+    _plain_checkpoint(directory)
+    model = PlainNet()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for call in (lambda: load_checkpoint_in_model(model, directory, device_map=device_map),
+                 lambda: load_checkpoint_and_dispatch(model, directory, device_map=device_map),
+                 lambda: dispatch_model(model, device_map)):
+        with pytest.raises(ConfigError, match=match) as caught:
+            call()
+        assert isinstance(caught.value, ValueError)
+    assert all(torch.equal(before[k], v) and v.device.type == "cpu" for k, v in model.state_dict().items())
+
+
+def test_a_negative_max_memory_is_one_line(tmp_path):
+    from drivetrain.errors import ConfigError
+
+    directory = tmp_path / "ckpt"
+    _plain_checkpoint(directory)
+    with init_empty_weights():
+        model = PlainNet()
+    with pytest.raises(ConfigError, match=r"max_memory gives 'cpu' '-5GB', a negative size"):
+        load_checkpoint_and_dispatch(model, directory, device_map="auto", max_memory={"cpu": "-5GB"},
+                                     offload_folder=tmp_path / "off")
+    with pytest.raises(ConfigError, match=r"max_memory names device 'cuda:7', which does not exist"):
+        infer_auto_device_map(model, max_memory={"cuda:7": "1GB", "cpu": "1GB"})
+    assert not (tmp_path / "off").exists()

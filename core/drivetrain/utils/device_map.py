@@ -20,6 +20,7 @@ from .modeling import (
     DISK,
     HOST,
     as_dtype,
+    check_device,
     clean_device_map,
     compute_module_sizes,
     dtype_byte_size,
@@ -31,7 +32,8 @@ from ..public_names import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["infer_auto_device_map", "get_balanced_memory", "check_device_map", "resolve_device_map"]
+__all__ = ["infer_auto_device_map", "get_balanced_memory", "check_device_map", "resolve_device_map",
+           "validate_device_map"]
 
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
@@ -226,8 +228,27 @@ def _assign(model: nn.Module, memory: dict[Any, Any], sizes: dict[str, int], no_
     return device_map
 
 
+def validate_device_map(model: nn.Module, device_map: dict[str, Any]) -> None:
+    """Fail, before anything is placed, when ``device_map`` names a module (or tensor) that
+    ``model`` does not have or a device that does not exist here (:func:`check_device`)."""
+    if not isinstance(device_map, dict):
+        raise ConfigError(f"device_map is a {type(device_map).__name__}; give a dict {{'module.name': device}} or "
+                          f"one of {', '.join(STRATEGIES)}")
+    known = {""} | {name for name, _ in model.named_modules()}
+    known.update(name for name, _ in model.named_parameters(remove_duplicate=False))
+    known.update(name for name, _ in model.named_buffers(remove_duplicate=False))
+    unknown = [name for name in device_map if name not in known]
+    if unknown:
+        raise ConfigError(f"the device map names {', '.join(map(repr, unknown[:5]))}, which {type(model).__name__} "
+                          "has no module, parameter or buffer of; use names from model.named_modules()")
+    for name, device in device_map.items():
+        check_device(device, f"the device map (entry {name!r})")
+
+
 def check_device_map(model: nn.Module, device_map: dict[str, Any]) -> None:
-    """Fail when some parameter or buffer of ``model`` is not covered by ``device_map``."""
+    """Fail when ``device_map`` names what is not in ``model`` or here, or leaves some
+    parameter or buffer of ``model`` uncovered."""
+    validate_device_map(model, device_map)
     if "" in device_map:
         return
     keys = set(device_map)
@@ -241,10 +262,15 @@ def check_device_map(model: nn.Module, device_map: dict[str, Any]) -> None:
 def resolve_device_map(model: nn.Module, device_map: Any, max_memory: dict[int | str, int | str] | None,
                        no_split_module_classes: list[str] | None, dtype: Any,
                        offload_buffers: bool = False) -> dict[str, Any] | None:
-    """A device map from a strategy name (``"auto"``, ``"balanced"``, ...) or as given."""
-    if device_map is None or isinstance(device_map, dict):
+    """A device map from a strategy name (``"auto"``, ``"balanced"``, ...) or as given, checked
+    (:func:`validate_device_map`)."""
+    if device_map is None:
+        return device_map
+    if isinstance(device_map, dict):
+        validate_device_map(model, device_map)
         return device_map
     if isinstance(device_map, (int, torch.device)) or (isinstance(device_map, str) and device_map not in STRATEGIES):
+        validate_device_map(model, {"": device_map})
         return {"": device_map}
     if device_map not in STRATEGIES:
         raise ConfigError(f"device_map={device_map!r} is not a strategy; use one of {', '.join(STRATEGIES)} or a dict")

@@ -124,6 +124,38 @@ def resolve_device(device: int | str | torch.device) -> torch.device:
     return torch.device(device)
 
 
+def check_device(device: Any, where: str = "the device map") -> None:
+    """Fail unless ``device`` exists here: ``"cpu"``, ``"disk"``, ``"meta"``, or a device of this
+    process's platform (an index below its device count, or ``"<type>:<index>"`` of its type).
+
+    Asked of the platform, so the core names no backend; raises ``ConfigError`` (a
+    ``ValueError``) before anything is loaded.
+    """
+    if isinstance(device, str) and device in (HOST, DISK, META):
+        return
+    platform = current_platform()
+    own = platform.device_type
+    if isinstance(device, bool) or not isinstance(device, (int, str, torch.device)):
+        raise ConfigError(f"{where} names {device!r}, which is not a device; use a device index, '{own}:N', "
+                          f"'{HOST}' or '{DISK}'")
+    if isinstance(device, int) or (isinstance(device, str) and device.isdigit()):
+        kind, index = own, int(device)
+    else:
+        try:
+            parsed = torch.device(device)
+        except (RuntimeError, ValueError):
+            raise ConfigError(f"{where} names {device!r}, which is not a device; use a device index, '{own}:N', "
+                              f"'{HOST}' or '{DISK}'") from None
+        if parsed.type in (HOST, META):
+            return
+        kind, index = parsed.type, parsed.index or 0
+    count = platform.device_count() if own != HOST else 0
+    if kind != own or not 0 <= index < count:
+        have = f"{count} {own} device(s) (0 to {count - 1})" if count else f"no devices besides '{HOST}'"
+        raise ConfigError(f"{where} names device {device!r}, which does not exist: this machine's platform "
+                          f"({platform.name}) has {have}; map to an existing device, '{HOST}' or '{DISK}'")
+
+
 def current_platform() -> Any:
     """The platform of this process: the one ``PartialState`` uses, else detected (nothing started)."""
     from ..state import PartialState
@@ -359,6 +391,12 @@ def get_max_memory(max_memory: dict[int | str, int | str] | None = None) -> dict
         result[HOST] = psutil.virtual_memory().available
         return result
     result = {key: convert_file_size_to_int(value) for key, value in max_memory.items()}
+    for key, value in result.items():
+        if value < 0:
+            raise ConfigError(f"max_memory gives {key!r} {max_memory[key]!r}, a negative size; give each device "
+                              "the memory it may use ('10GiB', 0 for none)")
+        if key != DISK:
+            check_device(key, "max_memory")
     unknown = [key for key in result if not isinstance(key, int) and key not in (HOST, DISK)
                and not str(key).isdigit()]
     for key in unknown:

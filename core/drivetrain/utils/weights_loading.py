@@ -22,6 +22,7 @@ from torch import nn
 
 from ..checkpointing.model_files import ALIASES_KEY, read_index, tied_aliases
 from ..errors import CheckpointError, ConfigError
+from .device_map import validate_device_map
 from .modeling import (
     DISK,
     HOST,
@@ -195,6 +196,8 @@ def load_checkpoint_to_offload_index(model: nn.Module, checkpoint: str | os.Path
                                      strict: bool = False) -> dict[str, dict[str, Any]]:
     """:func:`load_checkpoint_in_model`, returning the offload index of the disk-mapped weights."""
     dtype = as_dtype(dtype)
+    if device_map is not None:
+        validate_device_map(model, device_map)
     files, aliases, weight_map = checkpoint_files(checkpoint)
     tied = find_tied_parameters(model)
     model_tensors = dict(model.named_parameters(remove_duplicate=False))
