@@ -10,7 +10,6 @@ not read at all when they come from a safetensors file: the offload index points
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
