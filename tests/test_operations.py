@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from drivetrain import utils
-from drivetrain.errors import ConfigError
+from drivetrain.errors import ConfigError, DistributedError
 from drivetrain.state import GradientState, PartialState
 from drivetrain.utils import (
+    DistributedOperationException,
     TensorInformation,
     broadcast,
     broadcast_object_list,
@@ -213,3 +214,45 @@ def test_public_names_resolve():
         assert callable(getattr(drivetrain, name)), name
     for name in utils.__all__:
         assert hasattr(utils, name), name
+
+
+class _FailingCollectives:
+    """Two processes whose backend fails every collective, as gloo does when their shapes differ."""
+
+    world_size, rank = 2, 0
+
+    def _fail(self, *args, **kwargs):
+        raise DistributedError("gloo all_gather_into: Read error [127.0.0.1]:9096: Connection reset by peer.")
+
+    all_gather_into = all_reduce = broadcast = _fail
+
+
+@pytest.mark.parametrize("operation", ["gather", "reduce", "broadcast", "gather_for_metrics"])
+def test_a_backend_failure_in_a_collective_is_one_line_pointing_to_debug_mode(operation):
+    PartialState().run._collectives = _FailingCollectives()
+    name = "gather" if operation == "gather_for_metrics" else operation
+    with pytest.raises(DistributedOperationException) as caught:
+        getattr(utils, operation)(torch.ones(3))
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("in gather_for_metrics(): " * (name != operation) + f"{name}()")
+    assert f"the ranks passed tensors of different shapes/dtypes to {name}()" in message
+    assert "Connection reset by peer" in message and "run with --debug (ACCELERATE_DEBUG_MODE=1) to find which" in message
+
+
+def test_the_torch_collectives_turn_a_backend_runtime_error_into_one_line(monkeypatch):
+    from drivetrain_torch_distributed import process_group
+
+    def read_error(*args, **kwargs):
+        raise RuntimeError("[/src/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:9096: "
+                           "Connection reset by peer. This is typically caused by a remote worker hanging.\nmore")
+
+    monkeypatch.setattr(process_group, "_all_gather_single", read_error)
+    monkeypatch.setattr(process_group.dist, "all_reduce", read_error)
+    collectives = object.__new__(process_group.TorchCollectives)
+    collectives.world_size, collectives.rank, collectives.backend = 2, 0, "gloo"
+    collectives._missing = process_group._GLOO_MISSING  # int16 goes through a wider all_reduce: wrapped once
+    for call, name in ((lambda: collectives.all_gather_into(torch.ones(2)), "all_gather_into"),
+                       (lambda: collectives.all_reduce(torch.ones(2, dtype=torch.int16), "sum"), "all_reduce")):
+        with pytest.raises(DistributedError) as caught:
+            call()
+        assert str(caught.value) == f"gloo {name}: Read error [127.0.0.1]:9096: Connection reset by peer."

@@ -3,7 +3,10 @@
 A communication plugin's ``drivetrain_collectives`` hook returns an object of this shape; the
 operations in ``drivetrain.utils`` apply it to every tensor of a nested structure. Every
 method takes and returns single tensors (or picklable objects) and must be called by every
-process of the group in the same order.
+process of the group in the same order. A method whose backend fails raises
+``DistributedError`` (from ``drivetrain.plugin_api``) with the backend's reason in one line:
+the operation that called it adds its own name and the likely cause (processes that passed
+different shapes or dtypes).
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -84,6 +86,28 @@ def _destroy_at_exit() -> None:
         pass
 
 
+def _backend_failures(method: Any) -> Any:
+    """Turn a failure inside the backend's collective into a one-line ``DistributedError``.
+
+    Processes that disagree on shapes make gloo abort one of them and leave the others a
+    "Read error" traceback; the caller names the operation and the likely cause.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: "TorchCollectives", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except DistributedError:
+            raise
+        except RuntimeError as exc:
+            lines = str(exc).strip().splitlines() or [type(exc).__name__]
+            # keep the reason: drop the C++ source location before it and gloo's generic advice after
+            reason = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", lines[0]).split(" This is typically")[0]
+            raise DistributedError(f"{self.backend} {method.__name__}: {reason}") from exc
+
+    return wrapper
+
+
 class TorchCollectives:
     """Collectives of the default torch.distributed group."""
 
@@ -97,6 +121,7 @@ class TorchCollectives:
         gathered = self.all_gather_into(tensor.reshape(1, *tensor.shape))
         return list(gathered.unbind(0))
 
+    @_backend_failures
     def all_gather_into(self, tensor: torch.Tensor) -> torch.Tensor:
         """All processes' tensors concatenated along dim 0, in one call."""
         tensor = tensor.contiguous()
@@ -112,6 +137,7 @@ class TorchCollectives:
         _all_gather_single(out, tensor)
         return out
 
+    @_backend_failures
     def all_reduce(self, tensor: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
         if tensor.dtype in self._missing:
             wider = tensor.to(torch.float32 if tensor.is_floating_point() else torch.int64)
@@ -127,6 +153,7 @@ class TorchCollectives:
         dist.all_reduce(tensor, op=_REDUCE_OPS[reduction])
         return tensor
 
+    @_backend_failures
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         if tensor.dtype in self._missing:
             buffer = tensor.contiguous()

@@ -20,6 +20,7 @@ from drivetrain.utils import (
     broadcast,
     broadcast_object_list,
     gather,
+    gather_for_metrics,
     gather_object,
     pad_across_processes,
     reduce,
@@ -156,31 +157,73 @@ def check_rng():
     synchronize_rng_state(state.platform.name)  # the device generator: nothing to do on CPU, must not fail
 
 
+def expect_mismatch(call, *fragments):
+    """``call`` raises DistributedOperationException on this rank, in one line holding ``fragments``."""
+    try:
+        call()
+    except DistributedOperationException as error:
+        message = str(error)
+        assert isinstance(error, DistributedError)
+        assert "\n" not in message and all(fragment in message for fragment in fragments), (fragments, message)
+    else:
+        raise AssertionError(f"no error for a mismatch expected to name {fragments}")
+
+
 def check_debug_mode_names_each_rank():
+    from drivetrain import Accelerator
+
+    accelerator = Accelerator()
     state.debug = True
+    each_rank = ("rank 0:", "rank 1:", "(debug mode)")
+    ragged = torch.arange(3.0 if RANK == 0 else 5.0)
     try:
         start = time.monotonic()
-        for operation, call in (("gather", lambda: gather(torch.ones(2 + RANK, 3))),
-                                ("reduce", lambda: reduce({"x": torch.ones(2, dtype=torch.float32 if RANK else torch.int64)})),
-                                ("broadcast", lambda: broadcast([torch.ones(2)] * (1 + RANK))),
-                                ("pad_across_processes", lambda: pad_across_processes(torch.ones((2,) * (1 + RANK))))):
-            try:
-                call()
-            except DistributedOperationException as error:
-                message = str(error)
-                assert isinstance(error, DistributedError)
-                assert f"{operation}()" in message and "rank 0:" in message and "rank 1:" in message, message
-            else:
-                raise AssertionError(f"debug mode let a mismatched {operation} through")
+        for operation, call in (
+                ("gather", lambda: gather(torch.arange(4).to(torch.float32 if RANK == 0 else torch.int64))),
+                ("gather", lambda: gather(torch.arange(4.0).reshape([4] if RANK == 0 else [2, 2]))),
+                ("gather", lambda: gather(torch.ones(2 + RANK, 3))),
+                ("gather", lambda: gather_for_metrics(ragged)),
+                ("reduce", lambda: reduce({"x": torch.ones(2, dtype=torch.float32 if RANK else torch.int64)})),
+                ("reduce", lambda: reduce(ragged, "sum")),
+                ("broadcast", lambda: broadcast([torch.ones(2)] * (1 + RANK))),
+                ("broadcast", lambda: broadcast(ragged)),
+                ("pad_across_processes", lambda: pad_across_processes(torch.ones((2,) * (1 + RANK))))):
+            expect_mismatch(call, f"{operation}()", *each_rank)
+        expect_mismatch(lambda: gather_for_metrics(ragged), "in gather_for_metrics(): gather()", *each_rank)
+        expect_mismatch(lambda: accelerator.gather(ragged), "gather()", *each_rank)
+        expect_mismatch(lambda: accelerator.gather_for_metrics(ragged), "gather_for_metrics()", *each_rank)
+        expect_mismatch(lambda: accelerator.reduce(ragged), "reduce()", *each_rank)
+        expect_mismatch(lambda: accelerator.pad_across_processes([ragged] * (1 + RANK)), "pad_across_processes()",
+                        *each_rank)
         gathered = gather(torch.ones(2, 3) * RANK)  # matching calls still work in debug mode
         assert gathered.shape == (4, 3)
-        assert time.monotonic() - start < 10
+        assert torch.equal(accelerator.reduce(torch.ones(2) * RANK), torch.ones(2))
+        assert time.monotonic() - start < 20
     finally:
         state.debug = False
 
 
+def check_pad_mismatch_outside_debug_mode():
+    """pad_across_processes exchanges sizes anyway: a different layout fails on every rank."""
+    assert not state.debug
+    layout = "pad_across_processes() needs the same structure, number of dimensions and dtypes"
+    for call in (lambda: pad_across_processes(torch.ones((2,) * (1 + RANK))),
+                 lambda: pad_across_processes([torch.ones(2)] * (1 + RANK)),
+                 lambda: pad_across_processes(torch.ones(2, dtype=torch.float32 if RANK == 0 else torch.int64)),
+                 lambda: pad_across_processes({"ids" if RANK == 0 else "mask": torch.ones(2)}),
+                 lambda: pad_across_processes([torch.ones(2)] * RANK),
+                 lambda: pad_across_processes([torch.ones(2)] * (15 + RANK))):
+        expect_mismatch(call, layout, "rank 1 passed a different layout from rank 0", "--debug (ACCELERATE_DEBUG_MODE=1)")
+    many = pad_across_processes([torch.ones(1 + (i + RANK) % 3) for i in range(20)], pad_index=-1)
+    # more sizes than the first exchange carries: the rest come in a second one
+    assert [t.shape[0] for t in many] == [max(1 + i % 3, 1 + (i + 1) % 3) for i in range(20)], many
+    assert torch.equal(many[18], torch.tensor([1.0, -1.0]) if RANK == 0 else torch.ones(2)), many[18]
+    assert pad_across_processes([]) == []
+
+
 CHECKS = [check_gather_shapes_and_dtypes, check_gather_nested, check_broadcast, check_reduce,
-          check_pad_then_gather_uneven, check_object_collectives, check_rng, check_debug_mode_names_each_rank]
+          check_pad_then_gather_uneven, check_object_collectives, check_rng, check_debug_mode_names_each_rank,
+          check_pad_mismatch_outside_debug_mode]
 
 for check in CHECKS:
     check()

@@ -7,14 +7,21 @@ collectives) go through the run's collectives object (``PartialState().collectiv
 the communication plugin provides: torch.distributed by default, a platform's own runtime
 (XLA, say) where it replaces it. On a single process they return their input.
 
-In debug mode (``DRIVETRAIN_DEBUG_MODE=1``) every collective first compares what each process
-passes; a mismatch raises :class:`DistributedOperationException` on every process, listing
-each rank's shapes, instead of hanging or returning garbage.
+Processes that pass different shapes or dtypes to one collective make the backend abort, hang
+or return garbage, and only an exchange of each rank's layout before the data moves can tell.
+That exchange costs about as much as a small collective itself (``benchmarks/
+bench_collective_checks.py``), so it is made where an exchange happens anyway:
+:func:`pad_across_processes` sends every rank's layout with its sizes and always checks it. In
+debug mode (``DRIVETRAIN_DEBUG_MODE=1``) every collective first compares what each process
+passes. Either way a mismatch raises :class:`DistributedOperationException` on every process.
+Outside debug mode a backend failure inside :func:`gather`, :func:`reduce` or :func:`broadcast`
+is reported as one line that points to debug mode.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import warnings
 import math
@@ -33,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 
 class DistributedOperationException(DistributedError):
-    """The processes called a collective with data that cannot work together (debug mode)."""
+    """The processes called a collective with data that cannot work together."""
 
 
 class CannotPadNestedTensorWarning(UserWarning):
@@ -335,13 +342,24 @@ def _check_same_everywhere(operation: str, data: Any, collectives: Any, dims_onl
     described = collectives.all_gather_object(_describe(data, dims_only))
     if all(item == described[0] for item in described):
         return
-    what = "the same structure, number of dimensions and dtypes" if dims_only else "the same shapes and dtypes"
-    lines = "\n".join(f"  rank {rank}: {item}" for rank, item in enumerate(described))
+    ranks = "; ".join(f"rank {rank}: {item}" for rank, item in enumerate(described))
     hint = ("" if dims_only else
             "; pad a ragged dimension first with pad_across_processes, or use gather_object for arbitrary data")
     raise DistributedOperationException(
-        f"{operation}() needs {what} on every process, but they differ (debug mode):\n{lines}\n"
-        f"Call {operation}() with matching tensors on every rank{hint}."
+        f"{operation}() needs {_SAME[dims_only]} on every process, but they differ (debug mode): {ranks}. "
+        f"Call {operation}() with matching tensors on every rank{hint}"
+    )
+
+
+_SAME = {False: "the same shapes and dtypes", True: "the same structure, number of dimensions and dtypes"}
+_FIND_WHICH = "run with --debug (ACCELERATE_DEBUG_MODE=1) to find which"
+
+
+def _backend_failure(operation: str, error: DistributedError) -> DistributedOperationException:
+    """The one line for a collective the backend could not complete (checked only in debug mode)."""
+    return DistributedOperationException(
+        f"{operation}() failed across processes ({error}): the ranks passed tensors of different shapes/dtypes "
+        f"to {operation}(), or one of them stopped; {_FIND_WHICH}"
     )
 
 
@@ -387,7 +405,10 @@ def gather(tensor: Any) -> Any:
         return tensor
     if _debug_mode():
         _check_same_everywhere("gather", tensor, collectives)
-    return _map_tensors(collectives.all_gather_into, tensor, "gather")
+    try:
+        return _map_tensors(collectives.all_gather_into, tensor, "gather")
+    except DistributedError as error:
+        raise _backend_failure("gather", error) from error
 
 
 def gather_object(object: Any) -> list[Any]:
@@ -417,9 +438,12 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
         return tensor
     if _debug_mode():
         _check_same_everywhere("broadcast", tensor, collectives)
-    if isinstance(tensor, torch.Tensor):
-        return collectives.broadcast(tensor, src=from_process)
-    return _map_tensors(lambda one: collectives.broadcast(one, src=from_process), tensor, "broadcast")
+    try:
+        if isinstance(tensor, torch.Tensor):
+            return collectives.broadcast(tensor, src=from_process)
+        return _map_tensors(lambda one: collectives.broadcast(one, src=from_process), tensor, "broadcast")
+    except DistributedError as error:
+        raise _backend_failure("broadcast", error) from error
 
 
 def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
@@ -448,9 +472,12 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
         collectives = None
     elif _debug_mode():
         _check_same_everywhere("reduce", tensor, collectives)
-    if isinstance(tensor, torch.Tensor):
-        return _reduce_one(tensor, collectives, reduction, scale)
-    return _map_tensors(lambda one: _reduce_one(one, collectives, reduction, scale), tensor, "reduce")
+    try:
+        if isinstance(tensor, torch.Tensor):
+            return _reduce_one(tensor, collectives, reduction, scale)
+        return _map_tensors(lambda one: _reduce_one(one, collectives, reduction, scale), tensor, "reduce")
+    except DistributedError as error:
+        raise _backend_failure("reduce", error) from error
 
 
 def _reduce_one(tensor: torch.Tensor, collectives: Any, reduction: str, scale: float) -> torch.Tensor:
@@ -471,7 +498,10 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
         pad_index: the value the padding is filled with.
         pad_first: pad at the start instead of the end.
 
-    All sizes travel in one collective, however many tensors the structure holds.
+    The sizes travel in one collective (up to 14 tensors; a second one for more), with a
+    digest of each process's layout: processes whose structures, numbers of dimensions or
+    dtypes differ raise :class:`DistributedOperationException` on every process, debug mode
+    or not.
     """
     collectives = _collectives()
     if collectives.world_size == 1:
@@ -479,12 +509,9 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
     if _debug_mode():
         _check_same_everywhere("pad_across_processes", tensor, collectives, dims_only=True)
     tensors = _leaves(tensor)
+    largest = _largest_sizes(tensor, tensors, dim, collectives)
     if not tensors:
         return tensor
-    # One size per tensor (-1 where it lacks the dimension); every process pads the same tensors.
-    sizes = torch.tensor([t.shape[dim] if -t.dim() <= dim < t.dim() else -1 for t in tensors], dtype=torch.int64)
-    all_sizes = collectives.all_gather_into(sizes.to(tensors[0].device)).reshape(collectives.world_size, -1)
-    largest = all_sizes.max(dim=0).values.tolist()
     position = iter(range(len(tensors)))
 
     def pad_one(one: torch.Tensor) -> torch.Tensor:
@@ -504,6 +531,41 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
         return padded
 
     return recursively_apply(pad_one, tensor)
+
+
+# Sizes that travel in pad_across_processes's first exchange. Each rank's row has the same length
+# whatever its structure, so a rank with more tensors cannot break the exchange that finds it.
+_PAD_INLINE_SIZES = 14
+
+
+def _layout_digest(description: Any) -> int:
+    """A number that two processes compute alike for equal layouts (unlike ``hash`` of a
+    string, which each process salts)."""
+    return int.from_bytes(hashlib.blake2b(repr(description).encode(), digest_size=7).digest(), "little")
+
+
+def _largest_sizes(data: Any, tensors: list[torch.Tensor], dim: int, collectives: Any) -> list[int]:
+    """Each tensor's largest size along ``dim`` across processes (-1 where it lacks the
+    dimension), after checking that every process passes the same layout."""
+    sizes = [t.shape[dim] if -t.dim() <= dim < t.dim() else -1 for t in tensors]
+    inline = sizes[:_PAD_INLINE_SIZES]
+    row = [len(tensors), _layout_digest(_describe(data, dims_only=True)), *inline,
+           *[0] * (_PAD_INLINE_SIZES - len(inline))]
+    device = tensors[0].device if tensors else PartialState().device
+    rows = collectives.all_gather_into(torch.tensor(row, dtype=torch.int64, device=device))
+    rows = rows.reshape(collectives.world_size, -1).cpu()
+    # Every rank sees every row, so all of them raise or none does.
+    differing = [str(rank) for rank in range(collectives.world_size) if not torch.equal(rows[rank, :2], rows[0, :2])]
+    if differing:
+        raise DistributedOperationException(
+            f"pad_across_processes() needs {_SAME[True]} on every process, but rank {', '.join(differing)} passed "
+            f"a different layout from rank 0; run with --debug (ACCELERATE_DEBUG_MODE=1) to see each rank's tensors")
+    all_sizes = rows[:, 2:2 + len(inline)]
+    if len(sizes) > _PAD_INLINE_SIZES:  # as many tensors everywhere: the rest exchange evenly
+        rest = torch.tensor(sizes[_PAD_INLINE_SIZES:], dtype=torch.int64, device=device)
+        rest = collectives.all_gather_into(rest).reshape(collectives.world_size, -1).cpu()
+        all_sizes = torch.cat([all_sizes, rest], dim=1)
+    return all_sizes.max(dim=0).values.tolist()
 
 
 def pad_input_tensors(tensor: Any, batch_size: int, num_processes: int, dim: int = 0) -> Any:
@@ -554,6 +616,7 @@ def _only_tensors(data: Any) -> bool:
     return True
 
 
+@chained_operation
 def gather_for_metrics(input_data: Any, use_gather_object: bool = False) -> Any:
     """Gather ``input_data`` from every process for computing metrics, dropping the samples
     that the data loader repeated to give every process a full last batch.
