@@ -55,6 +55,8 @@ def ask(manager: PluginManager, plugin_name: str, probe: Any) -> Probe:
     try:
         answer = manager.call_plugin_code(plugin_name, probe)
     except PluginCodeFailed as exc:  # a probe must never break or hang detection
+        if exc.timed_out:  # it cost the user seconds: say which plugin
+            manager.warn(f"the probe of plugin {plugin_name!r} {exc.reason}; it counts as not available")
         return Probe(False, f"probe failed: {exc.reason}")
     if not isinstance(answer, Probe):
         return Probe(bool(answer), "probe gave no reason")

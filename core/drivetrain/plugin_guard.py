@@ -40,10 +40,11 @@ class PluginCodeFailed(Exception):
     did not answer).
     """
 
-    def __init__(self, reason: str, error: BaseException | None = None) -> None:
+    def __init__(self, reason: str, error: BaseException | None = None, timed_out: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.error = error
+        self.timed_out = timed_out
 
 
 class _ExitCalled(BaseException):
@@ -123,7 +124,7 @@ def call(function: Callable[[], Any], timeout: float | None) -> Any:
     if not task.done.wait(timeout):  # a real Ctrl-C interrupts this wait and stops the program
         _abandon(tasks)
         raise PluginCodeFailed(f"did not answer within {timeout:g} s (raise the limit with {TIMEOUT_VARIABLE}=SECONDS, "
-                               "0 for none)")
+                               "0 for none)", timed_out=True)
     error = task.error
     if error is None:
         return task.value
