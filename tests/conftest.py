@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DISTS = ROOT / "tests" / "plugin_dists"
 TEMPLATE = ROOT / "examples" / "plugin_template"
+HOSTILE = "drivetrain-hostile-"  # distributions that must not be loaded without a short time limit
 
 
 def _pip_install_target(target: Path, *sources: Path) -> None:
@@ -34,9 +35,20 @@ def template_site(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def broken_site(tmp_path_factory) -> Path:
-    """A directory where pip installed every deliberately broken plugin distribution of tests/plugin_dists/."""
+    """A directory where pip installed the deliberately broken plugin distributions of
+    tests/plugin_dists/ (each fails in a way discovery reports at once)."""
     target = tmp_path_factory.mktemp("broken-site")
-    _pip_install_target(target, *sorted(PLUGIN_DISTS.iterdir()))
+    _pip_install_target(target, *sorted(d for d in PLUGIN_DISTS.iterdir() if not d.name.startswith(HOSTILE)))
+    return target
+
+
+@pytest.fixture(scope="session")
+def hostile_site(tmp_path_factory) -> Path:
+    """A directory where pip installed the hostile plugin distributions of tests/plugin_dists/:
+    they hang, exit, interrupt, print to stdout or raise in run and launch hooks. Set
+    DRIVETRAIN_PLUGIN_TIMEOUT low where they are loaded (one sleeps at import)."""
+    target = tmp_path_factory.mktemp("hostile-site")
+    _pip_install_target(target, *sorted(d for d in PLUGIN_DISTS.iterdir() if d.name.startswith(HOSTILE)))
     return target
 
 

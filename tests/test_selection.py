@@ -12,7 +12,7 @@ from fake_plugins import fake_plugin
 from drivetrain import environment
 from drivetrain.cli import launch_cmd
 from drivetrain.cluster import ClusterEnvironment
-from drivetrain.errors import ConfigError, IncompatibleChoiceError, PluginSelectionError
+from drivetrain.errors import ConfigError, IncompatibleChoiceError, PluginSelectionError, PluginWarning
 from drivetrain.plugin_api import PlatformSpec, PluginInfo, Probe, StrategySpec, hookimpl
 from drivetrain.plugin_manager import PluginManager, importlib_metadata
 from drivetrain.selection import (
@@ -318,6 +318,12 @@ def test_a_platform_whose_factory_cannot_be_imported_is_named_at_launch():
 
     manager = manager_with(fake_plugin("npu", PLUGIN_INFO=INFO, drivetrain_register_platforms=drivetrain_register_platforms))
     args = launch_args()
+    # Detected, it is skipped with the reason: the CPU runs the job.
+    with pytest.warns(PluginWarning, match=r"'cpu' runs instead: platform 'npu' of plugin 'npu' .*no_such_npu_module.*"
+                                           r"pip install -U someone-else"):
+        assert launch_cmd._default_num_processes(args, manager, launch_cmd.requests_for(args, manager)) == 1
+    # Named by the user, it is an error that says the same.
+    args = launch_args("--platform", "npu")
     with pytest.raises(PluginSelectionError, match=r"platform 'npu' of plugin 'npu' .*no_such_npu_module.*"
                                                    r"pip install -U someone-else"):
         launch_cmd._default_num_processes(args, manager, launch_cmd.requests_for(args, manager))

@@ -217,7 +217,7 @@ class Accelerator(AcceleratorProperties, AcceleratorProcesses, AccelerateMembers
 
     def _configure_run(self) -> None:
         """Let the active plugins configure the run for this accelerator (and add attributes)."""
-        for extension in self.run.hook("drivetrain_configure_run")(run=self.run, accelerator=self):
+        for extension in self.run.call("drivetrain_configure_run", accelerator=self):
             if extension is not None and all(extension is not known for known in self.run.extensions):
                 self.run.extensions.append(extension)
 

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .plugin_api import Probe
+from .plugin_guard import PluginCodeFailed
 from .plugin_manager import PluginManager
 
 
@@ -48,11 +49,15 @@ class DetectionReport:
         }
 
 
-def _ask(probe: Any) -> Probe:
+def ask(manager: PluginManager, plugin_name: str, probe: Any) -> Probe:
+    """What plugin ``plugin_name``'s ``probe`` answers; a probe that raises, exits or has not
+    answered within the plugin time limit (a third-party one) answers "not available"."""
     try:
-        answer = probe()
-    except Exception as exc:  # a probe must never break detection
-        return Probe(False, f"probe raised {type(exc).__name__}: {exc}")
+        answer = manager.call_plugin_code(plugin_name, probe)
+    except PluginCodeFailed as exc:  # a probe must never break or hang detection
+        if exc.timed_out:  # it cost the user seconds: say which plugin
+            manager.warn(f"the probe of plugin {plugin_name!r} {exc.reason}; it counts as not available")
+        return Probe(False, f"probe failed: {exc.reason}")
     if not isinstance(answer, Probe):
         return Probe(bool(answer), "probe gave no reason")
     return answer
@@ -65,7 +70,7 @@ def probe_all(manager: PluginManager, hook_name: str, kind: str) -> list[Candida
         if not record.usable:
             candidates.append(Candidate(kind, spec.name, plugin_name, spec.priority, False, record.reason, spec))
             continue
-        answer = _ask(spec.probe)
+        answer = ask(manager, plugin_name, spec.probe)
         candidates.append(Candidate(kind, spec.name, plugin_name, spec.priority, answer.available, answer.reason, spec))
     return candidates
 

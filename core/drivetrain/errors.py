@@ -17,6 +17,11 @@ class PluginSelectionError(PluginError):
     """The user selected a plugin (or a name) that cannot be used in this run."""
 
 
+class PluginHookError(PluginError):
+    """A third-party plugin's hook raised; the message names the plugin and its distribution,
+    and the plugin's own exception is chained (``__cause__``)."""
+
+
 class ConfigError(DrivetrainError, ValueError):
     """A configuration file, environment variable or argument is invalid."""
 

@@ -210,8 +210,8 @@ def _choice_environment(requests: Any, world_size: int) -> tuple[dict[str, str],
                        cluster=ClusterEnvironment(name="notebook", world_size=world_size))
     env = dict(selection.child_environment())
     env["DRIVETRAIN_FORK_LAUNCHED"] = "1"
-    return env, manager.resolve_factory(selection.platform_plugin, selection.platform,
-                                        f"platform {selection.platform.name!r}")()
+    return env, manager.construct(selection.platform_plugin, selection.platform,
+                                  f"platform {selection.platform.name!r}")
 
 
 def _with_aliases(env: Mapping[str, str]) -> dict[str, str]:
@@ -288,8 +288,8 @@ def notebook_launcher(
 
         manager = get_plugin_manager()
         candidate, _reason = choose_platform(manager, requests)
-        num_processes = 1 if candidate.spec.name == CPU_PLATFORM else max(int(manager.resolve_factory(
-            candidate.plugin, candidate.spec, f"platform {candidate.name!r}")().device_count() or 1), 1)
+        num_processes = 1 if candidate.spec.name == CPU_PLATFORM else max(int(manager.construct(
+            candidate.plugin, candidate.spec, f"platform {candidate.name!r}").device_count() or 1), 1)
     if num_processes < 1:
         raise ConfigError(f"num_processes must be at least 1, not {num_processes}")
     world_size = num_processes * num_nodes

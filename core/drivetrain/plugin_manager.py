@@ -7,6 +7,7 @@ program (pluggy's own loader stops at the first failure). Nothing here imports t
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
@@ -19,8 +20,8 @@ import pluggy
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from . import hookspecs, registration
-from .errors import PluginLoadError, PluginSelectionError, PluginWarning
+from . import hookspecs, plugin_guard, registration
+from .errors import DrivetrainError, PluginHookError, PluginLoadError, PluginSelectionError, PluginWarning
 from .plugin_api import PROJECT_NAME, PluginInfo, resolve
 from .version import PLUGIN_API_VERSION
 
@@ -168,6 +169,9 @@ class PluginManager:
         self._registrations: dict[str, dict[str, list[Any]]] = {}
         self._refused: dict[str, list[str]] = {}  # plugin -> why each refused item was refused
         self._loaded = False
+        self.timeout, timeout_problem = plugin_guard.timeout_from(self.env)
+        if timeout_problem:
+            self._notice(timeout_problem, once=True)
 
     # ---------------------------------------------------------------- loading
 
@@ -282,13 +286,20 @@ class PluginManager:
                 f"enable it with {EXPLICIT_PLUGINS_VARIABLE}={record.name}"
             )
             return
-        try:
-            module = entry_point.load()
-        except BaseException as exc:  # a plugin's import may raise anything, SystemExit included
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            self._fail(record, f"import failed: {type(exc).__name__}: {exc}")
-            return
+        if record.source == "third-party":
+            try:
+                module = plugin_guard.call(entry_point.load, self.timeout)
+            except plugin_guard.PluginCodeFailed as exc:  # anything, KeyboardInterrupt and os._exit included
+                self._fail(record, f"import failed: {exc.reason}")
+                return
+        else:
+            try:
+                module = entry_point.load()
+            except BaseException as exc:  # SystemExit included; a Ctrl-C on the main thread is the user's
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                self._fail(record, f"import failed: {type(exc).__name__}: {exc}")
+                return
         info = getattr(module, "PLUGIN_INFO", None)
         if not isinstance(info, PluginInfo):
             self._fail(record, "declares no PLUGIN_INFO = drivetrain.plugin_api.PluginInfo(...); add one")
@@ -314,6 +325,21 @@ class PluginManager:
             record.status = PluginStatus.UNAVAILABLE
             record.install = info.how_to_install()
             record.reason = f"needs {', '.join(missing)}: {record.install}"
+
+    def call_plugin_code(self, plugin_name: str, function: Any) -> Any:
+        """``function()`` of plugin ``plugin_name`` as discovery calls it: a third-party one
+        bounded in time on the worker of :mod:`drivetrain.plugin_guard`, a built-in one here.
+
+        Raises:
+            plugin_guard.PluginCodeFailed: it raised, exited or did not answer in time.
+        """
+        record = self.records.get(plugin_name)
+        if record is None or record.source != "built-in":
+            return plugin_guard.call(function, self.timeout)
+        try:
+            return function()
+        except Exception as exc:
+            raise plugin_guard.PluginCodeFailed(f"{type(exc).__name__}: {exc}", exc) from exc
 
     def _hook_problem(self, module: Any) -> str | None:
         """Validate a module's hooks on a scratch manager, so the real one never sees a bad one."""
@@ -370,9 +396,9 @@ class PluginManager:
                 if record.status is PluginStatus.FAILED:
                     continue
                 try:
-                    answer = impl.function()
-                except Exception as exc:
-                    self._unregister_failed(record, f"{hook_name} raised {type(exc).__name__}: {exc}")
+                    answer = self.call_plugin_code(record.name, impl.function)
+                except plugin_guard.PluginCodeFailed as exc:
+                    self._unregister_failed(record, f"{hook_name} failed: {exc.reason}")
                     continue
                 if not answer:
                     continue
@@ -486,6 +512,25 @@ class PluginManager:
                 f"failed with {type(exc).__name__}: {exc}; {self._fix(plugin_name)}"
             ) from exc
 
+    def construct(self, plugin_name: str, spec: Any, what: str) -> Any:
+        """The object a descriptor's ``factory`` builds (a platform, a cluster environment), or
+        a :class:`PluginSelectionError` naming the plugin and the fix when building it fails."""
+        factory = self.resolve_factory(plugin_name, spec, what)
+        try:
+            return factory()
+        except DrivetrainError:
+            raise  # a plugin's own clear message (which library to install)
+        except Exception as exc:
+            raise PluginSelectionError(
+                f"{what} of plugin {plugin_name!r} ({self._distribution(plugin_name)}) cannot start: "
+                f"{type(exc).__name__}: {exc}; {self._fix(plugin_name)}"
+            ) from exc
+
+    def warn(self, message: str) -> None:
+        """A :class:`PluginWarning` line about a plugin (at debug level in launched children,
+        whose launcher already said it)."""
+        self._notice(message)
+
     def _distribution(self, plugin_name: str) -> str:
         record = self.records.get(plugin_name)
         return record.distribution if record else "?"
@@ -501,6 +546,53 @@ class PluginManager:
             return "reinstall drivetrain (pip install --force-reinstall drivetrain)"
         return (f"reinstall or upgrade {distribution} (pip install -U {distribution}), or block the plugin "
                 f"with {BLOCK_VARIABLE}={plugin_name}")
+
+    def record_of(self, pluggy_name: str) -> PluginRecord | None:
+        """The record of a module's or a role object's pluggy name (``"plugin[role name]"``)."""
+        return self.records.get(pluggy_name) or self.records.get(pluggy_name.split("[", 1)[0])
+
+    def hook_failure(self, hook_name: str, impls: Iterable[Any], exc: BaseException) -> PluginHookError | None:
+        """The error to raise instead of ``exc``, which a call of hook ``hook_name`` raised:
+        one naming the third-party plugin whose implementation (one of ``impls``) raised it.
+
+        ``None`` (raise ``exc`` unchanged) when it is a drivetrain error raised on purpose,
+        when a built-in plugin raised it, or when no implementation's frame is in its
+        traceback (the core's own code failed).
+        """
+        if isinstance(exc, DrivetrainError) or not isinstance(exc, Exception):
+            return None  # the common case: no traceback walk
+        by_code = {}
+        for impl in impls:
+            function = getattr(impl.function, "__func__", impl.function)
+            for layer in (function, inspect.unwrap(function)):
+                code = getattr(layer, "__code__", None)
+                if code is not None:
+                    by_code.setdefault(code, impl)
+        traceback = exc.__traceback__
+        while traceback is not None:  # outermost first: the implementation pluggy called
+            impl = by_code.get(traceback.tb_frame.f_code)
+            if impl is not None:
+                break
+            traceback = traceback.tb_next
+        else:
+            return None
+        return self.fault(impl.plugin_name, hook_name, exc)
+
+    def fault(self, plugin_name: str, where: str, exc: BaseException) -> PluginHookError | None:
+        """The error naming third-party plugin ``plugin_name`` (or a role object's pluggy name)
+        as the cause of ``exc``, raised in ``where`` (a hook, ``"launcher 'x' applies()"``);
+        ``None`` for a drivetrain error raised on purpose or a built-in plugin's exception."""
+        record = self.record_of(plugin_name)
+        if record is None or record.source == "built-in" or isinstance(exc, DrivetrainError):
+            return None
+        if not isinstance(exc, Exception):
+            return None
+        return PluginHookError(
+            f"plugin {record.name!r} ({record.distribution} {record.version}) failed in {where}: "
+            f"{type(exc).__name__}: {exc}; this is a fault of the plugin, not of your script: upgrade it "
+            f"(pip install -U {record.distribution}), report it to its author, or block it with "
+            f"{BLOCK_VARIABLE}={record.name}"
+        )
 
     def role_hooks(self, plugin_name: str, spec: Any, role: str) -> str | None:
         """The pluggy name of the role object ``spec.hooks`` names, registered on first use;
@@ -579,16 +671,25 @@ def reset_plugin_manager(manager: PluginManager | None = None) -> None:
     _default_manager = manager
 
 
-def call_chain(caller: pluggy.HookCaller, value_name: str, value: Any, **kwargs: Any) -> Any:
+def call_chain(caller: pluggy.HookCaller, value_name: str, value: Any, manager: PluginManager | None = None,
+               **kwargs: Any) -> Any:
     """Call a *chained* hook: each implementation gets the previous one's result.
 
-    Implementations run in pluggy's order (tryfirst first); ``None`` keeps the value.
+    Implementations run in pluggy's order (tryfirst first); ``None`` keeps the value. With
+    ``manager``, an exception a third-party implementation raises names its plugin
+    (:meth:`PluginManager.hook_failure`).
     """
     for impl in reversed(caller.get_hookimpls()):
         wanted = {name: arg for name, arg in kwargs.items() if name in impl.argnames}
         if value_name in impl.argnames:
             wanted[value_name] = value
-        result = impl.function(**wanted)
+        try:
+            result = impl.function(**wanted)
+        except Exception as exc:
+            failure = manager.hook_failure(caller.name, [impl], exc) if manager is not None else None
+            if failure is None:
+                raise
+            raise failure from exc
         if result is not None:
             value = result
     return value

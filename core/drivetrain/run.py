@@ -125,17 +125,28 @@ class Run:
         return caller
 
     def call(self, name: str, **kwargs: Any) -> Any:
-        """Call run hook ``name`` on the active plugins (``run`` is passed for you)."""
+        """Call run hook ``name`` on the active plugins (``run`` is passed for you).
+
+        An exception a third-party implementation raises becomes a
+        :class:`~drivetrain.errors.PluginHookError` naming the plugin, chained to it.
+        """
         caller = self.hook(name)
         if not caller.get_hookimpls():
             # No active plugin answers: skip pluggy's call machinery, which the step path
             # (backward, clip, autocast) would otherwise pay on every step for nothing.
             return None if caller.spec is not None and caller.spec.opts.get("firstresult") else []
-        return caller(run=self, **kwargs)
+        try:
+            return caller(run=self, **kwargs)
+        except Exception as exc:
+            # pluggy raises the implementation's own exception: say whose it is.
+            failure = self.manager.hook_failure(name, caller.get_hookimpls(), exc)
+            if failure is None:
+                raise
+            raise failure from exc
 
     def chain(self, name: str, value_name: str, value: Any, **kwargs: Any) -> Any:
         """Call a *chained* run hook: each active implementation transforms ``value``."""
-        return call_chain(self.hook(name), value_name, value, run=self, **kwargs)
+        return call_chain(self.hook(name), value_name, value, self.manager, run=self, **kwargs)
 
     @property
     def collectives(self) -> Collectives:

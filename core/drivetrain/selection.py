@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from . import environment
 from .cluster import SINGLE_PROCESS, ClusterEnvironment
-from .detection import Candidate, best, probe_all
+from .detection import Candidate, ask, best, probe_all
 from .errors import IncompatibleChoiceError, PluginSelectionError
 from .plugin_api import PlatformSpec, PrecisionSpec, StrategySpec
 from .plugin_manager import (
@@ -255,12 +255,31 @@ def choose_platform(manager: PluginManager, requests: Requests) -> tuple[Candida
                 raise PluginSelectionError(
                     f"platform {wanted!r} was requested but is not usable here: {candidate.reason}"
                 )
-    winner = best(platforms)
+    winner = _startable(manager, platforms)
     if winner is None:
         hint = not_loaded_hint(manager)
         raise PluginSelectionError("no platform is usable; " + (hint or "install a platform plugin or check "
                                                                  "`drivetrain plugins list --detect`"))
     return winner, f"detected (priority {winner.priority}): {winner.reason}"
+
+
+def _startable(manager: PluginManager, platforms: list[Candidate]) -> Candidate | None:
+    """The detected platform, built once to see that it starts: one that cannot is skipped
+    with a warning naming its plugin, and the next one by priority (at last the CPU) runs
+    the job. A platform the user names is not skipped: building it fails with the fix."""
+    while True:
+        winner = best(platforms)
+        if winner is None:
+            return None
+        try:
+            manager.construct(winner.plugin, winner.spec, f"platform {winner.name!r}")
+        except Exception as exc:
+            winner.available, winner.reason = False, f"cannot start: {exc}"
+            following = best(platforms)
+            manager.warn(f"skipped the detected platform {winner.name!r} (plugin {winner.plugin!r}), "
+                         f"{repr(following.name) if following else 'no platform'} runs instead: {exc}")
+            continue
+        return winner
 
 
 def choose_cluster(manager: PluginManager, env: Mapping[str, str] | None = None
@@ -285,7 +304,7 @@ def choose_cluster(manager: PluginManager, env: Mapping[str, str] | None = None
         if winner is None:
             return SINGLE_PROCESS, None, "no launcher variables: one process"
         reason = f"detected: {winner.reason}"
-    environment_ = manager.resolve_factory(winner.plugin, winner.spec, f"cluster environment {winner.name!r}")()
+    environment_ = manager.construct(winner.plugin, winner.spec, f"cluster environment {winner.name!r}")
     return environment_, winner.plugin, reason
 
 
@@ -344,7 +363,7 @@ def choose_precision(
         if spec.platforms is not None and platform.name not in spec.platforms:
             problems.append(f"{spec.backend}: does not run on {platform.name}")
             continue
-        answer = spec.probe()
+        answer = ask(manager, plugin, spec.probe)
         if not answer.available:
             problems.append(f"{spec.backend}: {answer.reason}")
             continue

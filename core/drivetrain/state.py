@@ -66,8 +66,8 @@ class PartialState:
         manager = get_plugin_manager()
         requests = Requests(cpu=True if cpu else None).merged_over(requests_from_env(manager))
         selection = select(manager, requests)
-        platform = manager.resolve_factory(selection.platform_plugin, selection.platform,
-                                           f"platform {selection.platform.name!r}")()
+        platform = manager.construct(selection.platform_plugin, selection.platform,
+                                     f"platform {selection.platform.name!r}")
         run = Run(manager, selection, platform)
         run.state = self
         for feature in requested_features(manager):  # DRIVETRAIN_USE_<FEATURE>=1

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform as host_platform
 import sys
 from typing import Any
+
+from .json_output import emit
 
 REPORT_VERSION = 1
 
@@ -162,7 +163,7 @@ def render(report: dict[str, Any]) -> str:
 def run_env(args: argparse.Namespace) -> int:
     report = collect(args.config_file)
     if args.json:
-        print(json.dumps(report, indent=2, default=str))
+        emit(report, default=str)
     else:
         print(render(report))
     return 0

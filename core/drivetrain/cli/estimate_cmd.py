@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .json_output import emit
 
 DTYPES = ("float32", "float16", "bfloat16", "int8", "int4")
 # Bytes per parameter relative to float32.
@@ -112,7 +112,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     model = build_empty_model(args.model_name, args.library_name, getattr(args, "trust_remote_code", False))
     rows = estimate(model, list(args.dtypes))
     if args.json:
-        print(json.dumps(rows, indent=2))
+        emit(rows)
         return 0
     headers = ("dtype", "Largest Layer", "Total Size", "Training using Adam")
     table = [(r["dtype"], human(r["largest_layer"]), human(r["total_size"]), human(r["training_with_adam"]))

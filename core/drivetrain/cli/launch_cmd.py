@@ -186,7 +186,7 @@ def _default_num_processes(args: argparse.Namespace, manager: Any, requests: Any
     candidate, _reason = choose_platform(manager, requests)
     if candidate.spec.name == CPU_PLATFORM:
         return machines
-    platform = manager.resolve_factory(candidate.plugin, candidate.spec, f"platform {candidate.name!r}")()
+    platform = manager.construct(candidate.plugin, candidate.spec, f"platform {candidate.name!r}")
     return machines * max(int(platform.device_count() or 1), 1)
 
 
@@ -295,7 +295,12 @@ def child_environment(args: argparse.Namespace, selection: Any = None) -> dict[s
     for impl in manager.hooks.hook.drivetrain_launch_environment.get_hookimpls():
         if not manager.records[impl.plugin_name].usable:
             continue
-        for key, value in (impl.function(args=args) or {}).items():
+        try:
+            variables = impl.function(args=args) or {}
+        except Exception as exc:
+            _skip_or_raise(manager, selection, impl.plugin_name, "drivetrain_launch_environment", exc)
+            continue
+        for key, value in variables.items():
             if key in contributed and contributed[key][1] != str(value):
                 raise ConfigError(f"plugins {contributed[key][0]!r} and {impl.plugin_name!r} both set {key} "
                                   f"({contributed[key][1]!r} vs {value!r}); block one of them")
@@ -308,12 +313,36 @@ def child_environment(args: argparse.Namespace, selection: Any = None) -> dict[s
     return env
 
 
+def _skip_or_raise(manager: Any, selection: Any, plugin: str, where: str, exc: Exception) -> None:
+    """A third-party plugin's launch code raised: skip it with a warning, unless the user
+    selected it (named in ``DRIVETRAIN_PLUGINS``, or its platform, strategy or precision
+    chosen), then stop with the error naming it. A built-in plugin's error is raised as is."""
+    from ..plugin_manager import EXPLICIT_PLUGINS_VARIABLE
+
+    failure = manager.fault(plugin, where, exc)
+    if failure is None:
+        raise exc
+    selected = {name.strip() for name in os.environ.get(EXPLICIT_PLUGINS_VARIABLE, "").split(",")}
+    if selection is not None:
+        selected.update(selection.plugin_names())
+    if plugin in selected:
+        raise failure from exc
+    manager.warn(f"{failure}; the plugin was left out of this launch")
+
+
 def choose_launcher(args: argparse.Namespace):
     from ..plugin_manager import get_plugin_manager
 
     manager = get_plugin_manager()
-    candidates = [(spec.priority, plugin, spec) for plugin, spec in
-                  manager.registrations("drivetrain_register_launchers", usable_only=True) if spec.applies(args)]
+    candidates = []
+    for plugin, spec in manager.registrations("drivetrain_register_launchers", usable_only=True):
+        try:
+            applies = spec.applies(args)
+        except Exception as exc:
+            _skip_or_raise(manager, getattr(args, "selection", None), plugin, f"launcher {spec.name!r} applies()", exc)
+            continue
+        if applies:
+            candidates.append((spec.priority, plugin, spec))
     if not candidates:
         raise LaunchError("no launcher plugin applies to this job; see `drivetrain plugins list`")
     _priority, plugin, spec = max(candidates, key=lambda item: item[0])

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from ..errors import DrivetrainError
 from ..version import __version__
+from .json_output import json_only_stdout
 
 # command name -> module in drivetrain.cli that defines add_parser(subparsers)
 _BUILT_IN_COMMANDS = ("plugins", "launch", "config", "env", "test", "estimate")
@@ -47,6 +48,11 @@ def _add_plugin_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    with json_only_stdout(argv):  # plugins load below: what they print must not spoil the JSON
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["launch"]:  # its options, and the script's own, are parsed by launch itself
         from .launch_cmd import run
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -11,6 +10,7 @@ from ..errors import PluginLoadError
 from ..plugin_api import ConfigSection
 from ..plugin_manager import STRICT_VARIABLE, PluginManager, PluginRecord, PluginStatus, get_plugin_manager
 from ..version import PLUGIN_API_VERSION, __version__
+from .json_output import emit
 
 JSON_SCHEMA_VERSION = 1
 
@@ -83,7 +83,7 @@ def run_list(args: argparse.Namespace) -> int:
     manager = get_plugin_manager(check_strict=False)
     data = listing(manager, args.detect)
     if args.json:
-        print(json.dumps(data, indent=2))
+        emit(data)
         return _strict_exit(manager)
     rows = [["NAME", "STATUS", "SOURCE", "KINDS", "VERSION", "NOTE"]]
     for plugin in data["plugins"]:
@@ -152,7 +152,7 @@ def run_info(args: argparse.Namespace) -> int:
     if roles:
         data["role_objects"] = roles
     if args.json:
-        print(json.dumps(data, indent=2))
+        emit(data)
         return 0
     for key, value in data.items():
         if isinstance(value, list):

@@ -341,7 +341,7 @@ def basic_config(mixed_precision: str = "no", manager: PluginManager | None = No
 
     manager = manager or get_plugin_manager()
     candidate, _reason = choose_platform(manager, Requests())
-    platform = manager.resolve_factory(candidate.plugin, candidate.spec, f"platform {candidate.name!r}")()
+    platform = manager.construct(candidate.plugin, candidate.spec, f"platform {candidate.name!r}")
     count = max(int(platform.device_count() or 1), 1)
     cpu = candidate.spec.name == CPU_PLATFORM
     if cpu:

@@ -1,0 +1,5 @@
+"""Ends the process while being imported."""
+
+import os
+
+os._exit(0)
