@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from drivetrain import Accelerator, ProjectConfiguration, load_checkpoint_in_model
-from drivetrain.checkpointing import layout
+from drivetrain.checkpointing import layout, target
 from drivetrain.checkpointing.checksums import file_digest
 from drivetrain.checkpointing.model_files import read_model_files
 from drivetrain.checkpointing.tree_io import load_tree, save_tree
-from drivetrain.errors import CheckpointError
+from drivetrain.errors import CheckpointError, ConfigError
 
 pytestmark = pytest.mark.usefixtures("fresh_state")
 
@@ -254,3 +254,169 @@ def test_mid_accumulation_save_keeps_pending_gradients(tmp_path):
     accelerator.load_state(directory)
     assert not accelerator.sync_gradients and accelerator.step == 1
     assert all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))
+
+
+# ------------------------------------------------------ the user's files are never lost
+
+
+def user_files(root: Path) -> dict[str, str]:
+    """A few files of a user's project, by relative name and content."""
+    files = {"train.py": "print('train')\n", "data/rows.csv": "a,b\n1,2\n", "notes/plan.txt": "step 2\n"}
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return files
+
+
+def assert_untouched(root: Path, files: dict[str, str]) -> None:
+    assert {name: (root / name).read_text() for name in files} == files
+
+
+def test_save_state_into_the_current_directory_keeps_the_users_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    files = user_files(tmp_path)
+    accelerator = Accelerator()
+    model, _optimizer, _scheduler = trained(accelerator, steps=1)
+    saved = params(model)
+    for where in (".", os.getcwd()):
+        accelerator.save_state(where)
+        accelerator.wait_for_everyone()
+        assert_untouched(tmp_path, files)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporaries left
+    accelerator.load_state(".")
+    assert all(torch.equal(a, b) for a, b in zip(saved, model.parameters()))
+
+
+def test_save_state_into_a_folder_writes_beside_the_users_files_and_replaces_only_its_own(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    files = user_files(results)
+    accelerator = Accelerator()
+    model, _optimizer, _scheduler = trained(accelerator, steps=1)
+    accelerator.save_state(results, safe_serialization=False)
+    accelerator.wait_for_everyone()
+    assert (results / "model_0" / "pytorch_model.bin").exists()
+    trained_more = params(trained(accelerator, steps=2)[0])
+    accelerator.save_state(results)  # the previous checkpoint's files there are replaced, the user's stay
+    accelerator.wait_for_everyone()
+    assert_untouched(results, files)
+    assert not (results / "model_0" / "pytorch_model.bin").exists() and (results / "model_0" / "model.safetensors").exists()
+    contents = set(json.loads((results / "manifest.json").read_text())["contents"])
+    assert not contents & set(files)
+    accelerator.load_state(results)
+    assert all(torch.equal(a, b) for a, b in zip(trained_more, accelerator._models[-1].parameters()))
+
+
+def test_a_file_of_the_user_named_like_a_checkpoint_file_fails_the_save_and_stays(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRIVETRAIN_CHECKPOINT_BACKGROUND", "0")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "optimizer_0.json").write_text("mine")
+    accelerator = Accelerator()
+    trained(accelerator, steps=1)
+    with pytest.raises(CheckpointError, match="already holds optimizer_0.json, which are not part of"):
+        accelerator.save_state(tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["optimizer_0.json"]
+    assert (tmp_path / "out" / "optimizer_0.json").read_text() == "mine"
+
+
+def test_a_directory_holding_only_a_checkpoint_is_replaced_and_one_with_more_is_written_into(tmp_path):
+    accelerator = Accelerator()
+    trained(accelerator, steps=1)
+    directory = Path(accelerator.save_state(tmp_path / "ckpt"))
+    accelerator.wait_for_everyone()
+    assert target.placement(directory) == target.BESIDE  # replaced atomically, as before
+    (directory / "README.md").write_text("what this run was")
+    assert target.placement(directory) == target.INSIDE
+    accelerator.save_state(directory)
+    accelerator.wait_for_everyone()
+    assert (directory / "README.md").read_text() == "what this run was"
+    assert accelerator.load_state(directory)
+
+
+@pytest.mark.parametrize("kind", ["file", "fifo", "symlink to a file", "broken symlink"])
+def test_save_state_refuses_a_path_that_is_not_a_directory_before_writing(tmp_path, kind):
+    path = tmp_path / "model.txt"
+    if kind == "file":
+        path.write_text("weights notes")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink to a file":
+        (tmp_path / "real.txt").write_text("weights notes")
+        path.symlink_to(tmp_path / "real.txt")
+    else:
+        path.symlink_to(tmp_path / "gone")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    accelerator = Accelerator()
+    trained(accelerator, steps=1)
+    with pytest.raises(CheckpointError, match="not a directory|broken symbolic link") as error:
+        accelerator.save_state(path)
+    assert "\n" not in str(error.value)
+    accelerator.wait_for_everyone()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written beside it either
+    assert path.is_symlink() or path.is_fifo() or path.read_text() == "weights notes"
+
+
+def test_save_state_where_no_directory_can_be_made_is_one_line(tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    accelerator = Accelerator()
+    trained(accelerator, steps=1)
+    with pytest.raises(CheckpointError, match="cannot save the state into .*choose a directory you can write to"):
+        accelerator.save_state(tmp_path / "a_file" / "ckpt")
+    assert (tmp_path / "a_file").read_text() == "x"
+
+
+def test_a_folder_whose_parent_cannot_be_written_gets_the_checkpoint_inside(tmp_path, monkeypatch):
+    directory = tmp_path / "ckpt"
+    accelerator = Accelerator()
+    trained(accelerator, steps=1)
+    accelerator.save_state(directory)
+    accelerator.wait_for_everyone()
+    real_access = os.access
+    monkeypatch.setattr(target.os, "access", lambda path, mode: Path(path) != tmp_path and real_access(path, mode))
+    assert target.placement(directory) == target.INSIDE
+    accelerator.save_state(directory)
+    accelerator.wait_for_everyone()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing made beside it
+    assert accelerator.load_state(directory)
+
+
+def test_save_model_writes_into_the_folder_and_refuses_what_is_not_one(tmp_path):
+    accelerator = Accelerator()
+    torch.manual_seed(1)
+    model = accelerator.prepare(torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(4)]))
+    out = tmp_path / "out"
+    out.mkdir()
+    files = user_files(out)
+    accelerator.save_model(model, out, max_shard_size="20KB")
+    assert (out / "model.safetensors.index.json").exists()
+    accelerator.save_model(model, out)  # one file now: the sharded save's index and shards go
+    assert_untouched(out, files)
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("model")) == ["model.safetensors"]
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(CheckpointError, match="not a directory"):
+        accelerator.save_model(model, tmp_path / "pipe")
+    with pytest.raises(CheckpointError, match="is a directory; name a file in it"):
+        accelerator.save(model.state_dict(), out)
+
+
+@pytest.mark.parametrize("settings", [{"total_limit": 0}, {"total_limit": -1}, {"iteration": -1}])
+def test_rotation_settings_that_keep_nothing_are_refused(settings):
+    with pytest.raises(ValueError, match="pass .*or more") as error:
+        ProjectConfiguration(automatic_checkpoint_naming=True, **settings)
+    assert isinstance(error.value, ConfigError)
+    config = ProjectConfiguration(automatic_checkpoint_naming=True)
+    with pytest.raises(ConfigError):
+        setattr(config, *next(iter(settings.items())))
+
+
+def test_rotation_never_deletes_the_checkpoint_just_saved(tmp_path):
+    config = ProjectConfiguration(project_dir=str(tmp_path), automatic_checkpoint_naming=True, total_limit=1,
+                                  iteration=5)
+    accelerator = Accelerator(project_config=config)
+    trained(accelerator, steps=1)
+    accelerator.save_state()
+    config.iteration = 0  # set back by hand: the new checkpoint has the lowest number
+    newest = Path(accelerator.save_state())
+    accelerator.wait_for_everyone()
+    assert newest.name == "checkpoint_0" and newest.exists()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint_0"]

@@ -8,6 +8,7 @@ import os
 import pickle
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -370,3 +371,21 @@ def test_cpu_offload_on_an_accelerator(version, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "CHECK-FSDP-OK" in result.stdout
 
+
+
+def test_merge_weights_refuses_an_output_that_removing_the_checkpoint_would_delete(tmp_path, monkeypatch):
+    import torch.distributed.checkpoint as dcp
+
+    from drivetrain.cli.main import main
+
+    checkpoint = tmp_path / "ckpt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no process group: DCP warns that it saves in one process
+        dcp.save({"w": torch.ones(2, 2)}, checkpoint_id=str(checkpoint / "model_0"), no_dist=True)
+    monkeypatch.chdir(tmp_path)
+    assert main(["merge-weights", "ckpt", "ckpt/merged", "--remove-checkpoint-dir"]) == 2
+    assert (checkpoint / "model_0" / ".metadata").exists() and not (checkpoint / "merged").exists()
+    (tmp_path / "out.txt").write_text("mine")
+    assert main(["merge-weights", "ckpt", "out.txt"]) == 2 and (tmp_path / "out.txt").read_text() == "mine"
+    assert main(["merge-weights", "ckpt", "merged", "--remove-checkpoint-dir"]) == 0
+    assert (tmp_path / "merged" / "model.safetensors").exists() and not checkpoint.exists()

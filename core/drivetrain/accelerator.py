@@ -6,6 +6,7 @@ import collections
 import contextlib
 import logging
 import os
+import pathlib
 import weakref
 from typing import Any, Callable, Iterator, Sequence
 
@@ -16,7 +17,7 @@ from .accelerator_members import AccelerateMembers
 from .accelerator_processes import AcceleratorProcesses
 from .accelerator_properties import AcceleratorProperties
 from .accelerator_slots import positional_options
-from .errors import ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
+from .errors import CheckpointError, ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
 from .kwargs_handlers import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -521,6 +522,9 @@ class Accelerator(AcceleratorProperties, AcceleratorProcesses, AccelerateMembers
         """Save ``obj`` on the main process (on each node's main one with ``save_on_each_node``)."""
         if not self._saves_files_here():
             return
+        if isinstance(f, (str, os.PathLike)) and os.path.isdir(f):
+            raise CheckpointError(f"save() writes one file and {os.fspath(f)} is a directory; name a file in it, "
+                                  "e.g. os.path.join(directory, 'state.pt')")
         if safe_serialization:
             from safetensors.torch import save_file
 
@@ -635,15 +639,16 @@ class Accelerator(AcceleratorProperties, AcceleratorProcesses, AccelerateMembers
                    safe_serialization: bool = True) -> None:
         """Write the model's full weights (sharded above ``max_shard_size``) on the main process."""
         from .checkpointing.io_pool import FileJobs
-        from .checkpointing.model_files import write_model_files
+        from .checkpointing.model_files import remove_stale_weight_files, write_model_files
+        from .checkpointing.target import refuse_non_directory
 
-        if os.path.isfile(save_directory):
-            raise ConfigError(f"save_model needs a directory, and {save_directory} is a file")
+        refuse_non_directory(pathlib.Path(save_directory).absolute())
         state = self.get_state_dict(model, unwrap=True)
         if self._saves_files_here():
             with FileJobs() as jobs:  # shards side by side
-                write_model_files(state, save_directory, max_shard_size=max_shard_size,
-                                  safe_serialization=safe_serialization, jobs=jobs)
+                written = write_model_files(state, save_directory, max_shard_size=max_shard_size,
+                                            safe_serialization=safe_serialization, jobs=jobs)
+            remove_stale_weight_files(save_directory, written)  # the user's other files stay
         self.state.wait_for_everyone()  # not a checkpoint: no need to wait for a save_state commit
 
     def free_memory(self, *objects: Any) -> list[None]:

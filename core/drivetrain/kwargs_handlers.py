@@ -8,9 +8,12 @@ backend live here; a plugin contributes its own through ``drivetrain_public_name
 from __future__ import annotations
 
 import copy
+import numbers
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
+
+from .errors import ConfigError
 
 
 class KwargsHandler:
@@ -123,6 +126,20 @@ class ProjectConfiguration:
 
     def __post_init__(self) -> None:
         self.set_directories(self.project_dir)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Checked on every assignment, so a limit set later is refused as one given at construction.
+        if name == "total_limit" and value is not None and (not _is_count(value) or value < 1):
+            raise ConfigError(f"ProjectConfiguration(total_limit={value!r}) would keep no checkpoint: pass a number "
+                              "of checkpoints to keep, 1 or more, or None to keep all")
+        if name == "iteration" and (not _is_count(value) or value < 0):
+            raise ConfigError(f"ProjectConfiguration(iteration={value!r}) cannot name a checkpoint (checkpoint_<N> "
+                              "counts from 0): pass 0 or more, e.g. the number after the newest checkpoint_<N>")
+        super().__setattr__(name, value)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @dataclass

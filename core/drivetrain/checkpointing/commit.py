@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import CheckpointError
-from . import layout
+from . import layout, target
 
 logger = logging.getLogger(__name__)
 SYNCED_MARKER = ".synced-{rank}"
@@ -123,7 +123,7 @@ def run_commit(plan: CommitPlan) -> None:
         raise
     if plan.publication.keep is not None:
         try:
-            layout.rotate(plan.final.parent, plan.publication.keep)
+            layout.rotate(plan.final.parent, plan.publication.keep, newest=plan.final)
         except OSError as error:  # the new checkpoint is in place; an old one merely stays
             logger.warning("could not delete old checkpoints beside %s: %s", plan.final, error)
     if plan.publication.on_published is not None:
@@ -154,8 +154,10 @@ def _sync_and_publish(plan: CommitPlan, publication: Publication) -> None:
         wait_for_markers(plan.temporary, publication.other_ranks, publication.timeout)
         for rank in publication.other_ranks:
             (plan.temporary / SYNCED_MARKER.format(rank=rank)).unlink(missing_ok=True)
-    layout.write_manifest(plan.temporary, publication.manifest, plan.fsync)
-    layout.publish(plan.temporary, plan.final, plan.fsync)
+    # Every file there, plugins' own included: what a later save may replace as this checkpoint.
+    contents, _other = target.files_under(plan.temporary)
+    layout.write_manifest(plan.temporary, dict(publication.manifest, contents=sorted(contents)), plan.fsync)
+    target.publish(plan.temporary, plan.final, plan.fsync)
 
 
 class PendingCommit:

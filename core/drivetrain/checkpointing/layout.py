@@ -210,11 +210,16 @@ def automatic_checkpoints(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def rotate(root: Path, keep: int) -> list[Path]:
-    """Delete the oldest complete checkpoints beyond ``keep``, and stale temporary ones."""
+def rotate(root: Path, keep: int, newest: Path | None = None) -> list[Path]:
+    """Delete the oldest complete checkpoints beyond ``keep``, and stale temporary ones.
+
+    ``newest`` (the checkpoint just published) always stays, even when its number is lower
+    than older ones' (``iteration`` set back by hand), and so does at least one checkpoint.
+    """
     removed = []
-    checkpoints = automatic_checkpoints(root)
-    for _number, path in checkpoints[: max(len(checkpoints) - keep, 0)]:
+    checkpoints = [(n, p) for n, p in automatic_checkpoints(root) if newest is None or p != newest]
+    others_kept = max(keep, 1) - (1 if newest is not None and is_complete(newest) else 0)
+    for _number, path in checkpoints[: max(len(checkpoints) - others_kept, 0)]:
         # Hide it first (one atomic rename): a crash while deleting must not leave a
         # visible checkpoint with some of its files gone.
         trash = root / f"{TRASH_PREFIX}{path.name}-{new_token()}"

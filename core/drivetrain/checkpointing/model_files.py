@@ -111,6 +111,27 @@ def write_model_files(state_dict: dict[str, torch.Tensor], directory: str | os.P
     return written
 
 
+_SHARD_NAME = re.compile(r"^(model|pytorch_model)-\d{5}-of-\d{5}\.(safetensors|bin)$")
+
+
+def remove_stale_weight_files(directory: str | os.PathLike, written: list[str]) -> list[str]:
+    """Delete weight files of an earlier save into ``directory`` that this save did not write.
+
+    Only names this module writes (``model.safetensors``, its shards and index, and the
+    ``pytorch_model`` ones): an index left from a sharded save would otherwise be read
+    instead of the new single file. Call it once the new files are in place.
+    """
+    removed = []
+    keep = set(written)
+    for path in Path(directory).iterdir():
+        name = path.name
+        ours = name in (SAFE_WEIGHTS, SAFE_INDEX, TORCH_WEIGHTS, TORCH_INDEX) or _SHARD_NAME.match(name)
+        if ours and name not in keep and path.is_file() and not path.is_symlink():
+            path.unlink()
+            removed.append(name)
+    return removed
+
+
 def _write_index(shard_writes: list[Any], path: Path, index: dict[str, Any], recorder: Recorder | None = None) -> None:
     for write in shard_writes:
         write.result()  # a shard that failed leaves no index pointing at it

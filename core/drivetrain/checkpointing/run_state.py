@@ -22,7 +22,7 @@ import torch
 from .. import __version__, environment
 from ..errors import CheckpointError
 from ..version import PLUGIN_API_VERSION
-from . import checksums, commit, compatibility, layout
+from . import checksums, commit, compatibility, layout, target
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
 from .model_files import read_model_files_later, write_model_files
 from .safetensors_io import read_safetensors, write_safetensors
@@ -219,7 +219,7 @@ def _publication(accelerator: Accelerator, results: list[tuple[list[str], Any, i
     )
 
 
-def agreed_directory(accelerator: Accelerator, directory: Path, action: str, token: str = "") -> str:
+def agreed_directory(accelerator: Accelerator, directory: Path, action: str, token: Any = "") -> Any:
     """Check that every process names the same checkpoint directory; returns the main process's ``token``.
 
     One object gather (bounded by the process group's timeout): processes that each pass
@@ -237,6 +237,14 @@ def agreed_directory(accelerator: Accelerator, directory: Path, action: str, tok
     return gathered[0][1]
 
 
+def _target_plan(final: Path) -> tuple[str, str, str | None]:
+    """The main process's token, where the temporary directory goes, and why ``final`` is refused."""
+    try:
+        return layout.new_token(), target.placement(final), None
+    except CheckpointError as error:
+        return "", "", str(error)
+
+
 def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | None, safe_serialization: bool,
                    weights: list[Any] | None, options: dict[str, Any] | None = None) -> Path:
     """Write a checkpoint and start its commit; returns the directory it will have.
@@ -251,12 +259,21 @@ def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | Non
     if config.automatic_checkpoint_naming and final.exists():
         raise CheckpointError(f"checkpoint {final} already exists; set ProjectConfiguration(iteration=...) past it")
     state = accelerator.state
-    token = agreed_directory(accelerator, final, "save_state()", layout.new_token())
-    temporary = layout.temporary_dir_for(final, token)
+    token, where, problem = agreed_directory(accelerator, final, "save_state()", _target_plan(final))
+    if problem:
+        raise CheckpointError(problem)
+    temporary = target.temporary_dir(final, token, where)
     publisher = _publisher_rank(accelerator)
+    problem = None
     if publisher == accelerator.process_index:
-        temporary.mkdir(parents=True, exist_ok=True)
-    state.wait_for_everyone()
+        try:
+            temporary.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            problem = (f"cannot save the state into {final}: creating {temporary} failed "
+                       f"({exc.strerror or exc}); choose a directory you can write to")
+    problems = [p for p in state.collectives.all_gather_object(problem) if p]  # also the barrier before writing
+    if problems:
+        raise CheckpointError(problems[0])
     error = None
     try:
         files = _write_this_process_files(accelerator, temporary, safe_serialization, weights, options or {})
