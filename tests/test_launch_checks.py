@@ -218,3 +218,234 @@ def test_accelerate_style_console_scripts(tmp_path, script, argv, expected):
     result = subprocess.run([path, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=120,
                             env={**os.environ, "HF_HOME": str(tmp_path)})
     assert expected in result.stdout + result.stderr
+
+
+# ---- launch, config and environment input that used to reach torch unchecked
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--main_process_ip", "not an ip!!"), "--main-process-ip 'not an ip!!' is neither an IP address nor a host name"),
+    (("--rdzv_conf", "garbage"), "--rdzv-conf 'garbage': 'garbage' is not key=value"),
+    (("--rdzv_conf", "join_timeout=-5"), "--rdzv-conf join_timeout='-5' must be a positive number of seconds"),
+    (("--rdzv_timeout", "-1"), "--rdzv-timeout must be greater than 0, not -1"),
+    (("--tee", "9"), "--tee is '9'; use 0 (none), 1 (stdout), 2 (stderr), 3 (both)"),
+    (("--dynamo_mode", "ludicrous"), "--dynamo-mode is 'ludicrous'; allowed: default, reduce-overhead, "),
+])
+def test_launch_input_reaching_torch_is_refused_first(launch, argv, message):
+    code, err = launch(*argv)
+    assert code == 2 and err.startswith("drivetrain: error: " + message), err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_per_rank_tee_and_a_host_name_are_accepted():
+    from drivetrain.cli.launch_checks import check_choices, check_rendezvous, host_problem
+    from drivetrain.cli.launch_cmd import build_parser
+
+    args = build_parser().parse_args(["--tee", "0:3,1:2", "--main_process_ip", "127.0.0.1", "--rdzv_conf",
+                                      "join_timeout=900,is_host=true", "train.py"])
+    check_choices(args, set())
+    check_rendezvous(args, set())
+    assert host_problem("localhost") is None and host_problem("::1") is None
+
+
+def test_a_host_name_that_does_not_resolve_is_named(monkeypatch):
+    import socket
+
+    from drivetrain.cli import launch_checks
+
+    def unknown(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", unknown)
+    assert launch_checks.host_problem("machine-zero.example") == "does not resolve (Name or service not known)"
+
+
+def test_a_log_dir_that_is_a_file_is_refused(launch, tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    code, err = launch("--log_dir", "notes.txt")
+    assert code == 2 and "--log-dir notes.txt is a file; name a directory" in err, err
+    code, err = launch("--log_dir", "notes.txt/logs")
+    assert code == 2 and f"--log-dir notes.txt/logs cannot be created: {tmp_path / 'notes.txt'} is a file" in err, err
+
+
+def test_a_port_in_use_names_a_free_one_before_anything_starts(launch):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err = launch("--num_processes", "2", "--main_process_port", str(port))
+    assert code == 2 and f"--main-process-port {port} is already in use on this machine; choose another (e.g. " \
+        in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "abc", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS='abc' is not a whole number"),
+    ("DRIVETRAIN_GRADIENT_ACCUMULATION_STEPS", "0", "DRIVETRAIN_GRADIENT_ACCUMULATION_STEPS='0' must be at least 1"),
+    ("DRIVETRAIN_TIMEOUT", "-5", "DRIVETRAIN_TIMEOUT='-5' must be greater than 0"),
+    ("ACCELERATE_DYNAMO_MODE", "ludicrous", "ACCELERATE_DYNAMO_MODE='ludicrous' is not allowed; use one of default, "),
+])
+def test_a_bad_variable_every_child_would_read_stops_the_launch(launch, monkeypatch, variable, value, message):
+    monkeypatch.setenv(variable, value)
+    code, err = launch("--num_processes", "2")
+    assert code == 2 and err.startswith("drivetrain: error: " + message), err
+
+
+def test_the_command_line_replaces_a_bad_variable_the_children_would_not_see(launch, monkeypatch):
+    import os
+
+    from drivetrain.cli import launch_cmd
+
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "abc")
+    monkeypatch.setattr(launch_cmd, "choose_launcher", lambda args: ("fake", lambda args: 0))
+    before = dict(os.environ)  # the launcher writes the children's variables into os.environ
+    try:
+        code, err = launch("--gradient_accumulation_steps", "2")
+        assert code == 0 and os.environ["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] == "2", err
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
+@pytest.mark.parametrize("variable", ["ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "DRIVETRAIN_GRADIENT_ACCUMULATION_STEPS"])
+def test_the_accelerator_names_the_bad_accumulation_variable_it_read(monkeypatch, variable):
+    from drivetrain import Accelerator
+
+    monkeypatch.setenv(variable, "abc")
+    with pytest.raises(ConfigError, match=rf"^{variable}='abc' is not a whole number$"):
+        Accelerator(cpu=True)
+
+
+def test_torch_compile_modes_and_timeouts_are_checked_where_they_are_read(monkeypatch):
+    from datetime import timedelta
+
+    from drivetrain.state import _timeout_from
+    from drivetrain.utils import TorchDynamoPlugin
+
+    with pytest.raises(ConfigError, match=r"TorchDynamoPlugin\(mode='ludicrous'\) is not a torch.compile mode"):
+        TorchDynamoPlugin(backend="eager", mode="ludicrous")
+    monkeypatch.setenv("DRIVETRAIN_DYNAMO_MODE", "ludicrous")
+    with pytest.raises(ConfigError, match="DRIVETRAIN_DYNAMO_MODE='ludicrous' is not allowed"):
+        TorchDynamoPlugin(backend="eager")
+    monkeypatch.setenv("DRIVETRAIN_DYNAMO_MODE", "max-autotune")
+    assert TorchDynamoPlugin(backend="eager").mode == "max-autotune"
+    for bad in (-5, 0, timedelta(seconds=-1), "soon"):
+        with pytest.raises(ConfigError, match="timeout must be a positive number of seconds"):
+            _timeout_from(bad)
+    assert _timeout_from(30) == timedelta(seconds=30) == _timeout_from(timedelta(seconds=30))
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"LOCAL_RANK": "abc"}, "LOCAL_RANK='abc' is not a whole number; fix or unset LOCAL_RANK"),
+    ({"WORLD_SIZE": "-1"}, "torchelastic environment: world size -1 is not at least 1"),
+    ({"RANK": "5", "WORLD_SIZE": "2"}, "torchelastic environment: rank 5 is outside 0..1 (world size 2)"),
+    ({"MASTER_PORT": "70000"}, "torchelastic environment: port 70000 is not a port number"),
+])
+def test_rank_variables_that_cannot_describe_a_job_are_one_line(env, message):
+    from drivetrain_torchelastic.environment import from_torchelastic
+
+    with pytest.raises(ConfigError) as info:
+        from_torchelastic({"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "1", **env})
+    assert str(info.value).startswith(message), info.value
+
+
+def test_accelerate_rank_helpers_name_a_bad_variable(monkeypatch):
+    from drivetrain.utils import get_cpu_distributed_information
+
+    monkeypatch.setenv("LOCAL_RANK", "abc")
+    with pytest.raises(ConfigError, match="LOCAL_RANK='abc' is not a whole number"):
+        get_cpu_distributed_information()
+
+
+def _write(path, content):
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("big.yaml", "distributed_type: MULTI_CPU\nnum_processes: 1000000000000000000000\n",
+     "num_processes is 1000000000000000000000: more than 4096 processes per machine on 1 machine(s)"),
+    ("binary.yaml", b"\x00\xa1\xff\x10binary", "is not a text file (binary or not UTF-8)"),
+    ("latin.yaml", "num_processes: 1\n# caf\xe9\n".encode("latin-1"), "is not a text file (binary or not UTF-8)"),
+    ("twice.yaml", "num_processes: 2\nmixed_precision: no\nnum_processes: 1\n",
+     "key 'num_processes' is given twice (lines 1 and 3); keep one of them"),
+    ("twice.json", '{"num_processes": 2, "num_processes": 1}', "key 'num_processes' is given twice"),
+])
+def test_a_config_file_that_cannot_be_meant_is_refused(launch, tmp_path, name, content, message):
+    path = _write(tmp_path / name, content)
+    code, err = launch("--config_file", str(path))
+    assert code == 2 and f"config file {path}" in err and message in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_fifo_as_config_file_is_refused_without_reading_it(launch, tmp_path):
+    import os
+
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)  # reading it would wait for a writer forever
+    code, err = launch("--config_file", str(fifo))
+    assert code == 2 and f"config file {fifo} is not a regular file (a FIFO, socket or device)" in err, err
+    code, err = launch("--config_file", str(tmp_path))
+    assert code == 2 and f"config file {tmp_path} is a directory" in err, err
+
+
+@pytest.mark.parametrize("variable", ["XDG_CONFIG_HOME", "HF_HOME"])
+def test_a_config_home_that_is_a_file_is_named(launch, monkeypatch, tmp_path, variable):
+    (tmp_path / "home-file").write_text("x")
+    monkeypatch.delenv("HF_HOME", raising=False)
+    monkeypatch.setenv(variable, str(tmp_path / "home-file"))
+    code, err = launch()
+    assert code == 2 and f"{variable}={tmp_path / 'home-file'} is a file, not a directory" in err, err
+    code = main(["config", "default"])
+    assert code == 2
+
+
+def test_a_yaml_merge_key_is_not_a_duplicate(tmp_path):
+    from drivetrain.config.file import _read
+
+    path = _write(tmp_path / "merge.yaml", "base: &b\n  dynamo_mode: default\ndynamo_config:\n  <<: *b\n"
+                                           "  dynamo_mode: max-autotune\n")
+    assert _read(path)["dynamo_config"] == {"dynamo_mode": "max-autotune"}  # `<<` may be overridden
+
+
+def test_the_rendezvous_wait_is_bounded_by_rdzv_timeout():
+    from drivetrain.cli.launch_cmd import build_parser
+    from drivetrain_torchrun.launcher import torchrun_arguments
+
+    parser = build_parser()
+
+    def argv(*options):
+        args = parser.parse_args(["--num_processes", "2", "--num_machines", "2", "--main_process_ip", "10.0.0.1",
+                                  "--main_process_port", "29555", *options, "train.py"])
+        args.nproc_per_node, args.rdzv_backend = 1, args.rdzv_backend or "static"
+        args.machine_rank = args.machine_rank or 0
+        return torchrun_arguments(args)
+
+    def conf(arguments):
+        return arguments[arguments.index("--rdzv-conf") + 1]
+
+    assert conf(argv()) == "timeout=300"  # torch's static rendezvous would wait 600 s
+    assert conf(argv("--rdzv_timeout", "20.5")) == "timeout=21"
+    assert conf(argv("--rdzv_backend", "c10d", "--rdzv_conf", "read_timeout=9")) == "read_timeout=9,join_timeout=300"
+    assert conf(argv("--rdzv_conf", "timeout=900", "--rdzv_timeout", "5")) == "timeout=900"  # the user's own wins
+
+
+def test_an_unreachable_machine_zero_ends_the_launch_in_one_line(capsys):
+    import socket
+
+    from drivetrain.cli.launch_cmd import build_parser
+    from drivetrain_torchrun.launcher import launch_torchrun
+
+    with socket.socket() as probe:  # a loopback port nobody listens on once it is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = build_parser().parse_args(["--cpu", "--num_processes", "2", "--num_machines", "2", "--machine_rank", "1",
+                                      "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
+                                      "--rdzv_timeout", "1", "train.py"])
+    args.nproc_per_node, args.rdzv_backend = 1, "static"
+    assert launch_torchrun(args) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"drivetrain launch: no rendezvous with machine 0 at 127.0.0.1:{port}: ") \
+        and last.endswith("or wait longer with --rdzv-timeout (now 1.0 s)"), last

@@ -327,3 +327,19 @@ def test_a_platform_whose_factory_cannot_be_imported_is_named_at_launch():
     with pytest.raises(PluginSelectionError, match=r"platform 'npu' of plugin 'npu' .*no_such_npu_module.*"
                                                    r"pip install -U someone-else"):
         launch_cmd._default_num_processes(args, manager, launch_cmd.requests_for(args, manager))
+
+
+def test_a_precision_no_backend_here_can_provide_is_refused_with_the_extra_to_install(monkeypatch):
+    """fp8 asked on the CPU without torchao: refused before anything runs, naming the extra that
+    provides it here, not the backends that would need a GPU."""
+    from drivetrain import get_plugin_manager
+    from drivetrain_torchao import capability
+
+    monkeypatch.setattr(capability, "is_torchao_available", lambda: False)
+    with pytest.raises(IncompatibleChoiceError) as info:
+        select(get_plugin_manager(), Requests(cpu=True, mixed_precision="fp8"), cluster=ONE)
+    message = str(info.value)
+    assert message.startswith("mixed precision 'fp8' cannot run on platform 'cpu': ao: ") \
+        and "pip install 'drivetrain[torchao]'" in message, message
+    assert "drivetrain[te]" not in message and "backends for other platforms only: te (cuda), msamp (cuda)" \
+        in message, message

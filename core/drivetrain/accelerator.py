@@ -202,7 +202,7 @@ class Accelerator(AcceleratorProperties, AcceleratorProcesses, AccelerateMembers
                 raise ConfigError("pass gradient_accumulation_steps or gradient_accumulation_plugin, not both")
             return plugin
         if steps == 1:
-            steps = environment.read_int("GRADIENT_ACCUMULATION_STEPS", default=1)
+            steps = environment.read_checked("GRADIENT_ACCUMULATION_STEPS", default=1)
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ConfigError(f"gradient_accumulation_steps must be a whole number of at least 1, not {steps!r}")
         return GradientAccumulationPlugin(num_steps=steps)

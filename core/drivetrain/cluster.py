@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from .errors import ConfigError
+
 
 @dataclass(frozen=True)
 class ClusterEnvironment:
@@ -37,6 +39,24 @@ class ClusterEnvironment:
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
 
+    def __post_init__(self) -> None:
+        # Checked here, where every cluster-environment plugin's answer passes: a rank outside
+        # the job would wait for peers that never come, a negative size would start nothing.
+        problem = None
+        if self.world_size < 1:
+            problem = f"world size {self.world_size} is not at least 1"
+        elif not 0 <= self.rank < self.world_size:
+            problem = f"rank {self.rank} is outside 0..{self.world_size - 1} (world size {self.world_size})"
+        elif self.local_rank < 0 or self.local_world_size < 1:
+            problem = f"local rank {self.local_rank} of {self.local_world_size} local processes is impossible"
+        elif self.num_nodes < 1:
+            problem = f"{self.num_nodes} machines is not at least 1"
+        elif not 0 <= self.master_port < 65536:
+            problem = f"port {self.master_port} is not a port number"
+        if problem:
+            raise ConfigError(f"{self.name} environment: {problem}; fix the variables that started this process "
+                              "(RANK, WORLD_SIZE, LOCAL_RANK, ... or the scheduler's own) or unset them")
+
     def torch_env(self) -> dict[str, str]:
         """The variables torch.distributed's ``env://`` rendezvous reads."""
         return {
@@ -59,9 +79,13 @@ SINGLE_PROCESS = ClusterEnvironment(name="single-process")
 
 
 def int_var(env: Mapping[str, str], *names: str, default: int | None = None) -> int | None:
-    """The first of ``names`` set in ``env``, as an int."""
+    """The first of ``names`` set in ``env``, as an int; a ``ConfigError`` naming the variable
+    when it holds something else."""
     for name in names:
         value = env.get(name)
         if value not in (None, ""):
-            return int(value)
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(f"{name}={value!r} is not a whole number; fix or unset {name}") from None
     return default

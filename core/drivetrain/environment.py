@@ -103,14 +103,59 @@ def read_bool(key: str, default: bool = False, env: Mapping[str, str] | None = N
     return parse_bool(value, own if (env if env is not None else os.environ).get(own) is not None else alias)
 
 
-def read_int(key: str, default: int | None = None, env: Mapping[str, str] | None = None) -> int | None:
+def _variable_name(key: str, env: Mapping[str, str] | None) -> str:
+    """The name the user set: ``DRIVETRAIN_<key>``, or its alias when only that is set."""
+    own, alias = names_of(key)
+    return alias if (env if env is not None else os.environ).get(own) is None and \
+        (env if env is not None else os.environ).get(alias) is not None else own
+
+
+def parse_number(value: str, name: str, kind: type = int, minimum: float | None = None,
+                 strictly: bool = False) -> int | float:
+    """``value`` as a whole number (``kind=int``) or a number, at least ``minimum`` (greater
+    than it with ``strictly``); a :class:`ConfigError` naming ``name`` otherwise."""
+    try:
+        number = kind(value.strip())
+    except (ValueError, OverflowError):
+        what = "a whole number" if kind is int else "a number"
+        raise ConfigError(f"{name}={value!r} is not {what}") from None
+    if kind is float and number != number:  # NaN compares false with every bound
+        raise ConfigError(f"{name}={value!r} is not a number")
+    if minimum is not None and (number < minimum or (strictly and number == minimum)):
+        bound = f"greater than {minimum:g}" if strictly else f"at least {minimum:g}"
+        raise ConfigError(f"{name}={value!r} must be {bound}")
+    return number
+
+
+def read_int(key: str, default: int | None = None, env: Mapping[str, str] | None = None,
+             minimum: int | None = None) -> int | None:
+    """``DRIVETRAIN_<key>`` (or its alias) as a whole number of at least ``minimum``; a
+    :class:`ConfigError` naming the variable that is set otherwise."""
     value = read(key, env=env)
     if value in (None, ""):
         return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"{PREFIX}{key}={value!r} is not a whole number") from None
+    return int(parse_number(value, _variable_name(key, env), int, minimum))
+
+
+def read_float(key: str, default: float | None = None, env: Mapping[str, str] | None = None,
+               minimum: float | None = None, strictly: bool = False) -> float | None:
+    """``DRIVETRAIN_<key>`` (or its alias) as a number, checked like :func:`read_int`."""
+    value = read(key, env=env)
+    if value in (None, ""):
+        return default
+    return float(parse_number(value, _variable_name(key, env), float, minimum, strictly))
+
+
+def read_choice(key: str, choices: tuple[str, ...], default: str | None = None,
+                env: Mapping[str, str] | None = None) -> str | None:
+    """``DRIVETRAIN_<key>`` (or its alias), one of ``choices`` (any case)."""
+    value = read(key, env=env)
+    if value in (None, ""):
+        return default
+    for choice in choices:
+        if value.strip().lower() == choice.lower():
+            return choice
+    raise ConfigError(f"{_variable_name(key, env)}={value!r} is not allowed; use one of {', '.join(choices)}")
 
 
 def read_list(key: str, env: Mapping[str, str] | None = None) -> list[str]:
@@ -126,3 +171,42 @@ def as_env_value(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(map(str, value))
     return str(value)
+
+
+#: The modes ``torch.compile(mode=...)`` accepts.
+DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _flag(key: str) -> Callable[[Mapping[str, str] | None], object]:
+    return lambda env: None if read(key, env=env) is None else read_bool(key, env=env)
+
+
+#: The core's typed variables and how each is read. The code that uses one reads it through
+#: :func:`read_checked`, and ``drivetrain launch`` checks them all with :func:`check_variables`
+#: before any process starts: a bad value is one line, not one traceback per rank.
+CHECKED: dict[str, Callable[[Mapping[str, str] | None], object]] = {
+    "GRADIENT_ACCUMULATION_STEPS": lambda env: read_int("GRADIENT_ACCUMULATION_STEPS", env=env, minimum=1),
+    "TIMEOUT": lambda env: read_float("TIMEOUT", env=env, minimum=0, strictly=True),
+    "CHECKPOINT_COMMIT_TIMEOUT": lambda env: read_int("CHECKPOINT_COMMIT_TIMEOUT", env=env, minimum=1),
+    "CHECKPOINT_THREADS": lambda env: read_int("CHECKPOINT_THREADS", env=env, minimum=1),
+    "DYNAMO_MODE": lambda env: read_choice("DYNAMO_MODE", DYNAMO_MODES, env=env),
+    **{key: _flag(key) for key in ("DYNAMO_USE_FULLGRAPH", "DYNAMO_USE_DYNAMIC", "DYNAMO_USE_REGIONAL_COMPILATION",
+                                   "DEBUG_MODE", "USE_CPU")},
+}
+
+
+def read_checked(key: str, default: object = None, env: Mapping[str, str] | None = None) -> object:
+    """The value of the core variable ``key`` (see :data:`CHECKED`), or ``default`` when unset.
+
+    Raises:
+        ConfigError: the value is not of the variable's type or range; the message names it.
+    """
+    value = CHECKED[key](env)
+    return default if value is None else value
+
+
+def check_variables(env: Mapping[str, str] | None = None) -> None:
+    """Read every variable of :data:`CHECKED` (a :class:`ConfigError` at the first bad one)."""
+    for key in CHECKED:
+        if read(key, env=env) is not None:
+            CHECKED[key](env)

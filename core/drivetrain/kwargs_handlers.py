@@ -167,7 +167,10 @@ class TorchDynamoPlugin(KwargsHandler):
             self.backend = environment.read("DYNAMO_BACKEND", default="no")
         self.backend = str(getattr(self.backend, "value", self.backend)).lower()
         if self.mode is None:
-            self.mode = environment.read("DYNAMO_MODE", default="default")
+            self.mode = environment.read_checked("DYNAMO_MODE", default="default")
+        elif str(self.mode) not in environment.DYNAMO_MODES:
+            raise ConfigError(f"TorchDynamoPlugin(mode={self.mode!r}) is not a torch.compile mode; use one of "
+                              f"{', '.join(environment.DYNAMO_MODES)}")
         if self.fullgraph is None:
             self.fullgraph = environment.read_bool("DYNAMO_USE_FULLGRAPH", default=False)
         if self.use_regional_compilation is None:

@@ -354,21 +354,32 @@ def choose_precision(
                 f"mixed precision {wanted!r} is not supported by {owner} (it supports {', '.join(limits) or 'none'}); "
                 f"pass mixed_precision={(list(limits) or ['no'])[0]!r} or 'no'"
             )
-    problems = []
+    # A backend that cannot run on this platform is not worth installing here: those that can
+    # are listed first, with what each needs (the extra to install, a newer device).
+    problems, elsewhere = [], []
     for plugin, spec in sorted(candidates, key=lambda pair: -pair[1].priority):
         record = manager.records[plugin]
-        if not record.usable:
-            problems.append(f"{spec.backend}: {record.reason}")
-            continue
         if spec.platforms is not None and platform.name not in spec.platforms:
-            problems.append(f"{spec.backend}: does not run on {platform.name}")
+            if requests.precision_backend:  # asked for by name: all it needs
+                problems.append(f"{spec.backend}: runs only on {', '.join(spec.platforms)}"
+                                + ("" if record.usable else f"; {record.reason}"))
+            else:
+                elsewhere.append(f"{spec.backend} ({', '.join(spec.platforms)})")
+            continue
+        if not record.usable:
+            install = record.install if record.install and record.install not in record.reason else ""
+            problems.append(f"{spec.backend}: {record.reason}" + (f"; {install}" if install else ""))
             continue
         answer = ask(manager, plugin, spec.probe)
         if not answer.available:
             problems.append(f"{spec.backend}: {answer.reason}")
             continue
         return spec, plugin, f"requested ({spec.backend})"
-    raise IncompatibleChoiceError(f"mixed precision {wanted!r} cannot run here: " + "; ".join(problems))
+    message = f"mixed precision {wanted!r} cannot run on platform {platform.name!r}: "
+    message += ("; ".join(problems) if problems else f"no installed backend of it runs on {platform.name}")
+    if elsewhere:
+        message += f"; backends for other platforms only: {', '.join(elsewhere)}"
+    raise IncompatibleChoiceError(message + f"; or choose another mixed precision ('no' for full precision)")
 
 
 def select(manager: PluginManager, requests: Requests, cluster: ClusterEnvironment | None = None) -> Selection:

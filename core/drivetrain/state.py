@@ -29,9 +29,15 @@ DEFAULT_TIMEOUT = timedelta(minutes=30)
 
 
 def _timeout_from(value: Any) -> timedelta | None:
-    if value is None or isinstance(value, timedelta):
-        return value
-    return timedelta(seconds=float(value))
+    if value is None:
+        return None
+    try:
+        seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    except (TypeError, ValueError):
+        seconds = None
+    if isinstance(value, bool) or seconds is None or not seconds > 0:
+        raise ConfigError(f"timeout must be a positive number of seconds or a timedelta, not {value!r}")
+    return timedelta(seconds=seconds)
 
 
 class PartialState:
@@ -80,7 +86,7 @@ class PartialState:
         self.init_process_group_kwargs = dict(kwargs)
         if self.cluster.world_size > 1:
             platform.set_device(self.device)
-            timeout = (_timeout_from(kwargs.get("timeout")) or _timeout_from(environment.read("TIMEOUT"))
+            timeout = (_timeout_from(kwargs.get("timeout")) or _timeout_from(environment.read_checked("TIMEOUT"))
                        or DEFAULT_TIMEOUT)
             joined = run.call("drivetrain_init_distributed", timeout=timeout, backend=kwargs.get("backend"),
                               init_method=kwargs.get("init_method"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -19,6 +20,17 @@ def _target(args: argparse.Namespace) -> list[str]:
     return ["-m", CHILD, "--module" if args.module else "--script", args.training_script, *args.training_script_args]
 
 
+def rendezvous_conf(args: argparse.Namespace, timeout_key: str) -> str:
+    """``--rdzv-conf`` with ``--rdzv-timeout`` as the rendezvous back-end's ``timeout_key``
+    (unless the user's own ``--rdzv-conf`` sets it): torch would wait 10 minutes or more."""
+    conf = args.rdzv_conf or ""
+    keys = {part.split("=", 1)[0].strip() for part in conf.split(",") if "=" in part}
+    seconds = getattr(args, "rdzv_timeout", None)
+    if seconds and timeout_key not in keys:
+        conf = ",".join(filter(None, [conf, f"{timeout_key}={math.ceil(seconds)}"]))
+    return conf
+
+
 def torchrun_arguments(args: argparse.Namespace) -> list[str]:
     """The ``torchrun`` command line for this job."""
     argv = [
@@ -31,9 +43,13 @@ def torchrun_arguments(args: argparse.Namespace) -> list[str]:
     ]
     if args.log_dir:
         argv += ["--log-dir", args.log_dir]
-    if args.rdzv_conf:
+    standalone = args.num_machines == 1 and not args.main_process_port
+    conf = rendezvous_conf(args, "timeout" if args.rdzv_backend == "static" else "join_timeout")
+    if conf and not standalone:
+        argv += ["--rdzv-conf", conf]
+    elif args.rdzv_conf:
         argv += ["--rdzv-conf", args.rdzv_conf]
-    if args.num_machines == 1 and not args.main_process_port:
+    if standalone:
         argv += ["--standalone"]  # a free local port, chosen by the rendezvous
     elif args.rdzv_backend == "static":
         argv += ["--node-rank", str(args.machine_rank), "--master-addr", args.main_process_ip or "127.0.0.1",
@@ -45,6 +61,15 @@ def torchrun_arguments(args: argparse.Namespace) -> list[str]:
     if args.no_python:
         argv += ["--no-python"]
     return argv + _target(args)
+
+
+def rendezvous_failure(args: argparse.Namespace, error: BaseException) -> str:
+    """One line for a rendezvous that failed before any worker started."""
+    where = f"{args.main_process_ip or '127.0.0.1'}:{args.main_process_port or 29500}"
+    detail = " ".join(str(error).split()) or type(error).__name__
+    return (f"drivetrain launch: no rendezvous with machine 0 at {where}: {detail}; check that machine 0 is running "
+            f"and --main-process-ip/--main-process-port, or wait longer with --rdzv-timeout (now "
+            f"{getattr(args, 'rdzv_timeout', None) or 'torch default'} s)")
 
 
 def summarize(error, errors_dir: str | None = None, exits=None) -> str:
@@ -88,7 +113,9 @@ def _stopped(signum: int) -> int:
 
 
 def launch_torchrun(args: argparse.Namespace) -> int:
+    from torch.distributed import DistError
     from torch.distributed import run as torchrun
+    from torch.distributed.elastic.rendezvous import RendezvousError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
@@ -112,6 +139,9 @@ def launch_torchrun(args: argparse.Namespace) -> int:
         except ChildFailedError as error:
             watcher.__exit__()  # every end seen so far; nothing more is coming
             print(summarize(error, errors, watcher.exits), file=sys.stderr)
+            return 1
+        except (DistError, RendezvousError) as error:  # machine 0 unreachable, or the wait expired
+            print(rendezvous_failure(args, error), file=sys.stderr)
             return 1
         except SignalException as stop:  # Ctrl-C or SIGTERM: torch's agent has ended the workers
             return _stopped(int(stop.sigval))

@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Any, Sequence
 
+from .. import environment
 from ..errors import ConfigError, LaunchError
 from . import launch_checks
 
@@ -70,6 +71,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     resources.add_argument("--rdzv-backend", help="rendezvous: " + ", ".join(launch_checks.RDZV_BACKENDS)
                            + " (default static)")
     resources.add_argument("--rdzv-conf", help="extra rendezvous options, key=value,...")
+    resources.add_argument("--rdzv-timeout", type=float, default=launch_checks.DEFAULT_RDZV_TIMEOUT,
+                           help="seconds each machine waits to meet the others before the launch stops "
+                                f"(default {launch_checks.DEFAULT_RDZV_TIMEOUT})")
     resources.add_argument("--max-restarts", type=int, default=0)
     resources.add_argument("--monitor-interval", type=float, default=0.1)
     resources.add_argument("--timeout", type=float, help="seconds before a collective a peer never joins fails")
@@ -365,14 +369,18 @@ def launch_parsed(args: argparse.Namespace, parser: argparse.ArgumentParser | No
     merge_config(args, parser)
     launch_checks.check_numbers(args, given)
     launch_checks.check_choices(args, given)
+    launch_checks.check_rendezvous(args, given)
+    launch_checks.check_log_dir(args)
     launch_checks.check_precision(args, _installed_precisions(manager))
     launch_checks.check_target(args)
     requests = requests_for(args, manager)
     if args.num_processes is None:
         args.num_processes = _default_num_processes(args, manager, requests)
     _defaults(args)
+    launch_checks.check_port_free(args, given)
     selection = resolve_choice(args, manager, requests)
     env = child_environment(args, selection)
+    environment.check_variables({**os.environ, **env})  # what every child would read, checked once here
     name, launch = choose_launcher(args)
     for key, value in env.items():
         os.environ[key] = value

@@ -32,8 +32,19 @@ CONFIG_NAME = "default_config.yaml"
 PATH_VARIABLE = "DRIVETRAIN_CONFIG_FILE"
 
 
-def _home_dir(variable: str, fallback: str) -> Path:
-    return Path(os.environ.get(variable) or os.path.join(os.path.expanduser("~"), fallback)).expanduser()
+def _home_dir(variable: str, fallback: str | None = None) -> Path:
+    """The directory a variable such as ``XDG_CONFIG_HOME`` names (``~/<fallback>`` when unset).
+
+    Raises:
+        ConfigError: the variable names something that is not a directory.
+    """
+    named = os.environ.get(variable)
+    if named:
+        path = Path(named).expanduser()
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{variable}={named} is a file, not a directory; point it at a directory or unset it")
+        return path
+    return Path(os.path.join(os.path.expanduser("~"), fallback or "")).expanduser()
 
 
 def default_config_path() -> Path:
@@ -42,14 +53,15 @@ def default_config_path() -> Path:
     if explicit:
         return Path(explicit).expanduser()
     if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "drivetrain" / CONFIG_NAME
+        return _home_dir("HF_HOME") / "drivetrain" / CONFIG_NAME
     return _home_dir("XDG_CONFIG_HOME", ".config") / "drivetrain" / CONFIG_NAME
 
 
 def accelerate_config_paths() -> list[Path]:
     """Where Accelerate keeps its default config on this machine."""
-    hf_home = os.environ.get("HF_HOME") or os.path.join(_home_dir("XDG_CACHE_HOME", ".cache"), "huggingface")
-    folder = Path(hf_home).expanduser() / "accelerate"
+    hf_home = _home_dir("HF_HOME") if os.environ.get("HF_HOME") else \
+        _home_dir("XDG_CACHE_HOME", ".cache") / "huggingface"
+    folder = hf_home / "accelerate"
     return [folder / CONFIG_NAME, folder / "default_config.json"]
 
 
@@ -65,6 +77,7 @@ def find_config_path() -> Path | None:
         if not path.exists():
             raise ConfigError(f"{PATH_VARIABLE}={named} names no file; create it with `drivetrain config` "
                               f"or unset {PATH_VARIABLE}")
+        check_readable_file(path, f"{PATH_VARIABLE}={named}: config file")
         return path
     own = default_config_path()
     if own.exists():
@@ -116,19 +129,65 @@ class Config:
 _CORE_ATTRIBUTES = [f.name for f in fields(Config) if f.name not in ("sections", "path")]
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last
+    silently, so one of the two values the user wrote would be ignored)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults` overrides on purpose
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise ConfigError(f"key {key!r} is given twice (lines {seen[key]} and {line}); keep one of them")
+            if isinstance(key, (str, int, float, bool)):
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _value in pairs]
+    twice = next((key for key in keys if keys.count(key) > 1), None)
+    if twice is not None:
+        raise ConfigError(f"key {twice!r} is given twice; keep one of them")
+    return dict(pairs)
+
+
+def check_readable_file(path: Path, what: str = "config file") -> None:
+    """A config file must be a regular file: reading a FIFO or a device would wait or never end."""
+    if path.exists() and not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file (a FIFO, socket or device)"
+        raise ConfigError(f"{what} {path} is {kind}; name a YAML or JSON file")
+
+
 def _read(path: Path) -> dict[str, Any]:
+    check_readable_file(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}; check the path or run "
                           "`drivetrain config`") from None
     try:
+        if b"\0" in raw:
+            raise UnicodeDecodeError("utf-8", raw, raw.index(b"\0"), raw.index(b"\0") + 1, "NUL byte")
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not a text file (binary or not UTF-8); name a YAML or JSON "
+                          "file, or write one with `drivetrain config`") from None
+    try:
         # JSON is read as YAML too (Accelerate sometimes writes JSON into a .yaml file)
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        if path.suffix == ".json":
+            data = json.loads(text, object_pairs_hook=_unique_json_keys)
+        else:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         kind = "JSON" if path.suffix == ".json" else "YAML"
         detail = " ".join(str(exc).split())
         raise ConfigError(f"config file {path} is not valid {kind}: {detail}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

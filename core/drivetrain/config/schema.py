@@ -19,6 +19,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..environment import DYNAMO_MODES
 from ..errors import ConfigError
 from ..plugin_api import ConfigField, ConfigSection
 from ..plugin_manager import PluginManager, PluginStatus
@@ -50,7 +51,7 @@ CORE_FIELDS: tuple[ConfigField, ...] = (
 CORE_BLOCKS: tuple[ConfigSection, ...] = (
     ConfigSection("dynamo_config", fields=(
         ConfigField("dynamo_backend", str, "NO", help="torch.compile backend"),
-        ConfigField("dynamo_mode", str, None, help="torch.compile mode"),
+        ConfigField("dynamo_mode", str, None, choices=DYNAMO_MODES, help="torch.compile mode"),
         ConfigField("dynamo_use_fullgraph", bool, False, help="compile the whole model as one graph"),
         ConfigField("dynamo_use_dynamic", bool, False, help="compile for dynamic shapes"),
         ConfigField("dynamo_use_regional_compilation", bool, False, help="compile repeated blocks once"),

@@ -43,9 +43,15 @@ def str_to_bool(value: str, to_bool: bool = False) -> int | bool:
 
 
 def get_int_from_env(env_keys: Iterable[str], default: int) -> int:
-    """The first of ``env_keys`` set to a non-negative integer, else ``default``."""
+    """The first of ``env_keys`` set to a non-negative integer, else ``default``.
+
+    Raises:
+        ConfigError: one of them holds something that is not a whole number.
+    """
+    from ..cluster import int_var
+
     for key in env_keys:
-        value = int(os.environ.get(key, -1))
+        value = int_var(os.environ, key, default=-1)
         if value >= 0:
             return value
     return default
