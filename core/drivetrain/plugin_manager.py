@@ -320,6 +320,10 @@ class PluginManager:
         record.hooks = sorted(
             impl_name for impl_name in dir(module) if self.hooks.parse_hookimpl_opts(module, impl_name)
         )
+        for hook_name in sorted(set(record.hooks) & set(hookspecs.DEPRECATED_HOOKS)):
+            # still heard (no removal within a major version), but its author should move on
+            self._notice(f"plugin {record.name!r} implements {hook_name}, which is deprecated and goes at "
+                         f"plugin API 2.0: {hookspecs.DEPRECATED_HOOKS[hook_name]}", once=True)
         missing = missing_requirements(info.requires)
         if missing:
             record.status = PluginStatus.UNAVAILABLE

@@ -57,11 +57,6 @@ def drivetrain_register_platforms():
 
 
 @hookimpl
-def drivetrain_distributed_types():
-    return ["MULTI_TOYACCEL"]
-
-
-@hookimpl
 def drivetrain_enum_members():
     # ``RNGType.TOYACCEL`` names the device generator (as ``RNGType.XLA`` names XLA's): user code
     # passes it to ``synchronize_rng_state`` or ``Accelerator(rng_types=[...])``
