@@ -22,7 +22,7 @@ import torch
 from .. import __version__, environment
 from ..errors import CheckpointError
 from ..version import PLUGIN_API_VERSION
-from . import checksums, commit, compatibility, layout
+from . import checksums, commit, compatibility, layout, peers
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
 from .model_files import read_model_files_later, write_model_files
 from .safetensors_io import read_safetensors, write_safetensors
@@ -215,8 +215,15 @@ def _publication(accelerator: Accelerator, results: list[tuple[list[str], Any, i
         other_ranks=[rank for rank in group if rank != me],
         keep=config.total_limit if config.automatic_checkpoint_naming else None,
         on_published=accelerator._on_checkpoint_saved,
-        timeout=float(environment.read_int("CHECKPOINT_COMMIT_TIMEOUT", default=1800)),
+        timeout=_commit_timeout(accelerator),
     )
+
+
+def _commit_timeout(accelerator: Accelerator) -> float:
+    """How long the publisher waits for the others' files: the run's collective timeout, as for
+    any wait on a peer, unless ``DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT`` gives the commit its own."""
+    own = environment.read_int("CHECKPOINT_COMMIT_TIMEOUT", default=None)
+    return float(own) if own is not None else peers.timeout_seconds(accelerator.state)
 
 
 def agreed_directory(accelerator: Accelerator, directory: Path, action: str, token: str = "") -> str:
@@ -228,7 +235,7 @@ def agreed_directory(accelerator: Accelerator, directory: Path, action: str, tok
     """
     if accelerator.num_processes == 1:
         return token
-    gathered = accelerator.state.collectives.all_gather_object((str(directory), token))
+    gathered = peers.gather(accelerator.state, (str(directory), token), action)
     paths = [path for path, _token in gathered]
     if len(set(paths)) > 1:
         shown = ", ".join(f"rank {rank}: {path}" for rank, path in enumerate(paths[:4]))
@@ -256,18 +263,18 @@ def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | Non
     publisher = _publisher_rank(accelerator)
     if publisher == accelerator.process_index:
         temporary.mkdir(parents=True, exist_ok=True)
-    state.wait_for_everyone()
+    peers.barrier(state, f"saving {final}")
     error = None
     try:
         files = _write_this_process_files(accelerator, temporary, safe_serialization, weights, options or {})
     except Exception as exc:  # reported to every process below, so nobody waits forever
         files, error = {}, f"{type(exc).__name__}: {exc}"
-    results = state.collectives.all_gather_object((files, error, publisher))
+    results = peers.gather(state, (files, error, publisher), f"saving {final}")
     failures = [(rank, err) for rank, (_f, err, _p) in enumerate(results) if err]
     if failures:
         if publisher == accelerator.process_index:
             shutil.rmtree(temporary, ignore_errors=True)
-        state.wait_for_everyone()
+        peers.barrier(state, f"saving {final}")
         details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
         raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
     publication = _publication(accelerator, results) if publisher == accelerator.process_index else None
@@ -291,7 +298,7 @@ def finish_commit(accelerator: Accelerator) -> None:
     pending = commit.take_pending()
     if pending is None:
         return
-    errors = accelerator.state.collectives.all_gather_object(pending.wait())
+    errors = peers.gather(accelerator.state, pending.wait(), f"completing checkpoint {pending.final}")
     failures = [(rank, error) for rank, error in enumerate(errors) if error]
     if failures:
         details = "; ".join(f"rank {rank}: {error}" for rank, error in failures)
@@ -359,7 +366,7 @@ def _gather_failure(accelerator: Accelerator, error: str | None, what: str) -> N
     """Fail every process when any failed (a collective: every process calls it)."""
     if accelerator.num_processes == 1:
         return
-    errors = accelerator.state.collectives.all_gather_object(error)
+    errors = peers.gather(accelerator.state, error, what)
     failures = [(rank, message) for rank, message in enumerate(errors) if message]
     if failures:
         rank, message = failures[0]
