@@ -47,15 +47,15 @@ def torchrun_arguments(args: argparse.Namespace) -> list[str]:
     return argv + _target(args)
 
 
-def summarize(error, errors_dir: str | None = None, exits=None) -> str:
-    """One line per failed rank: which rank, how it ended, and its error (first failure first)."""
+def summarize(error, errors_dir: str | None = None, exits=None, stopped=None) -> str:
+    """One line per failed rank: which rank, how it ended, and its error (the rank at fault first)."""
     from drivetrain.plugin_api import failure_summary, last_stderr_line, recorded_failures
 
     if not errors_dir:
         return failure_summary(error, "drivetrain launch")
     ranks = set(getattr(error, "failures", {}) or {}) | set(exits or {})
     return failure_summary(error, "drivetrain launch", recorded_failures(errors_dir), exits,
-                           {rank: last_stderr_line(errors_dir, rank) for rank in ranks})
+                           {rank: last_stderr_line(errors_dir, rank) for rank in ranks}, stopped)
 
 
 def _quiet_agent() -> None:
@@ -111,7 +111,7 @@ def launch_torchrun(args: argparse.Namespace) -> int:
             torchrun.run(torch_args)
         except ChildFailedError as error:
             watcher.__exit__()  # every end seen so far; nothing more is coming
-            print(summarize(error, errors, watcher.exits), file=sys.stderr)
+            print(summarize(error, errors, watcher.exits, watcher.stopped), file=sys.stderr)
             return 1
         except SignalException as stop:  # Ctrl-C or SIGTERM: torch's agent has ended the workers
             return _stopped(int(stop.sigval))
