@@ -112,11 +112,12 @@ def test_a_crashing_child_is_named_and_the_launch_fails(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["InitProcessGroupKwargs", "--timeout"])
-def test_a_hang_ends_after_the_timeout_and_the_rank_that_hung_is_named(tmp_path, how):
+def test_a_stopped_rank_ends_the_job_after_the_timeout_and_is_named(tmp_path, how):
     # InitProcessGroupKwargs: rank 1 is stopped (SIGSTOP) while save_state syncs its files; rank 0's
-    # commit and its next wait are bounded by the 4 s timeout, not the commit's own 1,800 s.
-    # --timeout: rank 1 runs but never joins rank 0's barrier. Either way rank 0 fails first with a
-    # timeout, which makes it the victim: the report names rank 1.
+    # commit and its next wait are bounded by the 4 s timeout, not the commit's own 1,800 s, and
+    # rank 0 fails first with a timeout, which makes it the victim: the report names rank 1.
+    # --timeout: rank 1 is stopped after the last collective and rank 0 ends its script; torch's
+    # agent would wait for rank 1 forever: the launcher ends it after the timeout.
     seconds = "4"
     script_args, launch_args = (("hang", seconds, str(tmp_path / "checkpoint")), ()) \
         if how == "InitProcessGroupKwargs" else (("hang-launch-timeout",), ("--timeout", seconds))
@@ -125,13 +126,13 @@ def test_a_hang_ends_after_the_timeout_and_the_rank_that_hung_is_named(tmp_path,
                     timeout=180)
     elapsed = time.monotonic() - start
     assert result.returncode == 1 and "UNREACHABLE" not in result.stdout
-    assert "2 process(es) failed; rank 1 failed first" in result.stderr, result.stderr
-    stopped = "it was stopped (SIGSTOP) and " if how == "InitProcessGroupKwargs" else ""
-    assert re.search(rf"rank 1 \(local rank 1, pid \d+\) was killed by signal 15 \(SIGTERM\): {re.escape(stopped)}"
-                     r"did not answer; the others timed out waiting for it", result.stderr), result.stderr
-    assert "rank 0 (local rank 0" in result.stderr and ("Timed out waiting 4000ms" in result.stderr
-                                                         or "did not answer within" in result.stderr)
-    if how == "InitProcessGroupKwargs":  # the commit's wait for rank 1's files says so, bounded by the same 4 s
+    failed, signal_name = ("2", "15 (SIGTERM)") if how == "InitProcessGroupKwargs" else ("1", "9 (SIGKILL)")
+    assert f"{failed} process(es) failed; rank 1 failed first" in result.stderr, result.stderr
+    assert re.search(rf"rank 1 \(local rank 1, pid \d+\) was killed by signal {re.escape(signal_name)}: it was "
+                     r"stopped \(SIGSTOP\) and did not answer", result.stderr), result.stderr
+    if how == "InitProcessGroupKwargs":  # rank 0 timed out: in the commit (naming rank 1) and in its wait
+        assert "rank 0 (local rank 0" in result.stderr and "did not answer within the run's collective timeout " \
+            "(4 s)" in result.stderr, result.stderr
         assert "rank 1 did not answer: its files were not synced within 4 s" in result.stderr, result.stderr
         assert not (tmp_path / "checkpoint").exists()
     assert elapsed < 120, f"took {elapsed:.0f}s: the timeout did not apply"
@@ -265,6 +266,40 @@ def test_workers_end_when_the_launcher_is_killed_with_sigkill(tmp_path):
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
+
+
+def test_a_worker_under_another_launcher_ends_when_drivetrains_launcher_is_killed(tmp_path):
+    # launcher -> intermediate launcher (DeepSpeed's, say: it knows nothing of ours) -> worker.
+    # The worker's parent outlives the launcher, so the parent-death signal cannot help: the
+    # worker watches the launcher named in DRIVETRAIN_LAUNCHER.
+    worker = ("import os, time\nfrom drivetrain.worker_lifetime import die_with_launcher\ndie_with_launcher()\n"
+              "print(os.getpid(), flush=True)\ntime.sleep(120)\n")
+    middle = (f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {worker!r}])\n"
+              "print(__import__('os').getpid(), flush=True)\ntime.sleep(120)\n")
+    launcher = ("import os, subprocess, sys, time\nfrom drivetrain.worker_lifetime import LAUNCHER_VARIABLE, "
+                "launcher_identity\nos.environ[LAUNCHER_VARIABLE] = launcher_identity()\n"
+                f"subprocess.Popen([sys.executable, '-c', {middle!r}])\ntime.sleep(120)\n")
+    process = subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.PIPE, text=True, env=clean_env())
+    pids = []
+    try:
+        pids = [int(process.stdout.readline()) for _process in range(2)]  # the middle one and the worker
+        middle_pid, worker_pid = sorted(pids, key=lambda pid: _parent(pid) == process.pid, reverse=True)
+        process.kill()
+        process.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _running(worker_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(worker_pid), "the worker outlived its launcher"
+        assert _running(middle_pid)  # not armed: only the worker is drivetrain's
+    finally:
+        for pid in pids:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[1])
 
 
 def _running(pid: int) -> bool:

@@ -109,9 +109,10 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
         failure = failures.get(rank)
         code = code_of(rank)
         reason = reasons[rank]
-        if rank == first_rank and hung and (rank in stopped or not reason):
-            stop = "it was stopped (SIGSTOP) and " if rank in stopped else ""
-            reason = (f"{stop}did not answer; the others timed out waiting for it: look at this rank, or raise the "
+        if rank == first_rank and rank in stopped:
+            reason = "it was stopped (SIGSTOP) and did not answer: look at what stopped it (a debugger, job control)"
+        elif rank == first_rank and hung and not reason:
+            reason = ("did not answer; the others timed out waiting for it: look at this rank, or raise the "
                       "collective timeout if it was only busy")
         elif not reason and code is not None and code < 0 and rank != first_rank:
             reason = "stopped by the launcher after another rank failed"

@@ -14,6 +14,8 @@ the workers cannot order a rank that left without writing one (``os._exit``, a s
   ``T``): such a rank is why the others timed out, and the report names it. The agent is about
   to end every worker; a stopped one would wait out its grace period (no signal but
   ``SIGKILL`` reaches a stopped process), so the watcher sends it ``SIGTERM`` and ``SIGCONT``.
+  A rank that stays stopped after every other rank has ended (successfully) would make the
+  agent wait forever: after the collective timeout the watcher kills it.
 """
 
 from __future__ import annotations
@@ -114,11 +116,13 @@ class ExitWatcher:
     notes nothing and the summary falls back on the workers' own records.
     """
 
-    def __init__(self, errors: str, interval: float = 0.005) -> None:
+    def __init__(self, errors: str, interval: float = 0.005, stopped_limit: float | None = None) -> None:
         self.errors = errors
         self.interval = interval
+        self.stopped_limit = stopped_limit
         self.exits: dict[int, tuple[float, int | None]] = {}
-        self.stopped: dict[int, float] = {}  # rank -> when it was seen stopped as another failed
+        self.stopped: dict[int, float] = {}  # rank -> since when it was seen stopped while others had ended
+        self._left_stopped_since: float | None = None
         self._pids: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="drivetrain-exit-watcher", daemon=True)
@@ -175,5 +179,26 @@ class ExitWatcher:
                     self.exits[rank] = (last_seen_alive, code)
                     if code and not self.stopped:
                         self._note_stopped(now)
+            if self.exits and len(self.exits) < len(self._pids):
+                self._end_stopped_leftovers(now)
             last_seen_alive = now
             self._stop.wait(self.interval)
+
+    def _end_stopped_leftovers(self, now: float) -> None:
+        """Every other rank has ended and the rest are stopped: nothing will ever wake them, and the
+        agent would wait for them forever. After ``stopped_limit`` seconds (the collective timeout)
+        they are killed, so the job fails naming them instead of hanging."""
+        left = [rank for rank in self._pids if rank not in self.exits]
+        if self.stopped_limit is None or not all(process_state(self._pids[rank]) == "T" for rank in left):
+            self._left_stopped_since = None
+            return
+        if self._left_stopped_since is None:
+            self._left_stopped_since = now
+        if now - self._left_stopped_since < self.stopped_limit:
+            return
+        for rank in left:
+            self.stopped[rank] = self._left_stopped_since
+            try:
+                os.kill(self._pids[rank], signal.SIGKILL)
+            except OSError:
+                pass

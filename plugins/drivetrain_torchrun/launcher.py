@@ -12,6 +12,8 @@ import uuid
 
 from drivetrain.plugin_api import CHILD_MODULE as CHILD
 
+DEFAULT_TIMEOUT_S = 1800.0  # torch.distributed's default process group timeout
+
 
 def _target(args: argparse.Namespace) -> list[str]:
     if args.no_python:
@@ -105,7 +107,14 @@ def launch_torchrun(args: argparse.Namespace) -> int:
     quiet_stop = _NoClosingNotes()
     for logger in notes:
         logger.addFilter(quiet_stop)
-    with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors, ExitWatcher(errors) as watcher:
+    # A rank left stopped once the others ended is killed after the collective timeout (the run's
+    # own when given at launch; the launcher cannot see one set in the script).
+    try:
+        limit = float(getattr(args, "timeout", None) or os.environ.get("DRIVETRAIN_TIMEOUT") or DEFAULT_TIMEOUT_S)
+    except ValueError:  # a bad variable is the workers' error to report
+        limit = DEFAULT_TIMEOUT_S
+    with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors, \
+            ExitWatcher(errors, stopped_limit=limit) as watcher:
         os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it
         try:
             torchrun.run(torch_args)

@@ -3,9 +3,9 @@
 ``crash``: rank 1 raises. ``hang SECONDS DIR``: rank 1 is stopped (SIGSTOP) inside
 ``save_state(DIR)``, while it syncs its files; rank 0's save returns, its commit waits for rank
 1's files and its next ``wait_for_everyone`` for rank 1 itself, both until the process group's
-timeout (InitProcessGroupKwargs(timeout=SECONDS)). ``hang-launch-timeout``: rank 1 never joins a
-barrier (it sleeps, running) and rank 0 waits in it until the timeout given to `drivetrain
-launch --timeout`. ``exit``: rank 1 writes a line to stderr and leaves with ``os._exit(3)`` (no
+timeout (InitProcessGroupKwargs(timeout=SECONDS)). ``hang-launch-timeout``: rank 1 is stopped
+(SIGSTOP) after the last collective and rank 0 ends its script normally; only the launcher can
+end rank 1, after the timeout given to `drivetrain launch --timeout`. ``exit``: rank 1 writes a line to stderr and leaves with ``os._exit(3)`` (no
 exception, no record); rank 0's next collective then breaks. ``sleep``: every rank says
 ``STARTED <rank> <pid>`` and sleeps (the launcher is stopped by a signal); a second argument
 only tells test runs apart.
@@ -58,6 +58,9 @@ elif mode == "crash":
     state.wait_for_everyone()
 else:
     if state.process_index == 1:
-        time.sleep(600)  # never joins: only the timeout can end rank 0's wait
-    state.wait_for_everyone()
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSTOP)  # nobody continues it
+        print("UNREACHABLE", flush=True)
+    sys.exit(0)
 print("UNREACHABLE", flush=True)
