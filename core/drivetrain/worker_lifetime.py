@@ -7,7 +7,7 @@ their script runs, holding devices and ports. So each worker, first thing at sta
   checks that its parent is still the one it had before asking (the parent may have ended
   in between, and the signal would then never come);
 - when the launcher is not its parent but a further ancestor (a launcher of another
-  library in between, such as DeepSpeed's), watches the launcher itself: a thread waits on
+  library in between), watches the launcher itself: a thread waits on
   a pidfd of it, and ends the worker when it ends. The intermediate launchers see their
   workers end and end too.
 

@@ -193,6 +193,7 @@ class PendingCommit:
     def wait(self) -> str | None:
         """Wait for the commit; returns its error, or ``None`` when it succeeded."""
         if self._thread is not None:
+            # no timeout of its own: the thread's one wait on peers (wait_for_markers) is bounded
             self._thread.join()
         return self.error
 
