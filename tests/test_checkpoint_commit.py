@@ -145,15 +145,28 @@ def test_rotation_and_tracker_notices_happen_after_the_commit(tmp_path):
 
 def test_a_script_that_ends_right_after_save_state_still_completes_its_checkpoint(tmp_path):
     script = textwrap.dedent(f"""
+        import sys
         import torch
         from drivetrain import Accelerator
+        from drivetrain.checkpointing import commit
         accelerator = Accelerator()
         model = accelerator.prepare(torch.nn.Linear(512, 512))
         accelerator.save_state({str(tmp_path / "ckpt")!r})
+        if sys.argv[1] == "fail":  # the last commit fails once the script has ended: nobody can raise it
+            accelerator.wait_for_everyone()
+            def broken(*args):
+                raise OSError(5, "Input/output error")
+            commit.sync_files = broken
+            accelerator.save_state({str(tmp_path / "second")!r})
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", script, "ok"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "model_0/model.safetensors" in layout.read_manifest(tmp_path / "ckpt")["files"]
+    # the launcher must not read success: the exit code says the checkpoint is missing
+    result = subprocess.run([sys.executable, "-c", script, "fail"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert "second was not completed: syncing the files" in result.stderr and "Input/output error" in result.stderr
+    assert not (tmp_path / "second").exists() and layout.read_manifest(tmp_path / "ckpt")
 
 
 def test_large_states_are_split_into_files_written_and_read_side_by_side(tmp_path, monkeypatch):
@@ -219,5 +232,40 @@ def test_markers_report_a_failed_or_silent_process(tmp_path):
     (tmp_path / commit.FAILED_MARKER.format(rank=2)).write_text("[Errno 5] Input/output error")
     with pytest.raises(CheckpointError, match=r"process 2 could not sync its files \(\[Errno 5\]"):
         commit.wait_for_markers(tmp_path, [1, 2], timeout=1)
-    with pytest.raises(CheckpointError, match=r"processes \[3\] did not sync.*DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT"):
+    with pytest.raises(CheckpointError, match=r"^rank 3 did not answer: its files were not synced within 0.05 s "
+                                              r"\(the run's collective timeout\); look at rank 3 .*InitProcessGroup"
+                                              r"Kwargs\(timeout=.*DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT"):
         commit.wait_for_markers(tmp_path, [3], timeout=0.05)
+    with pytest.raises(CheckpointError, match=r"^ranks 3, 4 did not answer: their files"):
+        commit.wait_for_markers(tmp_path, [3, 4], timeout=0.05)
+
+
+def test_every_wait_on_a_peer_is_bounded_by_the_runs_collective_timeout(monkeypatch):
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from drivetrain import InitProcessGroupKwargs
+    from drivetrain.checkpointing import peers, run_state
+
+    accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=15))])
+    # the commit's wait for the other processes' files: the run's timeout, not a half-hour of its own
+    assert run_state._publication(accelerator, [({}, None, 0)]).timeout == 15
+    monkeypatch.setenv("DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT", "600")  # slow disks: the commit alone waits longer
+    assert run_state._publication(accelerator, [({}, None, 0)]).timeout == 600
+
+    # a collective of a save or load that a peer never answers: one line with the timeout and the fix
+    def timed_out(obj):
+        raise RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 15000ms for recv operation\n"
+                           "Exception raised from wait at ...")
+
+    state = SimpleNamespace(process_index=0, collective_timeout=timedelta(seconds=15),
+                            collectives=SimpleNamespace(all_gather_object=timed_out, barrier=lambda: timed_out(None)),
+                            wait_for_everyone=lambda: timed_out(None))
+    for wait in (lambda: peers.gather(state, None, "saving /ck"), lambda: peers.barrier(state, "saving /ck")):
+        with pytest.raises(CheckpointError) as raised:
+            wait()
+        assert str(raised.value).startswith("saving /ck: rank 0 waited for the other processes and one did not answer "
+                                            "within the run's collective timeout (15 s): [gloo/transport/tcp/unbound_"
+                                            "buffer.cc:81] Timed out waiting 15000ms for recv operation; look at the "
+                                            "rank the launcher names")
+        assert "\n" not in str(raised.value)

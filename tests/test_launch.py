@@ -112,17 +112,29 @@ def test_a_crashing_child_is_named_and_the_launch_fails(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["InitProcessGroupKwargs", "--timeout"])
-def test_a_hang_in_a_collective_ends_after_the_timeout(tmp_path, how):
+def test_a_stopped_rank_ends_the_job_after_the_timeout_and_is_named(tmp_path, how):
+    # InitProcessGroupKwargs: rank 1 is stopped (SIGSTOP) while save_state syncs its files; rank 0's
+    # commit and its next wait are bounded by the 4 s timeout, not the commit's own 1,800 s, and
+    # rank 0 fails first with a timeout, which makes it the victim: the report names rank 1.
+    # --timeout: rank 1 is stopped after the last collective and rank 0 ends its script; torch's
+    # agent would wait for rank 1 forever: the launcher ends it after the timeout.
     seconds = "4"
-    script_args, launch_args = (("hang", seconds), ()) if how == "InitProcessGroupKwargs" else (
-        ("hang-launch-timeout",), ("--timeout", seconds))
+    script_args, launch_args = (("hang", seconds, str(tmp_path / "checkpoint")), ()) \
+        if how == "InitProcessGroupKwargs" else (("hang-launch-timeout",), ("--timeout", seconds))
     start = time.monotonic()
     result = launch("check_failure.py", *script_args, launch_args=launch_args, env={"HF_HOME": str(tmp_path)},
                     timeout=180)
     elapsed = time.monotonic() - start
-    assert result.returncode != 0 and "UNREACHABLE" not in result.stdout
-    assert "rank 0 failed first" in result.stderr and "Timed out waiting 4000ms" in result.stderr
-    assert "rank 1 (local rank 1" in result.stderr  # the rank that never joined is listed too
+    assert result.returncode == 1 and "UNREACHABLE" not in result.stdout
+    failed, signal_name = ("2", "15 (SIGTERM)") if how == "InitProcessGroupKwargs" else ("1", "9 (SIGKILL)")
+    assert f"{failed} process(es) failed; rank 1 failed first" in result.stderr, result.stderr
+    assert re.search(rf"rank 1 \(local rank 1, pid \d+\) was killed by signal {re.escape(signal_name)}: it was "
+                     r"stopped \(SIGSTOP\) and did not answer", result.stderr), result.stderr
+    if how == "InitProcessGroupKwargs":  # rank 0 timed out: in the commit (naming rank 1) and in its wait
+        assert "rank 0 (local rank 0" in result.stderr and "did not answer within the run's collective timeout " \
+            "(4 s)" in result.stderr, result.stderr
+        assert "rank 1 did not answer: its files were not synced within 4 s" in result.stderr, result.stderr
+        assert not (tmp_path / "checkpoint").exists()
     assert elapsed < 120, f"took {elapsed:.0f}s: the timeout did not apply"
 
 
@@ -217,8 +229,8 @@ def test_a_signal_to_the_launcher_ends_every_worker_with_one_line(tmp_path, how)
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=clean_env(HF_HOME=str(tmp_path)), start_new_session=True)
     try:
-        started = sorted([launcher.stdout.readline(), launcher.stdout.readline()])
-        assert started == ["STARTED 0\n", "STARTED 1\n"], started
+        started = sorted(launcher.stdout.readline().rsplit(" ", 1)[0] for _rank in range(2))
+        assert started == ["STARTED 0", "STARTED 1"], started
         launcher.send_signal(how)
         _out, err = launcher.communicate(timeout=60)
         assert launcher.returncode == 128 + how, err
@@ -230,6 +242,73 @@ def test_a_signal_to_the_launcher_ends_every_worker_with_one_line(tmp_path, how)
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
             launcher.wait()
+
+
+def test_workers_end_when_the_launcher_is_killed_with_sigkill(tmp_path):
+    # SIGKILL gives the launcher no chance to stop its workers: they end by themselves.
+    command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", "-q",
+               str(SCRIPTS / "check_failure.py"), "sleep", str(tmp_path)]
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=clean_env(HF_HOME=str(tmp_path)), start_new_session=True)
+    pids = []
+    try:
+        pids = sorted(int(launcher.stdout.readline().split()[2]) for _rank in range(2))
+        launcher.kill()
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in pids if _running(pid)], "workers outlived their launcher"
+    finally:  # a failed check must not leave workers behind
+        for pid in pids:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+
+def test_a_worker_under_another_launcher_ends_when_drivetrains_launcher_is_killed(tmp_path):
+    # launcher -> intermediate launcher (DeepSpeed's, say: it knows nothing of ours) -> worker.
+    # The worker's parent outlives the launcher, so the parent-death signal cannot help: the
+    # worker watches the launcher named in DRIVETRAIN_LAUNCHER.
+    worker = ("import os, time\nfrom drivetrain.worker_lifetime import die_with_launcher\ndie_with_launcher()\n"
+              "print(os.getpid(), flush=True)\ntime.sleep(120)\n")
+    middle = (f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {worker!r}])\n"
+              "print(__import__('os').getpid(), flush=True)\ntime.sleep(120)\n")
+    launcher = ("import os, subprocess, sys, time\nfrom drivetrain.worker_lifetime import LAUNCHER_VARIABLE, "
+                "launcher_identity\nos.environ[LAUNCHER_VARIABLE] = launcher_identity()\n"
+                f"subprocess.Popen([sys.executable, '-c', {middle!r}])\ntime.sleep(120)\n")
+    process = subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.PIPE, text=True, env=clean_env())
+    pids = []
+    try:
+        pids = [int(process.stdout.readline()) for _process in range(2)]  # the middle one and the worker
+        middle_pid, worker_pid = sorted(pids, key=lambda pid: _parent(pid) == process.pid, reverse=True)
+        process.kill()
+        process.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _running(worker_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(worker_pid), "the worker outlived its launcher"
+        assert _running(middle_pid)  # not armed: only the worker is drivetrain's
+    finally:
+        for pid in pids:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[1])
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan that ended waits for its new parent to collect it)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_the_failure_summary_orders_ranks_by_when_they_failed():
@@ -249,3 +328,33 @@ def test_the_failure_summary_orders_ranks_by_when_they_failed():
     summary = failure_summary(error, recorded={0: (10.2, "RuntimeError: peer")}, exits={0: (10.3, 1), 1: (10.1, 3)},
                               last_lines={1: "fatal: the disk is full"})
     assert "rank 1 failed first" in summary and "rank 1 (local rank 1, pid 101) exited with code 3: fatal" in summary
+
+
+def test_the_failure_summary_names_the_rank_that_hung_not_the_one_that_timed_out():
+    from types import SimpleNamespace
+
+    from drivetrain.launchers import failure_summary
+
+    def failed(rank, code):
+        return SimpleNamespace(local_rank=rank, pid=100 + rank, exitcode=code, timestamp=0, message="")
+
+    timeout = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 15000ms for recv"
+    error = SimpleNamespace(failures={0: failed(0, 1), 1: failed(1, -15)})
+    # rank 1 hung (no error of its own, ended by the launcher); rank 0 timed out waiting for it
+    summary = failure_summary(error, recorded={0: (10.0, timeout)}, exits={0: (10.1, 1), 1: (10.2, -15)})
+    assert "rank 1 failed first" in summary and summary.index("rank 1 (") < summary.index("rank 0 (")
+    assert "rank 1 (local rank 1, pid 101) was killed by signal 15 (SIGTERM): did not answer; the others timed " \
+           "out waiting for it" in summary
+    # seen stopped (SIGSTOP) by the launcher as rank 0 failed
+    summary = failure_summary(error, recorded={0: (10.0, timeout)}, exits={0: (10.1, 1), 1: (10.2, -15)},
+                              stopped={1: 10.1})
+    assert "rank 1 failed first" in summary and ": it was stopped (SIGSTOP) and did not answer" in summary
+    # the error that timed out names the rank it waited for
+    error = SimpleNamespace(failures={0: failed(0, 1), 1: failed(1, 1), 2: failed(2, 1)})
+    summary = failure_summary(error, recorded={0: (10.0, "CheckpointError: rank 2 did not answer: its files ..."),
+                                               1: (10.1, timeout), 2: (10.3, timeout)})
+    assert "rank 2 failed first" in summary
+    # every rank timed out (say, waiting in different collectives): the first stays first
+    error = SimpleNamespace(failures={0: failed(0, 1), 1: failed(1, 1)})
+    summary = failure_summary(error, recorded={0: (10.0, timeout), 1: (10.1, timeout)})
+    assert "rank 0 failed first" in summary

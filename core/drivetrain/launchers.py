@@ -13,6 +13,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -26,28 +27,39 @@ __all__ = ["notebook_launcher", "debug_launcher", "failure_summary", "record_fai
 
 
 _TORCH_BOILERPLATE = "To enable traceback see"
+# An error that only says a peer did not answer in time: its rank waited for the one at fault.
+_TIMED_OUT = re.compile(r"timed out|timeout|did not answer", re.IGNORECASE)
+# ... unless it names that peer (the checkpoint commit's "rank 1 did not answer").
+_NAMED_PEER = re.compile(r"\branks? (\d+)[\d, ]* did not answer")
 
 
 def failure_summary(error: Any, title: str = "drivetrain launch",
                     recorded: Mapping[int, tuple[float, str]] | None = None,
                     exits: Mapping[int, tuple[float, int | None]] | None = None,
-                    last_lines: Mapping[int, str] | None = None) -> str:
+                    last_lines: Mapping[int, str] | None = None,
+                    stopped: Mapping[int, float] | None = None) -> str:
     """One line per failed rank of a ``ChildFailedError``: which rank, how it ended and its error.
 
-    The rank that failed first is named first; the others usually stopped because of it.
-    ``exits`` maps a rank to ``(time, exit code or -signal)`` as its parent saw the process end
+    The rank at fault is named first; the others usually stopped because of it. ``exits`` maps
+    a rank to ``(time, exit code or -signal)`` as its parent saw the process end
     (:class:`~drivetrain.process_exits.ExitWatcher`); ``recorded`` maps a rank to ``(time,
     error)`` its worker wrote itself when it raised; the earlier of the two orders the ranks.
     ``last_lines`` maps a rank to the last line it wrote to stderr, the reason given when it
-    recorded no error (``os._exit``, a signal).
+    recorded no error (``os._exit``, a signal). ``stopped`` holds the ranks seen stopped
+    (``SIGSTOP``) when another failed.
+
+    A rank whose error is a timeout waiting for its peers is a victim, not the culprit, even
+    when it failed first: the culprit is a stopped rank, else the rank such an error names,
+    else the first rank that failed otherwise (one that recorded no error is one that hung).
     """
     from .process_exits import describe_exit
 
     recorded, exits, last_lines = dict(recorded or {}), dict(exits or {}), dict(last_lines or {})
+    stopped = dict(stopped or {})
     failures = dict(getattr(error, "failures", {}) or {})
     if not failures and not recorded:
         return f"{title}: {error}"
-    ranks = sorted(set(failures) | set(recorded))
+    ranks = sorted(set(failures) | set(recorded) | set(stopped))
 
     def code_of(rank: int) -> int | None:
         if rank in exits and exits[rank][1] is not None:
@@ -64,28 +76,50 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
         times = [at for at in (exits.get(rank, (None,))[0], recorded.get(rank, (None,))[0]) if at is not None]
         if times:
             return (0, min(times), killed, rank)
-        return (1, failures[rank].timestamp or float("inf"), killed, rank)
-
-    first_rank = min(ranks, key=order)
-    lines = [f"{title}: {len(ranks)} process(es) failed; rank {first_rank} failed first"]
-    for rank in [first_rank, *(r for r in ranks if r != first_rank)]:
         failure = failures.get(rank)
-        code = code_of(rank)
-        reason = recorded[rank][1] if rank in recorded else ""
-        if not reason and failure is not None:
+        return (1, (failure.timestamp if failure is not None else None) or float("inf"), killed, rank)
+
+    def own_reason(rank: int) -> str:
+        if rank in recorded:
+            return recorded[rank][1]
+        failure = failures.get(rank)
+        if failure is not None:
             message = failure.message
             if isinstance(message, dict):
                 message = message.get("message", "")
             text = [line.strip() for line in str(message or "").splitlines() if line.strip()]
-            reason = text[-1] if text and _TORCH_BOILERPLATE not in text[-1] and "received by PID" not in text[-1] \
-                else ""
-        reason = reason or last_lines.get(rank, "")
-        if not reason and code is not None and code < 0 and rank != first_rank:
+            if text and _TORCH_BOILERPLATE not in text[-1] and "received by PID" not in text[-1]:
+                return text[-1]
+        return last_lines.get(rank, "")
+
+    reasons = {rank: own_reason(rank) for rank in ranks}
+    waited = {rank for rank in ranks if _TIMED_OUT.search(reasons[rank])}
+    first_rank = min(ranks, key=order)
+    hung = False
+    if stopped:
+        first_rank, hung = min(stopped, key=lambda rank: (stopped[rank], rank)), True
+    elif first_rank in waited:
+        named = [int(found.group(1)) for rank in sorted(waited, key=order)
+                 for found in [_NAMED_PEER.search(reasons[rank])] if found and int(found.group(1)) in ranks]
+        others = [rank for rank in ranks if rank not in waited]
+        if named or others:
+            first_rank, hung = (named[0] if named else min(others, key=order)), True
+    lines = [f"{title}: {len(ranks)} process(es) failed; rank {first_rank} failed first"]
+    for rank in [first_rank, *(r for r in ranks if r != first_rank)]:
+        failure = failures.get(rank)
+        code = code_of(rank)
+        reason = reasons[rank]
+        if rank == first_rank and rank in stopped:
+            reason = "it was stopped (SIGSTOP) and did not answer: look at what stopped it (a debugger, job control)"
+        elif rank == first_rank and hung and not reason:
+            reason = ("did not answer; the others timed out waiting for it: look at this rank, or raise the "
+                      "collective timeout if it was only busy")
+        elif not reason and code is not None and code < 0 and rank != first_rank:
             reason = "stopped by the launcher after another rank failed"
         if failure is not None:
             how = f"(local rank {failure.local_rank}, pid {failure.pid}) {describe_exit(code)}"
         else:
-            how = describe_exit(code) if rank in exits else "raised"
+            how = describe_exit(code) if rank in exits else ("was stopped" if rank in stopped else "raised")
         lines.append(f"  rank {rank} {how}: {reason or 'no error recorded (see its output above)'}")
     return "\n".join(lines)
 

@@ -9,7 +9,13 @@ the workers cannot order a rank that left without writing one (``os._exit``, a s
   no system call per write, and the line survives ``os._exit``);
 - the launcher, the workers' parent, watches those pids with ``waitid(WNOWAIT)``, which sees a
   process end without reaping it (the agent still collects its exit status as before), and
-  notes the time and the exit code or signal.
+  notes the time and the exit code or signal;
+- when a worker fails, the watcher notes which of the others are stopped (``SIGSTOP``, state
+  ``T``): such a rank is why the others timed out, and the report names it. The agent is about
+  to end every worker; a stopped one would wait out its grace period (no signal but
+  ``SIGKILL`` reaches a stopped process), so the watcher sends it ``SIGTERM`` and ``SIGCONT``.
+  A rank that stays stopped after every other rank has ended (successfully) would make the
+  agent wait forever: after the collective timeout the watcher kills it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import sys
 import threading
 import time
 from typing import Any
+
+from .worker_lifetime import stat_fields
 
 _STDERR_SIZE = 4096  # bytes kept of the last stderr line (the first 2 hold its length)
 
@@ -95,6 +103,12 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of a process (``R``, ``S``, ``T`` for stopped, ...), or ``None`` (gone, not Linux)."""
+    fields = stat_fields(pid)
+    return fields[0] if fields else None
+
+
 class ExitWatcher:
     """Notes when each worker that recorded its pid in ``errors`` ends, and how.
 
@@ -102,10 +116,13 @@ class ExitWatcher:
     notes nothing and the summary falls back on the workers' own records.
     """
 
-    def __init__(self, errors: str, interval: float = 0.005) -> None:
+    def __init__(self, errors: str, interval: float = 0.005, stopped_limit: float | None = None) -> None:
         self.errors = errors
         self.interval = interval
+        self.stopped_limit = stopped_limit
         self.exits: dict[int, tuple[float, int | None]] = {}
+        self.stopped: dict[int, float] = {}  # rank -> since when it was seen stopped while others had ended
+        self._left_stopped_since: float | None = None
         self._pids: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="drivetrain-exit-watcher", daemon=True)
@@ -131,6 +148,17 @@ class ExitWatcher:
                 except (OSError, ValueError):
                     continue
 
+    def _note_stopped(self, now: float) -> None:
+        for rank, pid in self._pids.items():
+            if rank not in self.exits and process_state(pid) == "T":
+                self.stopped[rank] = now
+        for rank in self.stopped:  # the agent ends every worker now; a stopped one only once continued
+            try:
+                os.kill(self._pids[rank], signal.SIGTERM)
+                os.kill(self._pids[rank], signal.SIGCONT)
+            except OSError:
+                pass
+
     def _watch(self) -> None:
         # An end is dated when the process was last seen alive, not when it was seen gone: a
         # peer that records the broken connection a moment after the death must come later.
@@ -149,5 +177,28 @@ class ExitWatcher:
                 if result is not None and result.si_pid:
                     code = -result.si_status if result.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else result.si_status
                     self.exits[rank] = (last_seen_alive, code)
+                    if code and not self.stopped:
+                        self._note_stopped(now)
+            if self.exits and len(self.exits) < len(self._pids):
+                self._end_stopped_leftovers(now)
             last_seen_alive = now
             self._stop.wait(self.interval)
+
+    def _end_stopped_leftovers(self, now: float) -> None:
+        """Every other rank has ended and the rest are stopped: nothing will ever wake them, and the
+        agent would wait for them forever. After ``stopped_limit`` seconds (the collective timeout)
+        they are killed, so the job fails naming them instead of hanging."""
+        left = [rank for rank in self._pids if rank not in self.exits]
+        if self.stopped_limit is None or not all(process_state(self._pids[rank]) == "T" for rank in left):
+            self._left_stopped_since = None
+            return
+        if self._left_stopped_since is None:
+            self._left_stopped_since = now
+        if now - self._left_stopped_since < self.stopped_limit:
+            return
+        for rank in left:
+            self.stopped[rank] = self._left_stopped_since
+            try:
+                os.kill(self._pids[rank], signal.SIGKILL)
+            except OSError:
+                pass

@@ -84,10 +84,13 @@ class PartialState:
         self.fork_launched = environment.read_bool("FORK_LAUNCHED")
         self.device = platform.device_for(self.cluster.local_rank)
         self.init_process_group_kwargs = dict(kwargs)
+        # What bounds every wait on a peer: collectives, and the checkpoint commit's waits.
+        self.collective_timeout = _timeout_from(kwargs.get("timeout")) or DEFAULT_TIMEOUT
         if self.cluster.world_size > 1:
             platform.set_device(self.device)
             timeout = (_timeout_from(kwargs.get("timeout")) or _timeout_from(environment.read_checked("TIMEOUT"))
                        or DEFAULT_TIMEOUT)
+            self.collective_timeout = timeout
             joined = run.call("drivetrain_init_distributed", timeout=timeout, backend=kwargs.get("backend"),
                               init_method=kwargs.get("init_method"))
             if not joined:

@@ -13,6 +13,8 @@ import uuid
 
 from drivetrain.plugin_api import CHILD_MODULE as CHILD
 
+DEFAULT_TIMEOUT_S = 1800.0  # torch.distributed's default process group timeout
+
 
 def _target(args: argparse.Namespace) -> list[str]:
     if args.no_python:
@@ -72,15 +74,15 @@ def rendezvous_failure(args: argparse.Namespace, error: BaseException) -> str:
             f"{getattr(args, 'rdzv_timeout', None) or 'torch default'} s)")
 
 
-def summarize(error, errors_dir: str | None = None, exits=None) -> str:
-    """One line per failed rank: which rank, how it ended, and its error (first failure first)."""
+def summarize(error, errors_dir: str | None = None, exits=None, stopped=None) -> str:
+    """One line per failed rank: which rank, how it ended, and its error (the rank at fault first)."""
     from drivetrain.plugin_api import failure_summary, last_stderr_line, recorded_failures
 
     if not errors_dir:
         return failure_summary(error, "drivetrain launch")
     ranks = set(getattr(error, "failures", {}) or {}) | set(exits or {})
     return failure_summary(error, "drivetrain launch", recorded_failures(errors_dir), exits,
-                           {rank: last_stderr_line(errors_dir, rank) for rank in ranks})
+                           {rank: last_stderr_line(errors_dir, rank) for rank in ranks}, stopped)
 
 
 def _quiet_agent() -> None:
@@ -132,13 +134,20 @@ def launch_torchrun(args: argparse.Namespace) -> int:
     quiet_stop = _NoClosingNotes()
     for logger in notes:
         logger.addFilter(quiet_stop)
-    with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors, ExitWatcher(errors) as watcher:
+    # A rank left stopped once the others ended is killed after the collective timeout (the run's
+    # own when given at launch; the launcher cannot see one set in the script).
+    try:
+        limit = float(getattr(args, "timeout", None) or os.environ.get("DRIVETRAIN_TIMEOUT") or DEFAULT_TIMEOUT_S)
+    except ValueError:  # a bad variable is the workers' error to report
+        limit = DEFAULT_TIMEOUT_S
+    with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors, \
+            ExitWatcher(errors, stopped_limit=limit) as watcher:
         os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it
         try:
             torchrun.run(torch_args)
         except ChildFailedError as error:
             watcher.__exit__()  # every end seen so far; nothing more is coming
-            print(summarize(error, errors, watcher.exits), file=sys.stderr)
+            print(summarize(error, errors, watcher.exits, watcher.stopped), file=sys.stderr)
             return 1
         except (DistError, RendezvousError) as error:  # machine 0 unreachable, or the wait expired
             print(rendezvous_failure(args, error), file=sys.stderr)

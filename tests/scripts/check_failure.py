@@ -1,11 +1,14 @@
 """Launched on 2 processes to fail on purpose.
 
-``crash``: rank 1 raises. ``hang SECONDS``: rank 1 never joins a barrier; rank 0 waits in it
-until the process group's timeout (InitProcessGroupKwargs(timeout=SECONDS)) ends the wait.
-``hang-launch-timeout``: the same, with the timeout given to `drivetrain launch --timeout`.
-``exit``: rank 1 writes a line to stderr and leaves with ``os._exit(3)`` (no exception, no
-record); rank 0's next collective then breaks. ``sleep``: every rank says STARTED and sleeps
-(the launcher is stopped by a signal); a second argument only tells test runs apart.
+``crash``: rank 1 raises. ``hang SECONDS DIR``: rank 1 is stopped (SIGSTOP) inside
+``save_state(DIR)``, while it syncs its files; rank 0's save returns, its commit waits for rank
+1's files and its next ``wait_for_everyone`` for rank 1 itself, both until the process group's
+timeout (InitProcessGroupKwargs(timeout=SECONDS)). ``hang-launch-timeout``: rank 1 is stopped
+(SIGSTOP) after the last collective and rank 0 ends its script normally; only the launcher can
+end rank 1, after the timeout given to `drivetrain launch --timeout`. ``exit``: rank 1 writes a line to stderr and leaves with ``os._exit(3)`` (no
+exception, no record); rank 0's next collective then breaks. ``sleep``: every rank says
+``STARTED <rank> <pid>`` and sleeps (the launcher is stopped by a signal); a second argument
+only tells test runs apart.
 """
 
 from __future__ import annotations
@@ -19,14 +22,29 @@ from drivetrain import InitProcessGroupKwargs, PartialState
 
 mode = sys.argv[1]
 if mode == "hang":
-    state = PartialState(**InitProcessGroupKwargs(timeout=timedelta(seconds=float(sys.argv[2]))).to_kwargs())
-else:
-    state = PartialState()
+    import signal
+
+    import torch
+
+    from drivetrain import Accelerator
+    from drivetrain.checkpointing import commit
+
+    accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=float(sys.argv[2])))])
+    state = accelerator.state
+    accelerator.prepare(torch.nn.Linear(2, 2))
+    if state.process_index == 1:
+        os.environ["DRIVETRAIN_CHECKPOINT_BACKGROUND"] = "0"  # the commit runs, and stops, inside save_state
+        commit.sync_files = lambda *args: os.kill(os.getpid(), signal.SIGSTOP)
+    accelerator.save_state(sys.argv[3])
+    accelerator.wait_for_everyone()
+    print("UNREACHABLE", flush=True)
+    sys.exit(0)
+state = PartialState()
 state.wait_for_everyone()  # both are up
 
 if mode == "sleep":
     # one write per line: both ranks share the launcher's stdout, and pieces would interleave
-    sys.stdout.write(f"STARTED {state.process_index}\n")
+    sys.stdout.write(f"STARTED {state.process_index} {os.getpid()}\n")
     sys.stdout.flush()
     time.sleep(300)
 elif mode == "exit":
@@ -40,6 +58,9 @@ elif mode == "crash":
     state.wait_for_everyone()
 else:
     if state.process_index == 1:
-        time.sleep(600)  # never joins: only the timeout can end rank 0's wait
-    state.wait_for_everyone()
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSTOP)  # nobody continues it
+        print("UNREACHABLE", flush=True)
+    sys.exit(0)
 print("UNREACHABLE", flush=True)

@@ -11,6 +11,11 @@ and a commit on each process finishes the job in a thread:
   writes the manifest, syncs it, renames the directory into place, rotates old
   checkpoints and calls ``on_published``.
 
+The wait for markers is a wait on peers, so the run's collective timeout bounds it: a rank
+that was stopped or hangs fails the commit with a line naming it, never a job that waits
+for half an hour. A commit that fails after the script has ended makes the process exit 1,
+so that its launcher ends the job instead of reporting success.
+
 A crash before the rename leaves only a hidden temporary directory: the previous
 checkpoint is intact and nothing half-written is ever visible. The thread is not a daemon,
 so a script that ends right after ``save_state`` still finishes its checkpoint; everything
@@ -19,8 +24,10 @@ that reads checkpoints waits for the commit first (see ``run_state.finish_commit
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import sys
 import shutil
 import threading
 import time
@@ -44,7 +51,7 @@ class Publication:
     other_ranks: list[int]
     keep: int | None = None  # rotate the checkpoints beside it down to this many
     on_published: Callable[[Path], None] | None = None
-    timeout: float = 1800.0
+    timeout: float = 1800.0  # the run's collective timeout, unless DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT is set
 
 
 @dataclass
@@ -105,8 +112,13 @@ def wait_for_markers(temporary: Path, ranks: list[int], timeout: float) -> None:
                 waiting.discard(rank)
         if waiting:
             if time.monotonic() > deadline:
-                raise CheckpointError(f"processes {sorted(waiting)} did not sync their files within {timeout:.0f} s; "
-                                      "raise DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT if their disks are that slow")
+                silent = sorted(waiting)
+                who = ("rank " if len(silent) == 1 else "ranks ") + ", ".join(map(str, silent))
+                raise CheckpointError(
+                    f"{who} did not answer: {'its' if len(silent) == 1 else 'their'} files were not synced "
+                    f"within {timeout:g} s (the run's collective timeout); look at {who} (stopped, hung or "
+                    "crashed), or raise the timeout (InitProcessGroupKwargs(timeout=...), `drivetrain launch "
+                    "--timeout`, or DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT for slow disks)")
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 
@@ -183,6 +195,7 @@ class PendingCommit:
     def wait(self) -> str | None:
         """Wait for the commit; returns its error, or ``None`` when it succeeded."""
         if self._thread is not None:
+            # no timeout of its own: the thread's one wait on peers (wait_for_markers) is bounded
             self._thread.join()
         return self.error
 
@@ -193,8 +206,29 @@ _pending: PendingCommit | None = None
 
 
 def start(plan: CommitPlan, background: bool) -> None:
-    global _pending
+    global _pending, _exit_check_registered
+    if not _exit_check_registered:
+        atexit.register(_fail_exit_if_uncollected)
+        _exit_check_registered = True
     _pending = PendingCommit(plan, background)
+
+
+_exit_check_registered = False
+
+
+def _fail_exit_if_uncollected() -> None:
+    """At exit (the commit thread already joined): a failure nobody collected ends the process with 1.
+
+    The error was logged when it happened; a clean exit code would tell the launcher that this
+    rank finished, and it would keep waiting for a peer that may never answer.
+    """
+    if _pending is not None and _pending.error is not None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(1)
 
 
 def pending() -> PendingCommit | None:

@@ -22,7 +22,7 @@ import torch
 from .. import __version__, environment
 from ..errors import CheckpointError
 from ..version import PLUGIN_API_VERSION
-from . import checksums, commit, compatibility, layout, target
+from . import checksums, commit, compatibility, layout, peers, target
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
 from .model_files import read_model_files_later, write_model_files
 from .safetensors_io import read_safetensors, write_safetensors
@@ -215,8 +215,15 @@ def _publication(accelerator: Accelerator, results: list[tuple[list[str], Any, i
         other_ranks=[rank for rank in group if rank != me],
         keep=config.total_limit if config.automatic_checkpoint_naming else None,
         on_published=accelerator._on_checkpoint_saved,
-        timeout=float(environment.read_int("CHECKPOINT_COMMIT_TIMEOUT", default=1800)),
+        timeout=_commit_timeout(accelerator),
     )
+
+
+def _commit_timeout(accelerator: Accelerator) -> float:
+    """How long the publisher waits for the others' files: the run's collective timeout, as for
+    any wait on a peer, unless ``DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT`` gives the commit its own."""
+    own = environment.read_checked("CHECKPOINT_COMMIT_TIMEOUT")
+    return float(own) if own is not None else peers.timeout_seconds(accelerator.state)
 
 
 def agreed_directory(accelerator: Accelerator, directory: Path, action: str, token: Any = "") -> Any:
@@ -228,7 +235,7 @@ def agreed_directory(accelerator: Accelerator, directory: Path, action: str, tok
     """
     if accelerator.num_processes == 1:
         return token
-    gathered = accelerator.state.collectives.all_gather_object((str(directory), token))
+    gathered = peers.gather(accelerator.state, (str(directory), token), action)
     paths = [path for path, _token in gathered]
     if len(set(paths)) > 1:
         shown = ", ".join(f"rank {rank}: {path}" for rank, path in enumerate(paths[:4]))
@@ -271,7 +278,7 @@ def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | Non
         except OSError as exc:
             problem = (f"cannot save the state into {final}: creating {temporary} failed "
                        f"({exc.strerror or exc}); choose a directory you can write to")
-    problems = [p for p in state.collectives.all_gather_object(problem) if p]  # also the barrier before writing
+    problems = [p for p in peers.gather(state, problem, f"saving {final}") if p]  # also the barrier before writing
     if problems:
         raise CheckpointError(problems[0])
     error = None
@@ -279,12 +286,12 @@ def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | Non
         files = _write_this_process_files(accelerator, temporary, safe_serialization, weights, options or {})
     except Exception as exc:  # reported to every process below, so nobody waits forever
         files, error = {}, f"{type(exc).__name__}: {exc}"
-    results = state.collectives.all_gather_object((files, error, publisher))
+    results = peers.gather(state, (files, error, publisher), f"saving {final}")
     failures = [(rank, err) for rank, (_f, err, _p) in enumerate(results) if err]
     if failures:
         if publisher == accelerator.process_index:
             shutil.rmtree(temporary, ignore_errors=True)
-        state.wait_for_everyone()
+        peers.barrier(state, f"saving {final}")
         details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
         raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
     publication = _publication(accelerator, results) if publisher == accelerator.process_index else None
@@ -308,7 +315,7 @@ def finish_commit(accelerator: Accelerator) -> None:
     pending = commit.take_pending()
     if pending is None:
         return
-    errors = accelerator.state.collectives.all_gather_object(pending.wait())
+    errors = peers.gather(accelerator.state, pending.wait(), f"completing checkpoint {pending.final}")
     failures = [(rank, error) for rank, error in enumerate(errors) if error]
     if failures:
         details = "; ".join(f"rank {rank}: {error}" for rank, error in failures)
@@ -376,7 +383,7 @@ def _gather_failure(accelerator: Accelerator, error: str | None, what: str) -> N
     """Fail every process when any failed (a collective: every process calls it)."""
     if accelerator.num_processes == 1:
         return
-    errors = accelerator.state.collectives.all_gather_object(error)
+    errors = peers.gather(accelerator.state, error, what)
     failures = [(rank, message) for rank, message in enumerate(errors) if message]
     if failures:
         rank, message = failures[0]

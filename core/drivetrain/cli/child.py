@@ -1,7 +1,8 @@
 """Runs the user's script inside each process started by ``drivetrain launch``.
 
 The script runs as ``__main__`` with its own arguments; an exception it raises is recorded
-in the launcher's error file, so the launcher can say which rank failed and why.
+in the launcher's error file, so the launcher can say which rank failed and why. The process
+ends with its launcher, however the launcher ends (see ``worker_lifetime``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import sys
 
 
 def main() -> None:
+    from drivetrain.worker_lifetime import die_with_launcher
+
+    die_with_launcher()  # first: a launcher killed during start-up must not leave this process behind
     from torch.distributed.elastic.multiprocessing.errors import record
 
     @record

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from .. import environment
 from ..errors import ConfigError, LaunchError
+from ..worker_lifetime import LAUNCHER_VARIABLE, launcher_identity
 from . import launch_checks
 
 # Options whose value the children read from a DRIVETRAIN_* variable.
@@ -384,6 +385,7 @@ def launch_parsed(args: argparse.Namespace, parser: argparse.ArgumentParser | No
     name, launch = choose_launcher(args)
     for key, value in env.items():
         os.environ[key] = value
+    os.environ[LAUNCHER_VARIABLE] = launcher_identity()  # workers end with this process (worker_lifetime)
     try:
         return int(launch(args) or 0)
     except KeyboardInterrupt:
