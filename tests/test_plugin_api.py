@@ -181,10 +181,22 @@ def test_a_role_objects_hooks_answer_only_while_its_strategy_is_chosen():
     assert "multi" in other.active_plugins
     assert other.call("drivetrain_autocast", kwargs={}) is None
     assert other.call("drivetrain_unwrap_model", model=None, keep_fp32_wrapper=True) is not None
-    # Choosing again swaps the callers; the object is built once per manager.
+    # Choosing again swaps the callers; each run gets its own object, which keeps that run's state.
     other.reselect(select(manager, Requests(strategy="conduct"), cluster=run.selection.cluster))
     assert other.call("drivetrain_autocast", kwargs={}) == ("conducting", "conduct")
-    assert _Conducting.built == 1
+    assert _Conducting.built == 2
+    assert run.role("strategy") is not other.role("strategy")
+    assert isinstance(other.role("strategy"), _Conducting) and other.role("precision") is None
+    other.reselect(select(manager, Requests(strategy="plain"), cluster=run.selection.cluster))
+    other.reselect(select(manager, Requests(strategy="conduct"), cluster=run.selection.cluster))
+    assert _Conducting.built == 2 and other.role("strategy") is not None
+    # A run that is gone takes its role object with it.
+    key = run._roles["strategy"]
+    del run
+    import gc
+
+    gc.collect()
+    assert key not in manager.role_objects
 
 
 class _RegistersThings:

@@ -305,7 +305,31 @@ def drivetrain_configure_run(run: Run, accelerator: Any) -> Any:
     themselves: Accelerate's
     attributes that belong to a backend (``state.deepspeed_plugin``,
     ``state.select_deepspeed_plugin(name)``). They are looked up on every access, so the
-    object may compute them.
+    object may compute them. An object with an ``exposes`` tuple offers only those names
+    (API 1.6): a strategy's role object returns itself, its state and hooks staying its own.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_adopt_precision(run: Run, precision: PrecisionSpec, recipe: Any) -> bool | None:
+    """Offer the run's precision to a strategy whose engine can apply it itself (API 1.6).
+
+    *firstresult*. Called by a precision's role object, from its ``drivetrain_configure_run``
+    (marked ``trylast``, so the strategy has configured itself first), when the precision can
+    be applied by an engine instead of by its own conversion: MS-AMP's fp8 runs inside
+    DeepSpeed's engine. The strategy sets its own options from ``recipe``; a precision never
+    writes another plugin's option object. A strategy that applies no precision leaves the
+    hook alone.
+
+    Args:
+        run: this process's run; the asking precision is ``run.selection.precision``.
+        precision: the run's chosen precision (its ``name`` and ``backend``).
+        recipe: that precision's options for this run (its kwargs handler, such as
+            ``MSAMPRecipeKwargs(opt_level="O2")``).
+
+    Return ``True`` when the strategy's engine applies the precision (the precision then
+    leaves the models and optimizers the engine builds alone), ``None`` when it does not (the
+    precision converts them itself, as without a strategy). ``False`` is not an answer.
     """
 
 
