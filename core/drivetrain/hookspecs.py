@@ -22,7 +22,8 @@ process state, the names chosen for each role, the plugin-owned config sections 
 user's kwargs handlers. A strategy's or precision's run hooks may instead be methods of a
 role object its descriptor names (``StrategySpec.hooks``, API 1.3): those are called only
 while that item is the run's, so a plugin with several roles needs no check of the run's
-choice in each hook.
+choice in each hook. The object is built for each run and keeps that run's state (API 1.6);
+``run.role("strategy")`` reaches it from plugin code outside a hook.
 
 Order among active plugins follows pluggy: implementations marked ``tryfirst=True`` run
 first, ``trylast=True`` last. Where a hook says *firstresult*, the first non-``None``
