@@ -43,3 +43,50 @@ def test_inputs_are_cast_only_when_floating_and_only_to_the_engine_dtype():
     assert cast["ids"].dtype == torch.int64 and cast["name"] == "text"
     assert cast["same"] is batch["same"]
     torch.testing.assert_close(cast["x"].float(), batch["x"], atol=1e-2, rtol=1e-2)
+
+
+class _Run:
+    """A run whose hooks reach the given role objects only (as ``Run.call`` does for the chosen ones)."""
+
+    def __init__(self, precision, *role_objects, recipe=None):
+        import types
+
+        self.handler_kwargs = {"MSAMPRecipeKwargs": recipe} if recipe is not None else {}
+        self.selection = types.SimpleNamespace(precision=precision)
+        self.roles = role_objects
+
+    def call(self, name, **kwargs):
+        answers = (getattr(role, name)(run=self, **kwargs) for role in self.roles if hasattr(role, name))
+        return next((answer for answer in answers if answer is not None), None)
+
+
+def test_msamp_asks_the_strategy_to_run_it_and_never_writes_deepspeeds_options(fresh_state):
+    from drivetrain.plugin_api import PrecisionSpec
+    from drivetrain_deepspeed.options import DeepSpeedPlugin
+    from drivetrain_deepspeed.strategy import DeepSpeedStrategy
+    from drivetrain_msamp.precision import MSAMPPrecision
+    from drivetrain_msamp.recipe import MSAMPRecipeKwargs
+
+    spec = PrecisionSpec(name="fp8", backend="msamp")
+    strategy = DeepSpeedStrategy()
+    strategy.plugins = {"default": DeepSpeedPlugin(zero_stage=2)}
+    strategy.select_deepspeed_plugin("default")
+    precision = MSAMPPrecision()
+    run = _Run(spec, strategy, recipe=MSAMPRecipeKwargs(opt_level="O1"))
+    extension = precision.drivetrain_configure_run(run=run, accelerator=None)
+    assert precision.adopted and extension.fp8_backend == "MSAMP"
+    assert (strategy.deepspeed_plugin.enable_msamp, strategy.deepspeed_plugin.msamp_opt_level) == (True, "O1")
+    # the engine converts: MS-AMP leaves the prepare call to the strategy
+    assert precision.drivetrain_prepare_objects(objects=[torch.nn.Linear(1, 1)], run=run, device_placement=[True],
+                                                accelerator=None) is None
+    # a strategy that applies no precision (none answers): MS-AMP converts model and optimizer itself
+    alone = MSAMPPrecision()
+    alone.drivetrain_configure_run(run=_Run(spec), accelerator=None)
+    assert not alone.adopted
+    # DeepSpeed adopts MS-AMP only
+    other = DeepSpeedStrategy()
+    other.plugins = {"default": DeepSpeedPlugin(zero_stage=2)}
+    other.select_deepspeed_plugin("default")
+    assert other.drivetrain_adopt_precision(run=None, precision=PrecisionSpec(name="fp8", backend="te"),
+                                            recipe=None) is None
+    assert not other.deepspeed_plugin.enable_msamp

@@ -105,7 +105,7 @@ def test_public_names_at_accelerates_paths(clean_env):
 
 def test_context_parallelism_is_refused_on_the_cpu(clean_env):
     from drivetrain import ParallelismConfig
-    from drivetrain_fsdp.parallelism.runtime import check_platform
+    from drivetrain_fsdp.parallelism.strategy import check_platform
 
     with pytest.raises(ConfigError, match=r"^context parallelism \(cp_size > 1\) runs attention as ring attention "
                                           r".*CUDA only.*set cp_size to 1 on the CPU, or run on GPUs$"):
@@ -280,7 +280,7 @@ def test_fsdp_times_tp_and_hsdp_on_four_processes(tmp_path):
 
 def test_sequence_parallel_layout_and_refusals(clean_env):
     from drivetrain.utils import DeepSpeedSequenceParallelConfig, ParallelismConfig
-    from drivetrain_fsdp.parallelism.runtime import check_platform
+    from drivetrain_fsdp.parallelism.strategy import check_platform
 
     layout = ParallelismConfig(dp_shard_size=2, sp_size=2, sp_handler=DeepSpeedSequenceParallelConfig())
     assert (layout.total_size, layout.sp_backend, layout.sp_handler.sp_attn_implementation) == (4, "deepspeed", "sdpa")

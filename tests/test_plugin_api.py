@@ -181,10 +181,22 @@ def test_a_role_objects_hooks_answer_only_while_its_strategy_is_chosen():
     assert "multi" in other.active_plugins
     assert other.call("drivetrain_autocast", kwargs={}) is None
     assert other.call("drivetrain_unwrap_model", model=None, keep_fp32_wrapper=True) is not None
-    # Choosing again swaps the callers; the object is built once per manager.
+    # Choosing again swaps the callers; each run gets its own object, which keeps that run's state.
     other.reselect(select(manager, Requests(strategy="conduct"), cluster=run.selection.cluster))
     assert other.call("drivetrain_autocast", kwargs={}) == ("conducting", "conduct")
-    assert _Conducting.built == 1
+    assert _Conducting.built == 2
+    assert run.role("strategy") is not other.role("strategy")
+    assert isinstance(other.role("strategy"), _Conducting) and other.role("precision") is None
+    other.reselect(select(manager, Requests(strategy="plain"), cluster=run.selection.cluster))
+    other.reselect(select(manager, Requests(strategy="conduct"), cluster=run.selection.cluster))
+    assert _Conducting.built == 2 and other.role("strategy") is not None
+    # A run that is gone takes its role object with it.
+    key = run._roles["strategy"]
+    del run
+    import gc
+
+    gc.collect()
+    assert key not in manager.role_objects
 
 
 class _RegistersThings:
@@ -228,3 +240,22 @@ def test_deepspeed_strategy_hooks_live_on_its_role_object():
     info = subprocess.run([sys.executable, "-m", "drivetrain", "plugins", "info", "deepspeed", "--json"],
                           capture_output=True, text=True, check=True).stdout
     assert json.loads(info)["role_objects"] == {"deepspeed": ["drivetrain_deepspeed.strategy:DeepSpeedStrategy"]}
+
+
+def test_every_built_in_strategy_is_one_role_object_and_its_module_has_no_run_hooks():
+    # One shape for every strategy: run hooks and the run's state on the class `hooks` names,
+    # built for each run; nothing a module-level hook would have to guard with the run's choice.
+    from drivetrain.plugin_manager import get_plugin_manager
+
+    manager = get_plugin_manager()
+    built_in = {plugin: spec for plugin, spec in manager.registrations("drivetrain_register_strategies")
+                if manager.records[plugin].source == "built-in"}
+    assert {spec.name for spec in built_in.values()} >= {"ddp", "fsdp", "parallelism_config", "deepspeed",
+                                                        "megatron_lm"}
+    for plugin, spec in built_in.items():
+        assert isinstance(api.resolve(spec.hooks), type), spec.name
+        module = manager.modules[plugin]
+        run_hooks = {name for name in dir(module) if name.startswith("drivetrain_") and "run" in
+                     getattr(module, name).__code__.co_varnames[:getattr(module, name).__code__.co_argcount]}
+        # DeepSpeed's module also serves its launcher and cluster environment: an engine unwraps whatever the strategy
+        assert run_hooks <= {"drivetrain_unwrap_model"}, (plugin, run_hooks)

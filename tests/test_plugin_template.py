@@ -51,7 +51,8 @@ def test_one_distribution_two_plugins_listed_with_the_platform_report(template_s
     data = json.loads(result.stdout)
     plugins = {p["name"]: p for p in data["plugins"]}
     toy = plugins["toyaccel"]
-    assert (toy["source"], toy["kinds"], toy["distribution"]) == ("third-party", ["platform"], "drivetrain-toyaccel")
+    assert (toy["source"], toy["distribution"]) == ("third-party", "drivetrain-toyaccel")
+    assert sorted(toy["kinds"]) == ["platform", "strategy"]
     assert plugins["jsonl"]["distribution"] == "drivetrain-toyaccel"
     assert data["detection"]["platform"] == "toyaccel"
     env = run_cli("env", sites=(template_site,), env={"TOYACCEL_DEVICES": "2", "TOYACCEL_MEMORY": "512MiB"})
@@ -148,6 +149,37 @@ def test_device_maps_honour_its_memory_report(toyaccel, monkeypatch):
     on_device = [name for name, device in device_map.items() if device == 0]
     assert on_device and "cpu" in device_map.values()
     assert sum(sizes[name] for name in on_device) <= BUDGET
+
+
+def test_its_strategy_is_one_object_per_run_that_keeps_the_runs_state(toyaccel):
+    from drivetrain import Accelerator
+    from drivetrain.errors import ConfigError
+    from drivetrain.state import AcceleratorState
+
+    toyaccel(1)
+    from drivetrain_toyaccel.strategy import GradientAveraging, ToyAverageOptions
+
+    options = ToyAverageOptions(reduction="sum")
+    accelerator = Accelerator(toyaverage_plugin=options, gradient_accumulation_steps=2)
+    strategy = accelerator.run.role("strategy")
+    assert isinstance(strategy, GradientAveraging) and accelerator.run.selection.strategy.name == "toyaverage"
+    assert accelerator.toyaverage_plugin is options and accelerator.state.toyaverage_plugin is options
+    assert not hasattr(accelerator, "windows")  # only what the strategy exposes
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for _ in range(4):  # two windows of two steps
+        with accelerator.accumulate(model):
+            accelerator.backward(model(torch.ones(1, 2, device=accelerator.device)).sum())
+            optimizer.step()
+            optimizer.zero_grad()
+    assert strategy.windows == 2
+    # a new run chooses again and gets a new object; bad options fail when the Accelerator is built
+    AcceleratorState._reset_state(reset_partial_state=True)
+    with pytest.raises(ConfigError, match=r"reduction='max'.*choose one of them"):
+        Accelerator(toyaverage_plugin=ToyAverageOptions(reduction="max"))
+    AcceleratorState._reset_state(reset_partial_state=True)
+    assert Accelerator().run.role("strategy") is None  # one process, nothing asked for: no strategy
 
 
 def test_ddp_training_on_two_toyaccel_processes_over_its_backend(template_site):

@@ -598,20 +598,23 @@ class PluginManager:
             f"{BLOCK_VARIABLE}={record.name}"
         )
 
-    def role_hooks(self, plugin_name: str, spec: Any, role: str) -> str | None:
-        """The pluggy name of the role object ``spec.hooks`` names, registered on first use;
-        ``None`` when the descriptor has none.
+    def role_hooks(self, plugin_name: str, spec: Any, role: str, owner: str = "") -> str | None:
+        """The pluggy name of the role object ``spec.hooks`` names for ``owner`` (a run),
+        built and registered on first use; ``None`` when the descriptor has none.
 
         A role object's run hooks answer only while its name is among a run's callers, which
         the run includes while ``spec`` is its chosen ``role`` (``"strategy"``, ``"precision"``).
+        A class gives each owner its own object, which keeps that run's state
+        (``forget_role_object`` drops it with its run).
         """
         if getattr(spec, "hooks", None) is None:
             return None
         label = " ".join(dict.fromkeys(filter(None, (spec.name, getattr(spec, "backend", None)))))
-        key = f"{plugin_name}[{role} {label}]"
+        what = f"the hooks of {role} {label!r}"
+        target = self.resolve_factory(plugin_name, spec, what, attribute="hooks")
+        # A class gives each run its own object; an object named directly is shared by all.
+        key = f"{plugin_name}[{role} {label}]{owner if isinstance(target, type) else ''}"
         if key not in self.role_objects:
-            what = f"the hooks of {role} {label!r}"
-            target = self.resolve_factory(plugin_name, spec, what, attribute="hooks")
             role_object = target() if isinstance(target, type) else target
             problem = self._hook_problem(role_object) or self._not_run_hooks(role_object)
             if problem:
@@ -624,6 +627,12 @@ class PluginManager:
                 names = (n for n in dir(role_object) if self.hooks.parse_hookimpl_opts(role_object, n))
                 record.hooks = sorted({*record.hooks, *names})
         return key
+
+    def forget_role_object(self, key: str) -> None:
+        """Unregister the role object ``key`` (its run is gone)."""
+        role_object = self.role_objects.pop(key, None)
+        if role_object is not None:
+            self.hooks.unregister(name=key)
 
     def mark_active(self, names: Iterable[str]) -> None:
         for name in names:

@@ -7,6 +7,8 @@ active plugins and cached, so calling a hook in a training step costs one pluggy
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -14,6 +16,9 @@ import pluggy
 from .plugin_manager import BLOCK_VARIABLE, PluginManager, call_chain
 
 _BLOCK_HINT = f"that {BLOCK_VARIABLE} does not block the platform's communication plugin"
+
+#: Numbers runs of this process, so each run's role objects have their own pluggy names.
+_RUN_NUMBERS = itertools.count(1)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .collectives import Collectives
@@ -53,6 +58,11 @@ class Run:
         self.extensions: list[Any] = []
         self.data_parallel: tuple[int, int] | None = None
         self._extra: list[str] = []
+        self._owner = f"#{next(_RUN_NUMBERS)}"
+        # Every role object built for this run, dropped from the manager with the run.
+        self._owned: set[str] = set()
+        weakref.finalize(self, _forget_role_objects, manager, self._owned)
+        self._roles: dict[str, str] = {}
         self._roles = self._role_objects()
         self._callers: dict[str, pluggy.HookCaller] = {}
         self._collectives: Collectives | None = None
@@ -91,26 +101,46 @@ class Run:
         self.activate(*providers)
 
     def extension_attribute(self, name: str) -> Any:
-        """The attribute ``name`` of the first extension that has it; ``AttributeError`` otherwise."""
+        """The attribute ``name`` of the first extension that has it; ``AttributeError`` otherwise.
+
+        An extension that declares ``exposes`` (a tuple of names) answers those names only,
+        so a role object can be its own extension without offering its state and hooks.
+        """
         if not name.startswith("_"):
             for extension in self.extensions:
+                exposed = getattr(extension, "exposes", None)
+                if exposed is not None and name not in exposed:
+                    continue
                 try:
                     return getattr(extension, name)
                 except AttributeError:
                     continue
         raise AttributeError(name)
 
+    def role(self, role: str) -> Any:
+        """The role object of the run's chosen ``role`` (``"strategy"``, ``"precision"``), or
+        ``None`` when the chosen item has none (or nothing is chosen).
+
+        Built for this run, it keeps the run's state of that strategy or precision; plugin code
+        outside a hook (a helper the user calls) reaches the strategy through it.
+        """
+        key = self._roles.get(role)
+        return self.manager.role_objects.get(key) if key is not None else None
+
     def reselect(self, selection: Selection) -> None:
         """Replace the strategy and precision choice (the ``Accelerator``'s arguments win)."""
         self.selection = selection
         self._refresh()
 
-    def _role_objects(self) -> list[str]:
-        """Pluggy names of the chosen strategy's and precision's role objects (``hooks=``)."""
+    def _role_objects(self) -> dict[str, str]:
+        """Pluggy names of the chosen strategy's and precision's role objects (``hooks=``), by role."""
         chosen = (("strategy", self.selection.strategy_plugin, self.selection.strategy),
                   ("precision", self.selection.precision_plugin, self.selection.precision))
-        keys = (self.manager.role_hooks(plugin, spec, role) for role, plugin, spec in chosen if spec is not None)
-        return [key for key in keys if key]
+        keys = {role: self.manager.role_hooks(plugin, spec, role, owner=self._owner)
+                for role, plugin, spec in chosen if spec is not None}
+        roles = {role: key for role, key in keys.items() if key}
+        self._owned.update(key for key in roles.values() if key.endswith(self._owner))
+        return roles
 
     def _refresh(self) -> None:
         self._roles = self._role_objects()
@@ -121,7 +151,7 @@ class Run:
         """The caller of run hook ``name`` restricted to the active plugins."""
         caller = self._callers.get(name)
         if caller is None:
-            caller = self._callers[name] = self.manager.subset_caller(name, [*self.active_plugins, *self._roles])
+            caller = self._callers[name] = self.manager.subset_caller(name, [*self.active_plugins, *self._roles.values()])
         return caller
 
     def call(self, name: str, **kwargs: Any) -> Any:
@@ -169,3 +199,8 @@ class Run:
 
     def forget_collectives(self) -> None:
         self._collectives = None
+
+
+def _forget_role_objects(manager: PluginManager, keys: set[str]) -> None:
+    for key in keys:
+        manager.forget_role_object(key)

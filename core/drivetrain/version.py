@@ -13,4 +13,7 @@ __version__ = "0.1.0"
 #: 1.4: ``drivetrain_transform_objects``: the objects of a ``prepare`` call rewritten together, first.
 #: 1.5: ``drivetrain_check_checkpoint``: a strategy checks every model and optimizer it loads
 #: before the processes agree and before any load hook changes anything.
-PLUGIN_API_VERSION = "1.5"
+#: 1.6: role objects are built for each run and keep its state (``Run.role("strategy")``); an
+#: extension may name what it ``exposes``; ``drivetrain_adopt_precision``: a precision asks the
+#: strategy to apply it in its engine.
+PLUGIN_API_VERSION = "1.6"

@@ -13,8 +13,7 @@ from drivetrain.plugin_api import ConfigError
 from .options import DDPCommunicationHookType, DistributedDataParallelKwargs
 
 
-def wrap_ddp(model: torch.nn.Module, run: Any) -> DistributedDataParallel:
-    options = run.handler_kwargs.get("DistributedDataParallelKwargs") or DistributedDataParallelKwargs()
+def wrap_ddp(model: torch.nn.Module, run: Any, options: DistributedDataParallelKwargs) -> DistributedDataParallel:
     kwargs = options.to_kwargs()
     device = run.state.device
     if device.type == "cpu":

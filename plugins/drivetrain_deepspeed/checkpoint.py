@@ -23,9 +23,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-import weakref
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, MutableMapping
 
 from drivetrain.plugin_api import CheckpointError, safe_torch_load
 
@@ -127,10 +126,6 @@ def _writer(manifest: Mapping[str, Any]) -> str:
     return ", ".join(sorted(plugins)) or "an unknown run"
 
 
-# What check_engines read for each engine's load: (directory, index, model states path, contents).
-_CHECKED: "weakref.WeakKeyDictionary[Any, tuple[str, int, Path, Any]]" = weakref.WeakKeyDictionary()
-
-
 def _load_arguments(engine: Any, options: Mapping[str, Any] | None) -> dict[str, Any]:
     """``engine.load_checkpoint``'s keyword arguments from ``load_state``'s (``strict`` means
     ``load_module_strict``), refused before anything is read when the method does not take one."""
@@ -171,19 +166,20 @@ def _check_engine(engine: Any, index: int, directory: str, run: Any, manifest: M
     return kwargs, path, checkpoint
 
 
-def check_engines(models: list[Any], directory: str, run: Any, manifest: Mapping[str, Any],
-                  options: Mapping[str, Any] | None = None) -> None:
+def check_engines(checked: MutableMapping[Any, tuple[str, int, Path, Any]], models: list[Any], directory: str,
+                  run: Any, manifest: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
     """Check every trained engine against its checkpoint before any of them loads; what each
-    check read is kept for that engine's load."""
-    for engine in list(_CHECKED):
-        _CHECKED.pop(engine, None)
+    check read is kept in ``checked`` (the strategy's) for that engine's load:
+    ``(directory, index, model states path, contents)``."""
+    checked.clear()
     for index, engine in enumerate(models):
         if is_engine(engine) and trains(engine):
             _kwargs, path, checkpoint = _check_engine(engine, index, directory, run, manifest, options)
-            _CHECKED[engine] = (directory, index, path, checkpoint)
+            checked[engine] = (directory, index, path, checkpoint)
 
 
-def load_engine(engine: Any, index: int, directory: str, run: Any, manifest: Mapping[str, Any],
+def load_engine(checked_engines: MutableMapping[Any, tuple[str, int, Path, Any]], engine: Any, index: int,
+                directory: str, run: Any, manifest: Mapping[str, Any],
                 options: Mapping[str, Any] | None = None) -> bool | None:
     """Restore an engine from ``save_engine``'s files (or a frozen ZeRO-3 engine's weights).
 
@@ -195,7 +191,7 @@ def load_engine(engine: Any, index: int, directory: str, run: Any, manifest: Map
         return None
     if not trains(engine):
         return _load_frozen(engine, index, directory)
-    checked = _CHECKED.pop(engine, None)
+    checked = checked_engines.pop(engine, None)
     if checked is not None and checked[:2] == (directory, index):
         kwargs, path, checkpoint = _load_arguments(engine, options), checked[2], checked[3]
     else:  # loaded without the check of every engine first

@@ -20,9 +20,8 @@ import math
 import os
 import socket
 import sys
-import weakref
 from datetime import timedelta
-from typing import Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import torch
 
@@ -31,6 +30,9 @@ from drivetrain.plugin_api import AcceleratedOptimizer, AcceleratedScheduler, Co
 from .autofill import Facts, fill_auto_values, fill_precision
 from .inputs import cast_inputs_to_engine_dtype
 from .options import AUTO, DeepSpeedPlugin, DummyOptim, DummyScheduler, deepspeed_accelerator, get_key
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .strategy import DeepSpeedStrategy
 
 logger = logging.getLogger(__name__)
 
@@ -101,185 +103,6 @@ def trains(engine: Any) -> bool:
     return bool(getattr(engine, "_drivetrain_trains", engine.optimizer is not None))
 
 
-# ------------------------------------------------------------------ the run's DeepSpeed state
-
-
-class DeepSpeedStateView:
-    """Accelerate's DeepSpeed attributes of ``AcceleratorState`` and the ``Accelerator``."""
-
-    def __init__(self, runtime: "DeepSpeedRuntime") -> None:
-        self._runtime = runtime
-
-    @property
-    def deepspeed_plugin(self) -> DeepSpeedPlugin:
-        """The active ``DeepSpeedPlugin`` (``select_deepspeed_plugin`` changes it)."""
-        return self._runtime.active_plugin
-
-    @property
-    def deepspeed_plugins(self) -> dict[str, DeepSpeedPlugin]:
-        """Every ``DeepSpeedPlugin`` of the run, by name (``{"default": ...}`` for one)."""
-        return self._runtime.plugins
-
-    def select_deepspeed_plugin(self, name: str | None = None) -> None:
-        """Make the ``DeepSpeedPlugin`` called ``name`` the one the next ``prepare`` uses."""
-        self._runtime.select(name)
-
-    def get_deepspeed_plugin(self, name: str) -> DeepSpeedPlugin:
-        """The ``DeepSpeedPlugin`` called ``name``."""
-        return self._runtime.plugin_named(name)
-
-    # With sequence parallelism (sp_size > 1) only: otherwise the core's defaults answer.
-
-    def _sequence_mesh(self, name: str) -> Any:
-        found = self._runtime.sequence_mesh
-        if found is None:
-            raise AttributeError(name)
-        return found
-
-    @property
-    def torch_device_mesh(self) -> Any:
-        """The ``DeviceMesh`` (``dp_replicate``, ``dp_shard``, ``sp``; flattened ``dp``) whose
-        ``["sp"]`` group is this process's DeepSpeed sequence-parallel group."""
-        return self._sequence_mesh("torch_device_mesh").mesh
-
-    @property
-    def device_mesh(self) -> Any:
-        return self._sequence_mesh("device_mesh").mesh
-
-    @property
-    def parallelism_config(self) -> Any:
-        return self._sequence_mesh("parallelism_config").layout.config
-
-
-class DeepSpeedRuntime:
-    """The DeepSpeed side of one run: its option objects, which is active, its engines."""
-
-    def __init__(self, run: Any) -> None:
-        self.run = run
-        self.plugins: dict[str, DeepSpeedPlugin] = {}
-        self.active: str | None = None
-        self.engines: "weakref.WeakSet[Any]" = weakref.WeakSet()
-        self.view = DeepSpeedStateView(self)
-        self._given: tuple[Any, Any] = (None, None)  # the deepspeed_plugin(s) arguments last seen
-        self._state: Any = None  # (a weak reference to) the AcceleratorState configured for
-        self._warned_clip = False
-        self.sequence_mesh: Any = None  # a SequenceParallelMesh when sequences are split
-
-    # -------------------------------------------------------------- options
-
-    def configure(self, accelerator: Any) -> DeepSpeedStateView:
-        run = self.run
-        if self._state is None or self._state() is not run.accelerator_state:
-            # a new AcceleratorState (first Accelerator, or after _reset_state): start afresh
-            self._state = weakref.ref(run.accelerator_state)
-            self.plugins, self.active, self._given = {}, None, (None, None)
-            self.sequence_mesh = None
-        # run.options keeps every Accelerator's arguments: only those that changed are new.
-        single, several = run.options.get("deepspeed_plugin"), run.options.get("deepspeed_plugins")
-        seen_single, seen_several = self._given
-        new_single = single is not None and single is not seen_single
-        new_several = several is not None and several is not seen_several
-        self._given = (single, several)
-        if new_single and new_several and not (
-                isinstance(single, DeepSpeedPlugin) and any(single is p for p in _plugins_of(several).values())):
-            raise ConfigError("pass deepspeed_plugin or deepspeed_plugins to the Accelerator, not both")
-        if new_several or new_single:
-            self.plugins = _plugins_of(several if new_several else single)
-            self.select(next(iter(self.plugins)))
-        if not self.plugins:
-            self.plugins = {"default": DeepSpeedPlugin()}  # options from the environment
-            self.select("default")
-        precision = run.selection.mixed_precision
-        for plugin in self.plugins.values():
-            plugin.set_mixed_precision(precision)
-        run.options["strategy_accumulates"] = True
-        steps = self.active_plugin.gradient_accumulation_steps
-        if isinstance(steps, int) and steps != accelerator.gradient_accumulation_steps:
-            if accelerator.gradient_accumulation_steps != 1:
-                logger.warning("the DeepSpeed config's gradient_accumulation_steps (%d) replaces the Accelerator's "
-                               "(%d)", steps, accelerator.gradient_accumulation_steps)
-            accelerator.gradient_accumulation_steps = steps
-        self._build_sequence_mesh(accelerator)
-        return self.view
-
-    def _build_sequence_mesh(self, accelerator: Any) -> None:
-        # Built with the Accelerator, where every process passes: making its groups is collective.
-        from .sequence_parallel import build_device_mesh, layout_of
-
-        layout = layout_of(self.run)
-        if layout is None:
-            self.sequence_mesh = None
-            return
-        built = self.sequence_mesh
-        sizes = (layout.dp_replicate_size, layout.dp_shard_size, layout.sp_size)
-        if built is not None and sizes == (built.layout.dp_replicate_size, built.layout.dp_shard_size,
-                                           built.layout.sp_size):
-            # a later Accelerator of the run: the same groups, under its own config
-            built.layout = layout
-            if layout.config is not None and hasattr(layout.config, "device_mesh"):
-                layout.config.device_mesh = built.mesh
-            return
-        ensure_process_group(self.run)
-        self.sequence_mesh = build_device_mesh(layout, accelerator.device.type)
-
-    @property
-    def active_plugin(self) -> DeepSpeedPlugin:
-        if self.active is None:
-            raise ConfigError("no DeepSpeedPlugin is selected")
-        return self.plugins[self.active]
-
-    def plugin_named(self, name: str) -> DeepSpeedPlugin:
-        if name not in self.plugins:
-            raise ValueError(f"no DeepSpeedPlugin named {name!r}; the run has {', '.join(map(repr, self.plugins))}")
-        return self.plugins[name]
-
-    def select(self, name: str | None) -> None:
-        if name is None:
-            name = next(iter(self.plugins))
-        chosen = self.plugin_named(name)
-        for plugin in self.plugins.values():
-            plugin.selected = plugin is chosen
-        self.active = name
-
-    # -------------------------------------------------------------- engines
-
-    def engine_of_parameters(self, parameters: Sequence[Any]) -> Any:
-        if not parameters:
-            return None
-        first = parameters[0]
-        for engine in list(self.engines):
-            if any(p is first for p in engine.module.parameters()):
-                return engine
-        return None
-
-    def plugin_of(self, engine: Any) -> DeepSpeedPlugin:
-        return getattr(engine, "_drivetrain_plugin", None) or self.active_plugin
-
-
-_RUNTIMES: "weakref.WeakKeyDictionary[Any, DeepSpeedRuntime]" = weakref.WeakKeyDictionary()
-
-
-def runtime_of(run: Any) -> DeepSpeedRuntime:
-    runtime = _RUNTIMES.get(run)
-    if runtime is None:
-        runtime = _RUNTIMES[run] = DeepSpeedRuntime(run)
-    return runtime
-
-
-def _plugins_of(given: Any) -> dict[str, DeepSpeedPlugin]:
-    if isinstance(given, DeepSpeedPlugin):
-        return {"default": given}
-    if isinstance(given, Mapping):
-        if not given:
-            raise ConfigError("deepspeed_plugins is empty; give {name: DeepSpeedPlugin(...)}")
-        for name, plugin in given.items():
-            if not isinstance(name, str) or not isinstance(plugin, DeepSpeedPlugin):
-                raise ConfigError(f"deepspeed_plugins must map names to DeepSpeedPlugin objects; got "
-                                  f"{name!r}: {type(plugin).__name__}")
-        return dict(given)
-    raise ConfigError(f"deepspeed_plugin must be a DeepSpeedPlugin (or a dict of them), not {type(given).__name__}")
-
-
 # ------------------------------------------------------------------ prepare
 
 
@@ -314,9 +137,10 @@ def _hidden_size(model: torch.nn.Module) -> int | None:
     return None
 
 
-def prepare_engine(runtime: DeepSpeedRuntime, objects: Sequence[Any], accelerator: Any) -> list[Any] | None:
-    """Build one engine from the model, optimizer and scheduler among ``objects``."""
-    run = runtime.run
+def prepare_engine(strategy: DeepSpeedStrategy, run: Any, objects: Sequence[Any],
+                   accelerator: Any) -> list[Any] | None:
+    """Build one engine from the model, optimizer and scheduler among ``objects``, with the
+    strategy's active ``DeepSpeedPlugin``; the strategy keeps the engine."""
     models = [i for i, o in enumerate(objects) if isinstance(o, torch.nn.Module) and not is_engine(o)]
     optimizers = [i for i, o in enumerate(objects) if isinstance(o, (torch.optim.Optimizer, DummyOptim))
                   and not isinstance(o, AcceleratedOptimizer)]
@@ -347,7 +171,7 @@ def prepare_engine(runtime: DeepSpeedRuntime, objects: Sequence[Any], accelerato
     model = objects[models[0]]
     optimizer = objects[optimizers[0]] if optimizers else None
     scheduler = objects[schedulers[0]] if schedulers else None
-    plugin = runtime.active_plugin
+    plugin = strategy.deepspeed_plugin
     origin = plugin.config_origin
     config = dict(plugin.deepspeed_config)
 
@@ -433,7 +257,7 @@ def prepare_engine(runtime: DeepSpeedRuntime, objects: Sequence[Any], accelerato
     engine._drivetrain_plugin = plugin
     engine._drivetrain_trains = optimizer is not None
     cast_inputs_to_engine_dtype(engine)  # fp32 batches reach a bf16/fp16 model in its dtype
-    runtime.engines.add(engine)
+    strategy.engines.add(engine)
 
     result = list(objects)
     result[models[0]] = engine
@@ -516,15 +340,15 @@ def backward(models: Sequence[Any], loss: torch.Tensor, kwargs: dict[str, Any]) 
     return True
 
 
-def clip_grad_norm(runtime: DeepSpeedRuntime, parameters: Sequence[Any], max_norm: float) -> Any:
+def clip_grad_norm(strategy: DeepSpeedStrategy, parameters: Sequence[Any], max_norm: float) -> Any:
     """DeepSpeed clips in its step with ``gradient_clipping``; this returns the global norm it
     measured in its last step, or ``False`` (the facade's ``None``) when it measured none."""
-    engine = runtime.engine_of_parameters(parameters)
+    engine = strategy.engine_of_parameters(parameters)
     if engine is None:
         return None
     configured = engine.gradient_clipping()
-    if not runtime._warned_clip and configured != max_norm:
-        runtime._warned_clip = True
+    if not strategy._warned_clip and configured != max_norm:
+        strategy._warned_clip = True
         logger.warning("DeepSpeed clips gradients in its step with gradient_clipping=%s from its config; the "
                        "max_norm=%s given to clip_grad_norm_ is not used (set gradient_clipping instead)",
                        configured, max_norm)

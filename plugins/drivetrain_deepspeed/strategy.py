@@ -1,4 +1,5 @@
-"""The run hooks of the ``deepspeed`` strategy, called only while DeepSpeed is the run's strategy.
+"""The ``deepspeed`` strategy: one object per run that holds the run's DeepSpeed state, offers
+Accelerate's DeepSpeed attributes, and implements the strategy's run hooks.
 
 The plugin also offers a launcher and a cluster environment, so its module is active in runs
 that use another strategy (a job started by DeepSpeed's launcher running DDP); keeping the
@@ -9,25 +10,184 @@ check which strategy the run chose. Cheap to import: the engine is imported by e
 from __future__ import annotations
 
 import contextlib
+import logging
+import weakref
+from typing import Any, Mapping, Sequence
 
 from drivetrain.plugin_api import ConfigError, DrivetrainError, hookimpl
+
+from .options import DeepSpeedPlugin
+
+logger = logging.getLogger(__name__)
 
 
 class DeepSpeedStrategy:
     """DeepSpeed's engine as the run's strategy: it prepares all objects of a ``prepare`` call
-    at once, steps inside ``backward``, and saves engine checkpoints."""
+    at once, steps inside ``backward``, and saves engine checkpoints.
+
+    Attributes:
+        plugins: every ``DeepSpeedPlugin`` of the current ``AcceleratorState``, by name.
+        active: the name of the one the next ``prepare`` uses.
+        engines: the engines this run built (weak references).
+        sequence_mesh: a ``SequenceParallelMesh`` when sequences are split, else ``None``.
+        checked: what ``load_state``'s check read for each engine's load, by engine.
+    """
+
+    #: What ``AcceleratorState`` and the ``Accelerator`` offer of this object (Accelerate's names).
+    exposes = ("deepspeed_plugin", "deepspeed_plugins", "select_deepspeed_plugin", "get_deepspeed_plugin",
+               "torch_device_mesh", "device_mesh", "parallelism_config")
+
+    def __init__(self) -> None:
+        self.plugins: dict[str, DeepSpeedPlugin] = {}
+        self.active: str | None = None
+        self.engines: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.sequence_mesh: Any = None
+        self.checked: "weakref.WeakKeyDictionary[Any, tuple[str, int, Any, Any]]" = weakref.WeakKeyDictionary()
+        self._given: tuple[Any, Any] = (None, None)  # the deepspeed_plugin(s) arguments last seen
+        self._state: Any = None  # (a weak reference to) the AcceleratorState configured for
+        self._warned_clip = False
+
+    # ------------------------------------------------------------ Accelerate's attributes
+
+    @property
+    def deepspeed_plugin(self) -> DeepSpeedPlugin:
+        """The active ``DeepSpeedPlugin`` (``select_deepspeed_plugin`` changes it)."""
+        if self.active is None:
+            raise ConfigError("no DeepSpeedPlugin is selected")
+        return self.plugins[self.active]
+
+    @property
+    def deepspeed_plugins(self) -> dict[str, DeepSpeedPlugin]:
+        """Every ``DeepSpeedPlugin`` of the run, by name (``{"default": ...}`` for one)."""
+        return self.plugins
+
+    def select_deepspeed_plugin(self, name: str | None = None) -> None:
+        """Make the ``DeepSpeedPlugin`` called ``name`` the one the next ``prepare`` uses."""
+        if name is None:
+            name = next(iter(self.plugins))
+        chosen = self.get_deepspeed_plugin(name)
+        for plugin in self.plugins.values():
+            plugin.selected = plugin is chosen
+        self.active = name
+
+    def get_deepspeed_plugin(self, name: str) -> DeepSpeedPlugin:
+        """The ``DeepSpeedPlugin`` called ``name``."""
+        if name not in self.plugins:
+            raise ValueError(f"no DeepSpeedPlugin named {name!r}; the run has {', '.join(map(repr, self.plugins))}")
+        return self.plugins[name]
+
+    # With sequence parallelism (sp_size > 1) only: otherwise the core's defaults answer.
+
+    def _sequence_mesh(self, name: str) -> Any:
+        if self.sequence_mesh is None:
+            raise AttributeError(name)
+        return self.sequence_mesh
+
+    @property
+    def torch_device_mesh(self) -> Any:
+        """The ``DeviceMesh`` (``dp_replicate``, ``dp_shard``, ``sp``; flattened ``dp``) whose
+        ``["sp"]`` group is this process's DeepSpeed sequence-parallel group."""
+        return self._sequence_mesh("torch_device_mesh").mesh
+
+    @property
+    def device_mesh(self) -> Any:
+        return self._sequence_mesh("device_mesh").mesh
+
+    @property
+    def parallelism_config(self) -> Any:
+        return self._sequence_mesh("parallelism_config").layout.config
+
+    # ------------------------------------------------------------ the run's options
 
     @hookimpl
     def drivetrain_configure_run(self, run, accelerator):
-        from .engine import runtime_of
+        if self._state is None or self._state() is not run.accelerator_state:
+            # a new AcceleratorState (first Accelerator, or after _reset_state): start afresh
+            self._state = weakref.ref(run.accelerator_state)
+            self.plugins, self.active, self._given = {}, None, (None, None)
+            self.sequence_mesh = None
+        # run.options keeps every Accelerator's arguments: only those that changed are new.
+        single, several = run.options.get("deepspeed_plugin"), run.options.get("deepspeed_plugins")
+        seen_single, seen_several = self._given
+        new_single = single is not None and single is not seen_single
+        new_several = several is not None and several is not seen_several
+        self._given = (single, several)
+        if new_single and new_several and not (
+                isinstance(single, DeepSpeedPlugin) and any(single is p for p in _plugins_of(several).values())):
+            raise ConfigError("pass deepspeed_plugin or deepspeed_plugins to the Accelerator, not both")
+        if new_several or new_single:
+            self.plugins = _plugins_of(several if new_several else single)
+            self.select_deepspeed_plugin(next(iter(self.plugins)))
+        if not self.plugins:
+            self.plugins = {"default": DeepSpeedPlugin()}  # options from the environment
+            self.select_deepspeed_plugin("default")
+        precision = run.selection.mixed_precision
+        for plugin in self.plugins.values():
+            plugin.set_mixed_precision(precision)
+        run.options["strategy_accumulates"] = True
+        steps = self.deepspeed_plugin.gradient_accumulation_steps
+        if isinstance(steps, int) and steps != accelerator.gradient_accumulation_steps:
+            if accelerator.gradient_accumulation_steps != 1:
+                logger.warning("the DeepSpeed config's gradient_accumulation_steps (%d) replaces the Accelerator's "
+                               "(%d)", steps, accelerator.gradient_accumulation_steps)
+            accelerator.gradient_accumulation_steps = steps
+        self._build_sequence_mesh(run, accelerator)
+        return self
 
-        return runtime_of(run).configure(accelerator)
+    def _build_sequence_mesh(self, run: Any, accelerator: Any) -> None:
+        # Built with the Accelerator, where every process passes: making its groups is collective.
+        from .sequence_parallel import build_device_mesh, layout_of
+
+        layout = layout_of(run)
+        if layout is None:
+            self.sequence_mesh = None
+            return
+        built = self.sequence_mesh
+        sizes = (layout.dp_replicate_size, layout.dp_shard_size, layout.sp_size)
+        if built is not None and sizes == (built.layout.dp_replicate_size, built.layout.dp_shard_size,
+                                           built.layout.sp_size):
+            # a later Accelerator of the run: the same groups, under its own config
+            built.layout = layout
+            if layout.config is not None and hasattr(layout.config, "device_mesh"):
+                layout.config.device_mesh = built.mesh
+            return
+        from .engine import ensure_process_group
+
+        ensure_process_group(run)
+        self.sequence_mesh = build_device_mesh(layout, accelerator.device.type)
+
+    @hookimpl
+    def drivetrain_adopt_precision(self, run, precision, recipe):
+        # MS-AMP runs inside DeepSpeed's engine (msamp.deepspeed.initialize) with this plugin's options.
+        if precision.backend != "msamp":
+            return None
+        plugin = self.deepspeed_plugin
+        plugin.enable_msamp, plugin.msamp_opt_level = True, recipe.opt_level
+        return True
+
+    # ------------------------------------------------------------ engines
+
+    def engine_of_parameters(self, parameters: Sequence[Any]) -> Any:
+        """The engine of this run whose module holds ``parameters``, or ``None``."""
+        if not parameters:
+            return None
+        first = parameters[0]
+        for engine in list(self.engines):
+            if any(p is first for p in engine.module.parameters()):
+                return engine
+        return None
+
+    def plugin_of(self, engine: Any) -> DeepSpeedPlugin:
+        """The ``DeepSpeedPlugin`` ``engine`` was built with."""
+        return getattr(engine, "_drivetrain_plugin", None) or self.deepspeed_plugin
+
+    # ------------------------------------------------------------ the step
 
     @hookimpl
     def drivetrain_prepare_objects(self, objects, run, device_placement, accelerator):
-        from .engine import prepare_engine, runtime_of
+        from .engine import prepare_engine
 
-        return prepare_engine(runtime_of(run), objects, accelerator)
+        return prepare_engine(self, run, objects, accelerator)
 
     @hookimpl
     def drivetrain_wrap_model(self, model, run, evaluation_mode):
@@ -61,9 +221,9 @@ class DeepSpeedStrategy:
 
     @hookimpl(tryfirst=True)
     def drivetrain_clip_grad_norm(self, parameters, max_norm, norm_type, run):
-        from .engine import clip_grad_norm, runtime_of
+        from .engine import clip_grad_norm
 
-        return clip_grad_norm(runtime_of(run), list(parameters), max_norm)
+        return clip_grad_norm(self, list(parameters), max_norm)
 
     @hookimpl(tryfirst=True)
     def drivetrain_clip_grad_value(self, parameters, clip_value, run):
@@ -78,13 +238,15 @@ class DeepSpeedStrategy:
 
         return compile_engine(model, options) if is_engine(model) else None
 
+    # ------------------------------------------------------------ checkpoints
+
     @hookimpl
     def drivetrain_get_state_dict(self, model, run, unwrap):
-        from .engine import full_state_dict, is_engine, is_zero3, runtime_of
+        from .engine import full_state_dict, is_engine, is_zero3
 
         if not (is_engine(model) and is_zero3(model)):
             return None
-        state = full_state_dict(model, run, runtime_of(run).plugin_of(model))
+        state = full_state_dict(model, run, self.plugin_of(model))
         return state if unwrap else {f"module.{key}": value for key, value in state.items()}
 
     @hookimpl
@@ -97,13 +259,13 @@ class DeepSpeedStrategy:
     def drivetrain_check_checkpoint(self, models, directory, run, manifest, options):
         from .checkpoint import check_engines
 
-        check_engines(models, directory, run, manifest, options)
+        check_engines(self.checked, models, directory, run, manifest, options)
 
     @hookimpl
     def drivetrain_load_model_state(self, model, index, directory, run, manifest, options):
         from .checkpoint import load_engine
 
-        return load_engine(model, index, directory, run, manifest, options)
+        return load_engine(self.checked, model, index, directory, run, manifest, options)
 
     @hookimpl
     def drivetrain_save_optimizer_state(self, optimizer, index, directory, run):
@@ -117,3 +279,17 @@ class DeepSpeedStrategy:
         from .engine import DeepSpeedOptimizerWrapper
 
         return True if isinstance(optimizer, DeepSpeedOptimizerWrapper) else None
+
+
+def _plugins_of(given: Any) -> dict[str, DeepSpeedPlugin]:
+    if isinstance(given, DeepSpeedPlugin):
+        return {"default": given}
+    if isinstance(given, Mapping):
+        if not given:
+            raise ConfigError("deepspeed_plugins is empty; give {name: DeepSpeedPlugin(...)}")
+        for name, plugin in given.items():
+            if not isinstance(name, str) or not isinstance(plugin, DeepSpeedPlugin):
+                raise ConfigError(f"deepspeed_plugins must map names to DeepSpeedPlugin objects; got "
+                                  f"{name!r}: {type(plugin).__name__}")
+        return dict(given)
+    raise ConfigError(f"deepspeed_plugin must be a DeepSpeedPlugin (or a dict of them), not {type(given).__name__}")

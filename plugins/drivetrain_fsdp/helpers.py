@@ -16,23 +16,23 @@ import torch
 from drivetrain.plugin_api import ConfigError
 
 from .options import FullyShardedDataParallelPlugin
-from .runtime import runtime_of
+from .strategy import strategy_of
 
 
 @contextlib.contextmanager
 def _options(accelerator: Any, fsdp_plugin: FullyShardedDataParallelPlugin | None) -> Iterator[Any]:
     """The accelerator's run, with ``fsdp_plugin``'s options in force for the block."""
     run = accelerator.run
-    runtime = runtime_of(run)
-    previous = runtime.options
+    fsdp = strategy_of(run)
+    previous = fsdp.options
     if fsdp_plugin is not None:
         if not isinstance(fsdp_plugin, FullyShardedDataParallelPlugin):
             raise ConfigError(f"fsdp_plugin must be a FullyShardedDataParallelPlugin, not {type(fsdp_plugin).__name__}")
-        runtime.options = fsdp_plugin
+        fsdp.options = fsdp_plugin
     try:
         yield run
     finally:
-        runtime.options = previous
+        fsdp.options = previous
 
 
 def _refuse(adapter_only: bool, use_dcp: bool) -> None:
@@ -99,7 +99,7 @@ def fsdp2_prepare_model(accelerator: Any, model: torch.nn.Module) -> torch.nn.Mo
     A model already sharded is returned as it is."""
     from .wrap import wrap_model
 
-    options = runtime_of(accelerator.run).options
+    options = strategy_of(accelerator.run).options
     if options.fsdp_version != 2:
         raise ConfigError("fsdp2_prepare_model needs fsdp_version=2 in the accelerator's FullyShardedDataParallelPlugin")
     return wrap_model(model, accelerator.run)
@@ -137,7 +137,7 @@ def fsdp2_apply_ac(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module:
     activation checkpointing (non-reentrant), before sharding; returns ``model``."""
     from .wrap import _apply_checkpointing, units_of
 
-    options = runtime_of(accelerator.run).options
+    options = strategy_of(accelerator.run).options
     if options.auto_wrap_policy == "NO_WRAP":
         raise ConfigError("activation checkpointing recomputes each unit's activations, but auto_wrap_policy "
                           "NO_WRAP makes no units; use TRANSFORMER_BASED_WRAP or SIZE_BASED_WRAP")

@@ -6,7 +6,8 @@ Selected by ``distributed_type: FSDP`` in the config file, ``drivetrain launch -
 ``DRIVETRAIN_USE_FSDP=true`` / ``ACCELERATE_USE_FSDP=true``, or
 ``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(...))``.
 
-Importing this module is cheap (no torch): the hooks import what they need when called.
+Importing this module is cheap (no torch). The run hooks live on the strategy's role object
+(``strategy.py``), called only while FSDP is the run's strategy.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from .options import (
     environment_of,
 )
 
-# API 1.2: drivetrain_clip_grad_value.
-PLUGIN_INFO = PluginInfo(api_version="1.5", description="Fully Sharded Data Parallel (torch FSDP1 and FSDP2)")
+# API 1.6: the strategy's run hooks and state on one role object per run (strategy.py).
+PLUGIN_INFO = PluginInfo(api_version="1.6", description="Fully Sharded Data Parallel (torch FSDP1 and FSDP2)")
 
 NAME = "fsdp"
 OPTIONS_ARGUMENT = "fsdp_plugin"
@@ -76,7 +77,8 @@ CONFIG_KEYS: dict[str, tuple[str, type, Any, Any, bool, str]] = {
 def drivetrain_register_strategies():
     return [StrategySpec(
         name=NAME, distributed_type="FSDP", config_section="fsdp_config", accelerator_arguments=(OPTIONS_ARGUMENT,),
-        places_models=True, description="shard parameters, gradients and optimizer state across processes",
+        places_models=True, hooks="drivetrain_fsdp.strategy:FSDPStrategy",
+        description="shard parameters, gradients and optimizer state across processes",
     )]
 
 
@@ -152,118 +154,3 @@ def drivetrain_public_names():
                 "save_fsdp_model", "load_fsdp_model", "save_fsdp_optimizer", "load_fsdp_optimizer",
                 "fsdp2_prepare_model", "fsdp2_load_full_state_dict", "fsdp2_switch_optimizer_parameters",
                 "fsdp2_apply_ac")}}
-
-
-# ----------------------------------------------------------------------------- the run
-
-
-@hookimpl
-def drivetrain_configure_run(run):
-    from .runtime import configure_extension
-
-    return configure_extension(run)  # exposes `state.fsdp_plugin` and `accelerator.is_fsdp2`
-
-
-@hookimpl
-def drivetrain_wrap_model(model, run, evaluation_mode):
-    from .wrap import wrap_model
-
-    return wrap_model(model, run)
-
-
-@hookimpl
-def drivetrain_unwrap_model(model, run, keep_fp32_wrapper):
-    from .wrap import unwrap
-
-    return unwrap(model)
-
-
-@hookimpl(tryfirst=True)
-def drivetrain_wrap_optimizer(optimizer, run):
-    from .runtime import runtime_of
-    from .wrap import point_optimizer_at_sharded_parameters
-
-    point_optimizer_at_sharded_parameters(optimizer, run)
-    runtime_of(run).add_optimizer(optimizer)  # a checkpoint load checks every optimizer before changing anything
-    return None  # the default wrapper suits FSDP
-
-
-@hookimpl(tryfirst=True)
-def drivetrain_make_grad_scaler(run, kwargs):
-    if run.selection.mixed_precision != "fp16":
-        return None
-    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-    # Finds inf/nan in every process's shard and agrees across processes on skipping a step.
-    return ShardedGradScaler(run.platform.device_type, **kwargs)
-
-
-@hookimpl
-def drivetrain_no_sync(model, run):
-    from .wrap import no_sync
-
-    return no_sync(model)
-
-
-@hookimpl
-def drivetrain_sync_in_backward(model, run):
-    from .wrap import sync_in_backward
-
-    return sync_in_backward(model)
-
-
-@hookimpl
-def drivetrain_clip_grad_norm(parameters, max_norm, norm_type, run):
-    from .wrap import clip_grad_norm
-
-    return clip_grad_norm(parameters, max_norm, norm_type, run)
-
-
-@hookimpl
-def drivetrain_clip_grad_value(parameters, clip_value, run):
-    from drivetrain.plugin_api import DrivetrainError
-
-    # As in Accelerate: clipping by value is refused with sharded gradients; the norm is global.
-    raise DrivetrainError("FSDP cannot clip gradients by value; use accelerator.clip_grad_norm_ instead")
-
-
-@hookimpl
-def drivetrain_get_state_dict(model, run, unwrap):
-    from .checkpoint import full_model_state_dict
-
-    return full_model_state_dict(model, run)
-
-
-@hookimpl
-def drivetrain_save_model_state(model, index, directory, run, safe_serialization):
-    from .checkpoint import save_model
-
-    return save_model(model, index, directory, run, safe_serialization)
-
-
-@hookimpl
-def drivetrain_check_checkpoint(models, optimizers, directory, run):
-    from .checkpoint import check_checkpoint
-
-    check_checkpoint(models, optimizers, directory, run)
-
-
-@hookimpl
-def drivetrain_load_model_state(model, index, directory, run, manifest):
-    from .checkpoint import load_model
-
-    return load_model(model, index, directory, run)
-
-
-@hookimpl
-def drivetrain_save_optimizer_state(optimizer, index, directory, run):
-    from .checkpoint import save_optimizer
-
-    return save_optimizer(optimizer, index, directory, run)
-
-
-@hookimpl
-def drivetrain_load_optimizer_state(optimizer, index, directory, run, manifest):
-    from .checkpoint import load_optimizer
-
-    return load_optimizer(optimizer, index, directory, run)

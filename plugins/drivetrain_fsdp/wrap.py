@@ -20,7 +20,7 @@ import torch.distributed as dist
 from drivetrain.plugin_api import ConfigError, DrivetrainError
 
 from .options import HYBRID_STRATEGIES, FullyShardedDataParallelPlugin
-from .runtime import Runtime, runtime_of
+from .strategy import FSDPStrategy, strategy_of
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def ensure_process_group(run: Any) -> None:
     dist.init_process_group(run.platform.default_backend, store=dist.HashStore(), rank=0, world_size=1)
 
 
-def mesh_for(runtime: Runtime, run: Any, strategy: str, two_dims: bool) -> Any:
+def mesh_for(fsdp: FSDPStrategy, run: Any, strategy: str, two_dims: bool) -> Any:
     """The device mesh of ``strategy``: 1-D over every process, or (replicas, shards) for
     hybrid sharding (shards within a machine) and, on FSDP2, NO_SHARD (shard groups of one)."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -109,7 +109,7 @@ def mesh_for(runtime: Runtime, run: Any, strategy: str, two_dims: bool) -> Any:
         shape = (world, 1)
     else:
         shape = (world,)
-    meshes = runtime.meshes
+    meshes = fsdp.meshes
     if shape not in meshes:
         names = ("replicate", "shard") if len(shape) == 2 else ("shard",)
         meshes[shape] = init_device_mesh(run.platform.device_type, shape, mesh_dim_names=names)
@@ -263,8 +263,8 @@ def wrap_model(model: torch.nn.Module, run: Any, mesh: Any = None,
     """
     if version_of(model) is not None:
         return model  # prepared twice
-    runtime = runtime_of(run)
-    options = runtime.options
+    fsdp = strategy_of(run)
+    options = fsdp.options
     ensure_process_group(run)
     before = parameters_by_name(model) if before is None else before
     with quiet():
@@ -273,18 +273,18 @@ def wrap_model(model: torch.nn.Module, run: Any, mesh: Any = None,
                 raise ConfigError("sharding over a given device mesh needs FSDP2; set fsdp_version to 2")
             wrapped = _wrap_v1(model, run, options)
         else:
-            wrapped = _wrap_v2(model, run, runtime, options, mesh)
-    _remember_replacements(runtime, wrapped, before, options)
-    runtime.add_model(wrapped)
+            wrapped = _wrap_v2(model, run, fsdp, options, mesh)
+    _remember_replacements(fsdp, wrapped, before, options)
+    fsdp.add_model(wrapped)
     return wrapped
 
 
 def adopt(model: torch.nn.Module, run: Any, before: list[tuple[str, Any]]) -> None:
     """File a model another strategy transformed without sharding it (tensor parallelism
     alone): optimizers created earlier are pointed at its new parameters, checkpoints save it."""
-    runtime = runtime_of(run)
-    _remember_replacements(runtime, model, before, runtime.options)
-    runtime.add_model(model)
+    fsdp = strategy_of(run)
+    _remember_replacements(fsdp, model, before, fsdp.options)
+    fsdp.add_model(model)
 
 
 def _checkpointing_policy_check(options: FullyShardedDataParallelPlugin) -> None:
@@ -338,7 +338,7 @@ def _wrap_v1(model: torch.nn.Module, run: Any, options: FullyShardedDataParallel
         use_orig_params=options.use_orig_params,
     )
     if options.sharding_strategy in HYBRID_STRATEGIES:
-        kwargs["device_mesh"] = mesh_for(runtime_of(run), run, options.sharding_strategy, two_dims=True)
+        kwargs["device_mesh"] = mesh_for(strategy_of(run), run, options.sharding_strategy, two_dims=True)
     wrapped = FullyShardedDataParallel(model, **kwargs)
     if source is not None:
         _fill_from_main_process(wrapped, source)
@@ -348,7 +348,7 @@ def _wrap_v1(model: torch.nn.Module, run: Any, options: FullyShardedDataParallel
     return wrapped
 
 
-def _wrap_v2(model: torch.nn.Module, run: Any, runtime: Runtime, options: FullyShardedDataParallelPlugin,
+def _wrap_v2(model: torch.nn.Module, run: Any, fsdp: FSDPStrategy, options: FullyShardedDataParallelPlugin,
              mesh: Any = None) -> torch.nn.Module:
     from torch.distributed.fsdp import fully_shard
 
@@ -371,7 +371,7 @@ def _wrap_v2(model: torch.nn.Module, run: Any, runtime: Runtime, options: FullyS
     if options.sync_module_states:
         source = _main_process_weights(model)
     if mesh is None:
-        mesh = mesh_for(runtime, run, options.sharding_strategy, two_dims=True)
+        mesh = mesh_for(fsdp, run, options.sharding_strategy, two_dims=True)
     kwargs: dict[str, Any] = {"mesh": mesh,
                               "reshard_after_forward": options.reshard_after_forward}
     policy = precision_policy(options, 2)
@@ -429,7 +429,7 @@ def _set_prefetching(model: torch.nn.Module, units: list[torch.nn.Module], optio
             unit.set_modules_to_backward_prefetch([])
 
 
-def _remember_replacements(runtime: Runtime, wrapped: torch.nn.Module, before: list[tuple[str, Any]],
+def _remember_replacements(fsdp: FSDPStrategy, wrapped: torch.nn.Module, before: list[tuple[str, Any]],
                            options: FullyShardedDataParallelPlugin) -> None:
     after = {clean_name(name): p for name, p in wrapped.named_parameters(remove_duplicate=False)}
     flattened = version_of(wrapped) == 1 and not options.use_orig_params
@@ -437,9 +437,9 @@ def _remember_replacements(runtime: Runtime, wrapped: torch.nn.Module, before: l
     for name, old in before:
         new = after.get(name)
         if new is not None and new is not old:
-            runtime.replaced[old] = new
+            fsdp.replaced[old] = new
         elif new is None and marker is not None:
-            runtime.replaced[old] = marker
+            fsdp.replaced[old] = marker
 
 
 # ------------------------------------------------------------------------- optimizers
@@ -450,8 +450,8 @@ def point_optimizer_at_sharded_parameters(optimizer: Any, run: Any) -> None:
 
     Called after every model of the same ``prepare`` call was wrapped.
     """
-    runtime = runtime_of(run)
-    if not len(runtime.replaced):
+    fsdp = strategy_of(run)
+    if not len(fsdp.replaced):
         return
     inner = getattr(optimizer, "optimizer", optimizer)
     flat_model = None
@@ -460,7 +460,7 @@ def point_optimizer_at_sharded_parameters(optimizer: Any, run: Any) -> None:
     for group in inner.param_groups:
         params = []
         for parameter in group["params"]:
-            target = runtime.replaced.get(parameter)
+            target = fsdp.replaced.get(parameter)
             if target is None:
                 params.append(parameter)
             elif isinstance(target, _Flattened):
@@ -472,7 +472,7 @@ def point_optimizer_at_sharded_parameters(optimizer: Any, run: Any) -> None:
         new_groups.append(params)
     if not changed:
         return
-    stale = [p for group in inner.param_groups for p in group["params"] if p in runtime.replaced and p in inner.state]
+    stale = [p for group in inner.param_groups for p in group["params"] if p in fsdp.replaced and p in inner.state]
     if stale:
         raise ConfigError("the optimizer already holds state for parameters that FSDP replaced when sharding; "
                           "create the optimizer (or load its state) after accelerator.prepare(model)")
@@ -533,7 +533,7 @@ def clip_grad_norm(parameters: list[Any], max_norm: float, norm_type: float, run
     from torch.distributed.tensor import DTensor
 
     wanted = {id(p) for p in parameters}
-    for model in runtime_of(run).models:
+    for model in strategy_of(run).models:
         if version_of(model) == 1 and {id(p) for p in model.parameters()} == wanted:
             with quiet():
                 return model.clip_grad_norm_(max_norm, norm_type)
@@ -542,7 +542,7 @@ def clip_grad_norm(parameters: list[Any], max_norm: float, norm_type: float, run
             norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
             return norm.full_tensor() if isinstance(norm, DTensor) else norm
         return _clip_mixed(parameters, max_norm, norm_type)
-    if any(version_of(model) == 1 for model in runtime_of(run).models):
+    if any(version_of(model) == 1 for model in strategy_of(run).models):
         raise DrivetrainError("with FSDP1, clip_grad_norm_ needs all parameters of one prepared model "
                               "(accelerator.clip_grad_norm_(model.parameters(), ...)); clip a subset with fsdp_version 2")
     return None

@@ -7,7 +7,8 @@ Selected by ``distributed_type: MEGATRON_LM`` in the config file (options in its
 
 It needs megatron-core (``pip install 'drivetrain[megatron]'``), Megatron-LM's training package
 and CUDA devices; where one is missing it refuses before any process starts, naming it (see
-``engine.py``). Importing this module is cheap (no torch, no Megatron).
+``engine.py``). Importing this module is cheap (no torch, no Megatron); the run hooks live on
+the strategy's role object (``strategy.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, Strate
 
 from .options import ENV
 
-PLUGIN_INFO = PluginInfo(api_version="1.2", description="Megatron-LM tensor/pipeline/sequence parallelism",
+# API 1.6: the run hooks on one role object per run (strategy.py).
+PLUGIN_INFO = PluginInfo(api_version="1.6", description="Megatron-LM tensor/pipeline/sequence parallelism",
                          requires=("megatron-core>=0.8",), extra="megatron")
 
 NAME = "megatron_lm"
@@ -40,6 +42,7 @@ CONFIG_KEYS: dict[str, tuple[str, type, str]] = {
 def drivetrain_register_strategies():
     return [StrategySpec(name=NAME, distributed_type="MEGATRON_LM", config_section=SECTION,
                          accelerator_arguments=("megatron_lm_plugin",), needs_multiple_processes=False,
+                         hooks="drivetrain_megatron.strategy:MegatronStrategy",
                          description="Megatron-LM tensor, pipeline and sequence parallelism (CUDA)")]
 
 
@@ -105,21 +108,3 @@ def drivetrain_public_names():
                                "megatron_lm_prepare_data_loader", "megatron_lm_prepare_model_optimizer_scheduler",
                                "megatron_lm_prepare_optimizer", "megatron_lm_prepare_scheduler")})
     return names
-
-
-@hookimpl
-def drivetrain_configure_run(run):
-    from drivetrain.plugin_api import ConfigError
-
-    from .engine import refusal
-    from .options import MegatronLMPlugin
-
-    options = run.options.get("megatron_lm_plugin") or MegatronLMPlugin()
-    if not isinstance(options, MegatronLMPlugin):
-        raise ConfigError(f"megatron_lm_plugin must be a MegatronLMPlugin, not {type(options).__name__}")
-    options.data_parallel_degree(run.state.num_processes)
-    error = refusal(run.platform.device_type)
-    if error is not None:
-        raise error
-    run.options["megatron_lm_plugin"] = options
-    return None

@@ -1,5 +1,5 @@
 """fp8 through MS-AMP: ``msamp.initialize`` on the model and optimizer, opt levels O1 and O2;
-with DeepSpeed, the deepspeed plugin runs MS-AMP's engine (``enable_msamp``).
+with DeepSpeed, the strategy is asked to run MS-AMP's engine (``drivetrain_adopt_precision``).
 
 Selected by ``mixed_precision="fp8"`` with ``MSAMPRecipeKwargs``, ``--fp8-backend msamp`` or
 ``precision_backend: msamp``. Needs a CUDA GPU of compute capability 8.9 or newer and MS-AMP
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from drivetrain.plugin_api import PluginInfo, PrecisionSpec, Probe, hookimpl
 
-# API 1.3: the precision's run hooks on its role object.
-PLUGIN_INFO = PluginInfo(api_version="1.3", description="fp8 with MS-AMP (O1/O2)", requires=("msamp",),
+# API 1.3: the precision's run hooks on its role object; 1.6: it asks the strategy (drivetrain_adopt_precision).
+PLUGIN_INFO = PluginInfo(api_version="1.6", description="fp8 with MS-AMP (O1/O2)", requires=("msamp",),
                          install_hint="install MS-AMP from its source tree (github.com/Azure/MS-AMP); "
                                       "it is not on the package index")
 

@@ -17,25 +17,35 @@ def recipe_of(run: Any) -> Any:
 
 
 class MSAMPPrecision:
-    """fp8 through MS-AMP as the run's precision: the run's recipe, and model and optimizer converted together."""
+    """fp8 through MS-AMP as the run's precision: the run's recipe, and model and optimizer
+    converted together, unless the strategy's engine applies MS-AMP itself.
 
-    @hookimpl(trylast=True)  # after a strategy's (DeepSpeed's options object)
+    Attributes:
+        recipe: the run's :class:`MSAMPRecipeKwargs` (the user's, or the default one).
+        adopted: whether the run's strategy applies MS-AMP in its engine (DeepSpeed does).
+    """
+
+    def __init__(self) -> None:
+        self.recipe: Any = None
+        self.adopted = False
+
+    @hookimpl(trylast=True)  # after the strategy configured itself: it is asked below
     def drivetrain_configure_run(self, run, accelerator):
         import types
 
         given = run.handler_kwargs.get("MSAMPRecipeKwargs")
-        recipe = recipe_of(run)
-        deepspeed = getattr(accelerator, "deepspeed_plugin", None)
-        if deepspeed is not None and hasattr(deepspeed, "enable_msamp"):
-            deepspeed.enable_msamp, deepspeed.msamp_opt_level = True, recipe.opt_level
+        self.recipe = recipe = recipe_of(run)
+        self.adopted = bool(run.call("drivetrain_adopt_precision", precision=run.selection.precision, recipe=recipe))
         return types.SimpleNamespace(fp8_backend="MSAMP", fp8_enabled=True, has_fp8_handler=given is not None,
                                      msamp_recipe_handler=recipe, fp8_recipe_handler=recipe, te_recipe_handler=None,
                                      ao_recipe_handler=None, delayed_fp8_autocast=False)
 
     @hookimpl(trylast=True)
     def drivetrain_prepare_objects(self, objects, run, device_placement, accelerator):
-        """MS-AMP converts a model and its optimizer together. A strategy that builds an engine
-        (DeepSpeed runs MS-AMP's own engine) answers first."""
+        """MS-AMP converts a model and its optimizer together, unless the strategy's engine does
+        (it answered ``drivetrain_adopt_precision``)."""
+        if self.adopted:
+            return None
         import torch
 
         from drivetrain.plugin_api import ConfigError

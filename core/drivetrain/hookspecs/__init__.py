@@ -30,7 +30,8 @@ process state, the names chosen for each role, the plugin-owned config sections 
 user's kwargs handlers. A strategy's or precision's run hooks may instead be methods of a
 role object its descriptor names (``StrategySpec.hooks``, API 1.3): those are called only
 while that item is the run's, so a plugin with several roles needs no check of the run's
-choice in each hook.
+choice in each hook. The object is built for each run and keeps that run's state (API 1.6);
+``run.role("strategy")`` reaches it from plugin code outside a hook.
 
 The calling conventions:
 
@@ -91,6 +92,7 @@ from .process import (
     drivetrain_init_distributed,
     drivetrain_collectives,
     drivetrain_configure_run,
+    drivetrain_adopt_precision,
 )
 from .model import (
     drivetrain_prepare_objects,
@@ -154,6 +156,7 @@ __all__ = [
     "drivetrain_init_distributed",
     "drivetrain_collectives",
     "drivetrain_configure_run",
+    "drivetrain_adopt_precision",
     "drivetrain_prepare_objects",
     "drivetrain_transform_objects",
     "drivetrain_convert_model",

@@ -5,7 +5,7 @@ kinds of hook and the calling conventions."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..plugin_api import hookspec
 
@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
 
     from ..accelerator import Accelerator
     from ..collectives import Collectives
+    from ..plugin_api import PrecisionSpec
     from ..run import Run
 
 
@@ -74,7 +75,34 @@ def drivetrain_configure_run(run: Run, accelerator: Accelerator) -> object | Non
         ``AcceleratorState``, ``GradientState`` and the ``Accelerator`` consult for an
         attribute they do not have themselves: Accelerate's attributes that belong to a
         backend (``state.deepspeed_plugin``, ``state.select_deepspeed_plugin(name)``). They
-        are looked up on every access, so the object may compute them. Every answer is kept.
+        are looked up on every access, so the object may compute them. An object with an
+        ``exposes`` tuple offers only those names (API 1.6): a strategy's role object returns
+        itself, its state and hooks staying its own. Every answer is kept.
 
     Run hook, *collected*, API 1.0.
+    """
+
+
+@hookspec(firstresult=True)
+def drivetrain_adopt_precision(run: Run, precision: PrecisionSpec, recipe: Any) -> bool | None:
+    """Offer the run's precision to a strategy whose engine can apply it itself.
+
+    Called by a precision's role object, from its ``drivetrain_configure_run`` (marked
+    ``trylast``, so the strategy has configured itself first), when the precision can be
+    applied by an engine instead of by its own conversion: MS-AMP's fp8 runs inside
+    DeepSpeed's engine. The strategy sets its own options from ``recipe``; a precision never
+    writes another plugin's option object. A strategy that applies no precision leaves the
+    hook alone.
+
+    :param run: This process's run; the asking precision is ``run.selection.precision``.
+    :param precision: The run's chosen precision (its ``name`` and ``backend``).
+    :param recipe: That precision's options for this run: its kwargs handler (such as
+        ``MSAMPRecipeKwargs(opt_level="O2")``), whose class belongs to the precision plugin,
+        so anything goes.
+    :return: ``True`` when the strategy's engine applies the precision (the precision then
+        leaves the models and optimizers the engine builds alone); ``None`` when it does not
+        (the precision converts them itself, as without a strategy). ``False`` is not an
+        answer.
+
+    Run hook, *firstresult*, API 1.6.
     """

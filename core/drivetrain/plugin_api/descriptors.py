@@ -171,11 +171,11 @@ class StrategySpec:
             ``drivetrain_wrap_model``, so the core does not move them first. A sharding
             strategy shards a model before moving it (a model larger than one device then
             fits, and weights on the meta device are filled instead of copied).
-        hooks: lazy reference to this strategy's role object (API 1.3): a class (built once
-            per process, without arguments) or an object whose ``@hookimpl`` methods are run
-            hooks called only while this strategy is the run's. A plugin that plays several
-            roles keeps each role's run hooks there instead of checking, in module-level
-            hooks, whether the run chose it.
+        hooks: lazy reference to this strategy's role object (API 1.3): a class (built for
+            each run that chooses the strategy, without arguments, and keeping that run's
+            state as attributes: API 1.6) or an object (shared) whose ``@hookimpl`` methods
+            are run hooks called only while this strategy is the run's. Plugin code outside
+            a hook reaches it with ``run.role("strategy")``; no hook checks the run's choice.
     """
 
     name: str

@@ -1,19 +1,19 @@
 """The module the ``toyaccel`` entry point names: the plugin's declaration and its hooks.
 
 drivetrain imports this whenever it discovers plugins (even for ``drivetrain plugins
-list``), so it stays cheap: no torch, nothing of the vendor's runtime. The platform class is
-named by a string and imported only when a run chooses it; the probe reads the environment
-only.
+list``), so it stays cheap: no torch, nothing of the vendor's runtime. The platform class and
+the strategy's role object are named by strings and imported only when a run chooses them;
+the probe reads the environment only.
 """
 
 from __future__ import annotations
 
 import os
 
-from drivetrain.plugin_api import EnvReportLine, PlatformSpec, PluginInfo, Probe, hookimpl
+from drivetrain.plugin_api import EnvReportLine, PlatformSpec, PluginInfo, Probe, StrategySpec, hookimpl
 
 PLUGIN_INFO = PluginInfo(
-    api_version="1.3",
+    api_version="1.6",  # strategies as one role object per run
     description="toyaccel devices (a pretend accelerator on CPU tensors; toyccl between processes)",
     install_hint="pip install drivetrain-toyaccel",
 )
@@ -54,6 +54,14 @@ def drivetrain_register_platforms():
             description="toyaccel devices (one per process)",
         )
     ]
+
+
+@hookimpl
+def drivetrain_register_strategies():
+    # A vendor's strategy: its run hooks and per-run state live on the class `hooks` names.
+    return [StrategySpec(name="toyaverage", accelerator_arguments=("toyaverage_plugin",),
+                         hooks="drivetrain_toyaccel.strategy:GradientAveraging",
+                         description="average gradients over the processes at the end of each window")]
 
 
 @hookimpl

@@ -9,8 +9,9 @@ Selected by ``Accelerator(parallelism_config=ParallelismConfig(...))`` (or
 ``ACCELERATE_USE_PARALLELISM_CONFIG=true``, or ``strategy: parallelism_config`` with a
 ``parallelism_config:`` block in the config file.
 
-Sharding and checkpoints are the fsdp plugin's code (FSDP2, DCP), given this strategy's mesh.
-Importing this module is cheap (no torch).
+Sharding and checkpoints are the fsdp plugin's code (FSDP2, DCP), given this strategy's mesh:
+its role object (``strategy.py``) is an FSDP strategy object with a layout. Importing this
+module is cheap (no torch).
 """
 
 from __future__ import annotations
@@ -19,25 +20,9 @@ from typing import Any
 
 from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, StrategySpec, bool_argument, hookimpl
 
-# The model is the user's own module once composed, sharded by FSDP2 (or split by TP alone):
-# the fsdp plugin's hooks for optimizers, accumulation and checkpoints (DCP) serve it as they are.
-from ..plugin import (  # noqa: F401 (hook implementations of this plugin too)
-    drivetrain_check_checkpoint,
-    drivetrain_get_state_dict,
-    drivetrain_load_model_state,
-    drivetrain_load_optimizer_state,
-    drivetrain_make_grad_scaler,
-    drivetrain_no_sync,
-    drivetrain_save_model_state,
-    drivetrain_save_optimizer_state,
-    drivetrain_sync_in_backward,
-    drivetrain_unwrap_model,
-    drivetrain_wrap_optimizer,
-)
-
 from .config import CP_COMM_STRATEGIES, ENV, SP_BACKENDS, SP_HANDLER_FIELDS
 
-PLUGIN_INFO = PluginInfo(api_version="1.5", description="ND parallelism: data × sharded data × tensor × context "
+PLUGIN_INFO = PluginInfo(api_version="1.6", description="ND parallelism: data × sharded data × tensor × context "
                                                         "(ParallelismConfig)")
 
 NAME = "parallelism_config"
@@ -71,7 +56,7 @@ def drivetrain_register_strategies():
     return [StrategySpec(
         name=NAME, config_section=SECTION, accelerator_arguments=("parallelism_config", "torch_tp_plugin"),
         composes_arguments=("fsdp_plugin",),
-        places_models=True,
+        places_models=True, hooks="drivetrain_fsdp.parallelism.strategy:ParallelismStrategy",
         description="ND parallelism on a device mesh: dp_replicate × dp_shard (FSDP2) × cp × tp",
     )]
 
@@ -145,35 +130,3 @@ def drivetrain_public_names():
     names["parallelism_config.ParallelismConfig"] = "drivetrain_fsdp.parallelism.config:ParallelismConfig"
     names["utils.get_model_tp_size"] = "drivetrain_fsdp.parallelism.model_info:get_model_tp_size"
     return names
-
-
-# ----------------------------------------------------------------------------- the run
-
-
-@hookimpl
-def drivetrain_configure_run(run):
-    from .runtime import configure
-
-    return configure(run).extension
-
-
-@hookimpl
-def drivetrain_wrap_model(model, run, evaluation_mode):
-    from .wrap import wrap_model
-
-    return wrap_model(model, run)
-
-
-@hookimpl
-def drivetrain_clip_grad_norm(parameters, max_norm, norm_type, run):
-    from .wrap import clip_grad_norm
-
-    return clip_grad_norm(parameters, max_norm, norm_type)
-
-
-@hookimpl
-def drivetrain_clip_grad_value(parameters, clip_value, run):
-    from drivetrain.plugin_api import DrivetrainError
-
-    raise DrivetrainError("gradients split over a device mesh cannot be clipped by value; use "
-                          "accelerator.clip_grad_norm_ instead")

@@ -12,7 +12,8 @@ import torch
 
 from drivetrain.plugin_api import ConfigError
 
-from .runtime import Runtime, runtime_of
+from ..strategy import strategy_of
+from .strategy import ParallelismStrategy
 
 #: transformers' names of tensor-parallel styles that torch's ``parallelize_module`` can apply.
 STYLE_NAMES = ("colwise", "rowwise", "colwise_rep", "colwise_gather_output", "rowwise_rep", "embedding_rowwise",
@@ -39,9 +40,9 @@ def style_of(name: str, module: torch.nn.Module) -> Any:
                       "torch ParallelStyle in TorchTensorParallelConfig(tp_plan={...})")
 
 
-def plan_of(model: torch.nn.Module, runtime: Runtime) -> dict[str, Any]:
+def plan_of(model: torch.nn.Module, strategy: ParallelismStrategy) -> dict[str, Any]:
     """The model's tensor-parallel plan: the user's, else the one the model carries."""
-    handler = runtime.config.tp_handler
+    handler = strategy.config.tp_handler
     if handler is not None and handler.tp_plan:
         return dict(handler.tp_plan)
     for attribute in ("_tp_plan", "tp_plan"):
@@ -90,19 +91,19 @@ def _check_heads(model: torch.nn.Module, tp_size: int) -> None:
                               "parallel process must hold whole heads")
 
 
-def apply_tensor_parallel(model: torch.nn.Module, runtime: Runtime) -> None:
+def apply_tensor_parallel(model: torch.nn.Module, strategy: ParallelismStrategy) -> None:
     from torch.distributed.tensor.parallel import parallelize_module
 
-    tp_size = runtime.config.tp_size
+    tp_size = strategy.config.tp_size
     _check_heads(model, tp_size)
-    plan = _expanded(model, plan_of(model, runtime), tp_size)
-    parallelize_module(model, runtime.mesh["tp"], plan)
+    plan = _expanded(model, plan_of(model, strategy), tp_size)
+    parallelize_module(model, strategy.mesh["tp"], plan)
 
 
-def fsdp_mesh(runtime: Runtime) -> Any:
+def fsdp_mesh(strategy: ParallelismStrategy) -> Any:
     """The mesh FSDP2 shards over: ``dp_shard`` (with ``cp``), with ``dp_replicate`` in front
     (HSDP; replicas alone get shard groups of one)."""
-    config, mesh = runtime.config, runtime.mesh
+    config, mesh = strategy.config, strategy.mesh
     shards = "dp_shard_cp" if config.cp_enabled else "dp_shard"
     if config.dp_replicate_enabled:
         return mesh["dp_replicate", shards]
@@ -112,17 +113,17 @@ def fsdp_mesh(runtime: Runtime) -> Any:
 def wrap_model(model: torch.nn.Module, run: Any) -> torch.nn.Module:
     from .. import wrap as fsdp_wrap
 
-    runtime = runtime_of(run)
+    strategy = strategy_of(run)
     if getattr(model, "_drivetrain_parallelized", False) or fsdp_wrap.version_of(model) is not None:
         return model  # prepared twice
-    config = runtime.config
+    config = strategy.config
     before = fsdp_wrap.parameters_by_name(model)
     if config.tp_enabled:
         model.to(run.state.device)
-        apply_tensor_parallel(model, runtime)
+        apply_tensor_parallel(model, strategy)
     model._drivetrain_parallelized = True
     if config.dp_enabled or config.cp_enabled:
-        return fsdp_wrap.wrap_model(model, run, mesh=fsdp_mesh(runtime), before=before)
+        return fsdp_wrap.wrap_model(model, run, mesh=fsdp_mesh(strategy), before=before)
     model.to(run.state.device)
     fsdp_wrap.adopt(model, run, before)
     return model
