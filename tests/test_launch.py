@@ -328,6 +328,11 @@ def test_the_failure_summary_orders_ranks_by_when_they_failed():
     summary = failure_summary(error, recorded={0: (10.2, "RuntimeError: peer")}, exits={0: (10.3, 1), 1: (10.1, 3)},
                               last_lines={1: "fatal: the disk is full"})
     assert "rank 1 failed first" in summary and "rank 1 (local rank 1, pid 101) exited with code 3: fatal" in summary
+    # under load the parent may see rank 1's exit after rank 0 recorded the connection rank 1's death broke
+    reset = "RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:27836: Connection reset by peer."
+    summary = failure_summary(error, recorded={0: (10.0, reset)}, exits={0: (10.3, -15), 1: (10.1, 3)},
+                              last_lines={1: "fatal: the disk is full"})
+    assert "rank 1 failed first" in summary and "exited with code 3: fatal: the disk is full" in summary
 
 
 def test_the_failure_summary_names_the_rank_that_hung_not_the_one_that_timed_out():

@@ -27,8 +27,11 @@ __all__ = ["notebook_launcher", "debug_launcher", "failure_summary", "record_fai
 
 
 _TORCH_BOILERPLATE = "To enable traceback see"
-# An error that only says a peer did not answer in time: its rank waited for the one at fault.
-_TIMED_OUT = re.compile(r"timed out|timeout|did not answer", re.IGNORECASE)
+# An error that only says a peer did not answer in time, or that the connection to a peer broke
+# (gloo's "Read error ... Connection reset by peer" when a peer died): its rank waited for, or
+# was cut off by, the one at fault.
+_TIMED_OUT = re.compile(r"timed out|timeout|did not answer|connection reset by peer|connection closed by peer|"
+                        r"broken pipe", re.IGNORECASE)
 # ... unless it names that peer (the checkpoint commit's "rank 1 did not answer").
 _NAMED_PEER = re.compile(r"\branks? (\d+)[\d, ]* did not answer")
 
@@ -48,8 +51,8 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
     recorded no error (``os._exit``, a signal). ``stopped`` holds the ranks seen stopped
     (``SIGSTOP``) when another failed.
 
-    A rank whose error is a timeout waiting for its peers is a victim, not the culprit, even
-    when it failed first: the culprit is a stopped rank, else the rank such an error names,
+    A rank whose error is a timeout waiting for its peers, or a connection a dead peer broke,
+    is a victim, not the culprit, even when it failed first: the culprit is a stopped rank, else the rank such an error names,
     else the first rank that failed otherwise (one that recorded no error is one that hung).
     """
     from .process_exits import describe_exit
