@@ -15,7 +15,8 @@ from datetime import timedelta
 from typing import Any, Callable, Iterator
 
 from . import environment
-from .accelerator_slots import positional_options, slot_names
+from .backend_arguments import positional_options, slot_names, strategy_option_attributes
+from .backend_attributes import backend_attribute
 from .enums import DistributedType
 from .errors import ConfigError, DistributedError
 from .plugin_manager import get_plugin_manager
@@ -305,21 +306,6 @@ def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
     return share
 
 
-def contributed_attribute(state_class: str, name: str) -> Any:
-    """A backend's attribute of a state class, from ``state.<class>.<name>`` public names.
-
-    Plugins contribute what Accelerate's ``AcceleratorState``/``GradientState`` attributes of
-    their backend read while it is not in use (``drivetrain_public_names``, or
-    ``drivetrain_fallback_names`` below them); an active plugin's run extension wins over both.
-    """
-    from .public_names import resolve_module_name
-
-    try:
-        return resolve_module_name(f"state.{state_class}", name)
-    except AttributeError:
-        raise AttributeError(f"{state_class!r} object has no attribute {name!r}") from None
-
-
 class AcceleratorState:
     """``PartialState`` plus what an ``Accelerator`` adds: mixed precision, strategy, plugins.
 
@@ -377,27 +363,26 @@ class AcceleratorState:
         return self._shared_state.get("_initialized", False)
 
     def __getattr__(self, name: str) -> Any:
-        # process attributes (device, num_processes, wait_for_everyone, ...) come from PartialState
+        """Accelerate's attributes of a backend (``deepspeed_plugin``, ``is_fsdp2``) through
+        :func:`~drivetrain.backend_attributes.backend_attribute` (the run's extensions, then
+        contributed names); every other attribute (device, ranks, ...) from the ``PartialState``."""
         if name.startswith("__") or "_partial" not in self._shared_state:
             raise AttributeError(name)
-        run = getattr(self._shared_state["_partial"], "run", None)
-        if run is not None:
-            try:
-                return run.extension_attribute(name)  # what a plugin adds (`state.deepspeed_plugin`)
-            except AttributeError:
-                pass
+        partial = self._shared_state["_partial"]
+        try:
+            return backend_attribute("state.AcceleratorState", name, getattr(partial, "run", None),
+                                     self._backend_argument)
+        except AttributeError:
+            return getattr(partial, name)
+
+    def _backend_argument(self, name: str) -> Any:
+        """A backend object given by keyword; a declared ``<backend>_plugin`` is ``None`` otherwise."""
         plugins = self._shared_state.get("plugins") or {}
         if name in plugins:
             return plugins[name]
-        from .accelerator import _strategy_option_attributes
-
-        if name in _strategy_option_attributes():
-            return None  # a declared `<backend>_plugin` argument of a strategy this run does not use
-        try:
-            return contributed_attribute("AcceleratorState", name)  # a backend's attribute while it is unused
-        except AttributeError:
-            pass
-        return getattr(self._shared_state["_partial"], name)
+        if name in strategy_option_attributes():
+            return None
+        raise AttributeError(name)
 
     def __repr__(self) -> str:
         return repr(self._partial) + f"Mixed precision type: {self.mixed_precision}\n"
@@ -473,17 +458,10 @@ class GradientState:
         return self.active_dataloader is not None
 
     def __getattr__(self, name: str) -> Any:
-        # Accelerate's attributes of a backend: the active plugins' run extensions answer
-        # first, then what plugins contribute for an unused backend (until a step sets them)
-        if name.startswith("_"):
-            raise AttributeError(name)
-        run = PartialState._shared_state.get("run")
-        if run is not None:
-            try:
-                return run.extension_attribute(name)
-            except AttributeError:
-                pass
-        return contributed_attribute("GradientState", name)
+        """Accelerate's attributes of a backend through
+        :func:`~drivetrain.backend_attributes.backend_attribute`: the run's extensions, then
+        contributed names (what an unused backend's attribute reads until a step sets it)."""
+        return backend_attribute("state.GradientState", name, PartialState._shared_state.get("run"))
 
     def _set_sync_gradients(self, sync_gradients: bool) -> None:
         self.sync_gradients = sync_gradients

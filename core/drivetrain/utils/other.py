@@ -100,7 +100,7 @@ def extract_model_from_parallel(model: Any, keep_fp32_wrapper: bool = True, keep
         while isinstance(unwrapped, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
             unwrapped = unwrapped.module
     if not keep_fp32_wrapper:
-        from ..accelerator import remove_mixed_precision_forward
+        from ..training_step import remove_mixed_precision_forward
 
         remove_mixed_precision_forward(unwrapped)
     if recursive:
