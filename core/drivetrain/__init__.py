@@ -55,7 +55,7 @@ def __getattr__(name: str) -> Any:
     if name not in _CORE_NAMES and importlib.util.find_spec(f"{__name__}.{name}") is not None:
         return importlib.import_module(f"{__name__}.{name}")  # a submodule, not a public name
 
-    from .plugin_api import resolve
+    from .kernel.descriptors import resolve
 
     ref = _CORE_NAMES.get(name)
     if ref is None:

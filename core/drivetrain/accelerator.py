@@ -31,6 +31,8 @@ from .kwargs_handlers import (
 )
 from .optimizer import AcceleratedOptimizer
 from .scheduler import AcceleratedScheduler
+from .selection import strategy_option_attributes as _strategy_option_attributes
+from .utils.other import remove_mixed_precision_forward
 from .state import AcceleratorState, GradientState
 
 logger = logging.getLogger(__name__)
@@ -44,15 +46,6 @@ def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, torch.optim.lr_scheduler.LRScheduler) or (
         hasattr(obj, "step") and hasattr(obj, "optimizer") and hasattr(obj, "get_last_lr")
     )
-
-
-def _strategy_option_attributes() -> set[str]:
-    """Accelerate's ``<backend>_plugin`` attributes: the ``accelerator_arguments`` installed
-    strategies declare (read as ``None`` while that strategy is unused). Any other name is a typo."""
-    from .plugin_manager import get_plugin_manager
-
-    return {argument for _plugin, spec in get_plugin_manager().registrations("drivetrain_register_strategies")
-            for argument in spec.accelerator_arguments if argument.endswith("_plugin")}
 
 
 class Accelerator(AcceleratorProperties, AcceleratorProcesses, AccelerateMembers):
@@ -704,10 +697,3 @@ class Accelerator(AcceleratorProperties, AcceleratorProcesses, AccelerateMembers
 
     def __repr__(self) -> str:
         return f"Accelerator(device={self.device}, processes={self.num_processes}, mixed_precision={self.mixed_precision})"
-
-
-def remove_mixed_precision_forward(model: torch.nn.Module) -> None:
-    """Undo the autocast ``forward`` a precision plugin installed (it keeps ``_original_forward``)."""
-    original = model.__dict__.pop("_original_forward", None)
-    if original is not None:
-        model.forward = original

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .plugin_api import Probe
+from .kernel.descriptors import Probe
 from .plugin_guard import PluginCodeFailed
 from .plugin_manager import PluginManager
 

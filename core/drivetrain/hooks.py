@@ -194,6 +194,10 @@ class AlignDevicesHook(ModelHook):
         tied_params_map: shared between hooks so tied weights are loaded once.
     """
 
+    #: What ``has_offloaded_params`` looks for: the model helpers sit below this module and
+    #: cannot import the class to test ``isinstance``.
+    loads_weights_at_forward = True
+
     def __init__(self, execution_device: Any = None, offload: bool = False, io_same_device: bool = False,
                  weights_map: Mapping | None = None, offload_buffers: bool = False, place_submodules: bool = False,
                  skip_keys: str | list[str] | None = None, tied_params_map: dict[int, dict[Any, torch.Tensor]] | None = None

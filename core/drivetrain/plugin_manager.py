@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import hookspecs, plugin_guard, registration
 from .errors import DrivetrainError, PluginHookError, PluginLoadError, PluginSelectionError, PluginWarning
-from .plugin_api import PROJECT_NAME, PluginInfo, resolve
+from .kernel.descriptors import PROJECT_NAME, PluginInfo, resolve
 from .version import PLUGIN_API_VERSION
 
 if sys.version_info >= (3, 12):  # pragma: no cover

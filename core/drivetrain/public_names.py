@@ -57,7 +57,7 @@ def resolve_module_name(module: str, name: str, *, also_top_level: bool = False)
     ``also_top_level`` lets a module offer the names contributed to ``drivetrain`` as well
     (``drivetrain.utils`` offers ``DeepSpeedPlugin`` as Accelerate's ``accelerate.utils`` does).
     """
-    from .plugin_api import resolve
+    from .kernel.descriptors import resolve
 
     ref = plugin_public_name(name, module)
     if ref is None and also_top_level:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .plugin_api import (
+from .kernel.descriptors import (
     ClusterEnvironmentSpec,
     ConfigField,
     ConfigSection,

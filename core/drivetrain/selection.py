@@ -21,7 +21,7 @@ from . import environment
 from .cluster import SINGLE_PROCESS, ClusterEnvironment
 from .detection import Candidate, ask, best, probe_all
 from .errors import IncompatibleChoiceError, PluginSelectionError
-from .plugin_api import PlatformSpec, PrecisionSpec, StrategySpec
+from .kernel.descriptors import PlatformSpec, PrecisionSpec, StrategySpec
 from .plugin_manager import (
     BLOCK_VARIABLE,
     EXPLICIT_PLUGINS_VARIABLE,
@@ -409,3 +409,12 @@ def select(manager: PluginManager, requests: Requests, cluster: ClusterEnvironme
         reasons={"platform": platform_reason, "cluster": cluster_reason, "strategy": strategy_reason,
                  "precision": precision_reason},
     )
+
+
+def strategy_option_attributes() -> set[str]:
+    """Accelerate's ``<backend>_plugin`` attributes: the ``accelerator_arguments`` installed
+    strategies declare (read as ``None`` while that strategy is unused). Any other name is a typo."""
+    from .plugin_manager import get_plugin_manager  # looked up per call: tests swap the manager
+
+    return {argument for _plugin, spec in get_plugin_manager().registrations("drivetrain_register_strategies")
+            for argument in spec.accelerator_arguments if argument.endswith("_plugin")}

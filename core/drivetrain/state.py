@@ -20,7 +20,7 @@ from .enums import DistributedType
 from .errors import ConfigError, DistributedError
 from .plugin_manager import get_plugin_manager
 from .run import Run
-from .selection import Requests, requests_from_env, select
+from .selection import Requests, requests_from_env, select, strategy_option_attributes
 from .use_variables import requested_features
 
 logger = logging.getLogger(__name__)
@@ -389,9 +389,7 @@ class AcceleratorState:
         plugins = self._shared_state.get("plugins") or {}
         if name in plugins:
             return plugins[name]
-        from .accelerator import _strategy_option_attributes
-
-        if name in _strategy_option_attributes():
+        if name in strategy_option_attributes():
             return None  # a declared `<backend>_plugin` argument of a strategy this run does not use
         try:
             return contributed_attribute("AcceleratorState", name)  # a backend's attribute while it is unused

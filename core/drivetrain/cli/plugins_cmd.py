@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..errors import PluginLoadError
-from ..plugin_api import ConfigSection
+from ..kernel.descriptors import ConfigSection
 from ..plugin_manager import STRICT_VARIABLE, PluginManager, PluginRecord, PluginStatus, get_plugin_manager
 from ..version import PLUGIN_API_VERSION, __version__
 from .json_output import emit

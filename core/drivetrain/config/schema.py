@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 from ..environment import DYNAMO_MODES
 from ..errors import ConfigError
-from ..plugin_api import ConfigField, ConfigSection
+from ..kernel.descriptors import ConfigField, ConfigSection
 from ..plugin_manager import PluginManager, PluginStatus
 
 #: Keys of the core, in the order they are written.

@@ -440,10 +440,8 @@ class _AlignModuleDevice(contextlib.ContextDecorator):
 
 def has_offloaded_params(module: nn.Module) -> bool:
     """Whether ``module`` has an offload hook that loads its weights at each forward."""
-    from ..hooks import AlignDevicesHook
-
     hook = getattr(module, "_hf_hook", None)
-    return isinstance(hook, AlignDevicesHook) and hook.offload
+    return getattr(type(hook), "loads_weights_at_forward", False) is True and bool(hook.offload)
 
 
 def get_state_dict_offloaded_model(model: nn.Module) -> dict[str, torch.Tensor]:
