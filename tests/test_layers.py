@@ -39,7 +39,7 @@ _PLACED_BY_LAYER: dict[str, tuple[str, ...]] = {
     "services": (
         "big_modeling", "checkpointing", "data_loader", "hooks", "inference", "launchers", "local_sgd",
         "memory", "tracking", "utils.device_map", "utils.imports", "utils.memory", "utils.modeling",
-        "utils.offload", "utils.operations", "utils.other", "utils.random", "utils.rich", "utils.tqdm",
+        "utils.offload", "utils.other", "utils.random", "utils.rich", "utils.tqdm",
         "utils.weights_loading",
     ),
     "cli": (

@@ -50,22 +50,22 @@ class AcceleratorProcesses:
         return self.state.on_local_process(function, local_process_index=local_process_index)
 
     def gather(self, tensor: Any) -> Any:
-        from .utils.operations import gather
+        from .services.cross_process import gather
 
         return gather(tensor)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        from .utils.operations import gather_for_metrics
+        from .services.cross_process import gather_for_metrics
 
         return gather_for_metrics(input_data, use_gather_object=use_gather_object)
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-        from .utils.operations import reduce
+        from .services.cross_process import reduce
 
         return reduce(tensor, reduction=reduction, scale=scale)
 
     def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
-        from .utils.operations import pad_across_processes
+        from .services.cross_process import pad_across_processes
 
         return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from .utils.modeling import HOST, META, named_module_tensors, resolve_device, set_module_tensor_to_device
 from .utils.offload import PrefixedDataset
-from .utils.operations import find_device, send_to_device
+from .tensors.nested import find_device, send_to_device
 
 __all__ = [
     "ModelHook", "SequentialHook", "add_hook_to_module", "remove_hook_from_module", "remove_hook_from_submodules",

@@ -365,7 +365,7 @@ def debug_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_p
 
 def _check_launched_world() -> None:
     from .state import PartialState
-    from .utils.operations import gather_object
+    from .services.cross_process import gather_object
 
     state = PartialState()
     ranks = gather_object([state.process_index])

@@ -29,7 +29,7 @@ from ..kwargs_handlers import (
     ProjectConfiguration,
     TorchDynamoPlugin,
 )
-from .operations import TensorInformation
+from ..tensors.nested import TensorInformation
 
 __all__ = [
     "AutocastKwargs", "ComputeEnvironment", "CustomDtype", "DataLoaderConfiguration", "DistributedType",
