@@ -12,12 +12,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from . import environment
+from .kernel import environment
 from .accelerator_members import AccelerateMembers
 from .accelerator_processes import AcceleratorProcesses
 from .accelerator_properties import AcceleratorProperties
 from .accelerator_slots import positional_options
-from .errors import CheckpointError, ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
+from .kernel.errors import CheckpointError, ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
 from .kwargs_handlers import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -159,7 +159,7 @@ class Accelerator(AcceleratorProperties, AcceleratorProcesses, AccelerateMembers
         given = {arg: value for arg, value in options.items() if value is not None}
         if not given:
             return None
-        from .plugin_manager import get_plugin_manager
+        from .kernel.plugin_manager import get_plugin_manager
 
         owners = {arg: spec.name for _p, spec in get_plugin_manager().registrations("drivetrain_register_strategies")
                   for arg in spec.accelerator_arguments}
@@ -226,7 +226,7 @@ class Accelerator(AcceleratorProperties, AcceleratorProcesses, AccelerateMembers
             pass
         if name in _strategy_option_attributes():
             return getattr(self.state, name)  # a backend's option object: None when that backend is unused
-        from .public_names import resolve_module_name
+        from .kernel.contributed import resolve_module_name
 
         try:  # what Accelerate's attribute of a backend reads while it is unused (`is_fsdp2`: False)
             return resolve_module_name("accelerator.Accelerator", name)

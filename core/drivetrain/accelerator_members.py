@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import ConfigError
+from .kernel.errors import ConfigError
 
 
 class AccelerateMembers:

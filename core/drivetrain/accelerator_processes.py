@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .errors import UsageError
+from .kernel.errors import UsageError
 
 
 class AcceleratorProcesses:

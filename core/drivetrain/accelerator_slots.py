@@ -21,7 +21,7 @@ SLOT_COUNT = 6
 def slot_names(module: str = "accelerator", name: str = "STRATEGY_SLOTS",
                count: int = SLOT_COUNT) -> tuple[str, ...] | None:
     """The argument names of the reserved positions, in order, or ``None`` when no plugin names them."""
-    from .public_names import resolve_module_name
+    from .kernel.contributed import resolve_module_name
 
     try:
         names = resolve_module_name(module, name)

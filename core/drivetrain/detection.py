@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .kernel.descriptors import Probe
-from .plugin_guard import PluginCodeFailed
-from .plugin_manager import PluginManager
+from .kernel.plugin_guard import PluginCodeFailed
+from .kernel.plugin_manager import PluginManager
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .errors import ConfigError
+from .kernel.errors import ConfigError
 from .state import PartialState
 from .utils.device_map import infer_auto_device_map
 from .utils.modeling import compute_module_sizes

@@ -17,12 +17,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import environment
+from .kernel import environment
 from .cluster import SINGLE_PROCESS, ClusterEnvironment
 from .detection import Candidate, ask, best, probe_all
-from .errors import IncompatibleChoiceError, PluginSelectionError
+from .kernel.errors import IncompatibleChoiceError, PluginSelectionError
 from .kernel.descriptors import PlatformSpec, PrecisionSpec, StrategySpec
-from .plugin_manager import (
+from .kernel.plugin_manager import (
     BLOCK_VARIABLE,
     EXPLICIT_PLUGINS_VARIABLE,
     REPORTED_VARIABLE,
@@ -414,7 +414,7 @@ def select(manager: PluginManager, requests: Requests, cluster: ClusterEnvironme
 def strategy_option_attributes() -> set[str]:
     """Accelerate's ``<backend>_plugin`` attributes: the ``accelerator_arguments`` installed
     strategies declare (read as ``None`` while that strategy is unused). Any other name is a typo."""
-    from .plugin_manager import get_plugin_manager  # looked up per call: tests swap the manager
+    from .kernel.plugin_manager import get_plugin_manager  # looked up per call: tests swap the manager
 
     return {argument for _plugin, spec in get_plugin_manager().registrations("drivetrain_register_strategies")
             for argument in spec.accelerator_arguments if argument.endswith("_plugin")}

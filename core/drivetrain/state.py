@@ -14,11 +14,11 @@ import logging
 from datetime import timedelta
 from typing import Any, Callable, Iterator
 
-from . import environment
+from .kernel import environment
 from .accelerator_slots import positional_options, slot_names
 from .enums import DistributedType
-from .errors import ConfigError, DistributedError
-from .plugin_manager import get_plugin_manager
+from .kernel.errors import ConfigError, DistributedError
+from .kernel.plugin_manager import get_plugin_manager
 from .run import Run
 from .selection import Requests, requests_from_env, select, strategy_option_attributes
 from .use_variables import requested_features
@@ -312,7 +312,7 @@ def contributed_attribute(state_class: str, name: str) -> Any:
     their backend read while it is not in use (``drivetrain_public_names``, or
     ``drivetrain_fallback_names`` below them); an active plugin's run extension wins over both.
     """
-    from .public_names import resolve_module_name
+    from .kernel.contributed import resolve_module_name
 
     try:
         return resolve_module_name(f"state.{state_class}", name)

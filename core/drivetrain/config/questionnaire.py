@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 from typing import IO, Any
 
-from ..errors import ConfigError
+from ..kernel.errors import ConfigError
 from ..kernel.descriptors import ConfigField
-from ..plugin_manager import PluginManager, get_plugin_manager
+from ..kernel.plugin_manager import PluginManager, get_plugin_manager
 from .schema import build_schema, coerce
 
 MAX_TRIES = 5

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from ..errors import ConfigError
+from ..kernel.errors import ConfigError
 from ..state import GradientState, PartialState
 from ..services.cross_process import broadcast_object_list
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import DataLoader
 
-from ..errors import ConfigError
+from ..kernel.errors import ConfigError
 from ..state import PartialState
 from ..services.cross_process import broadcast_object_list
 from ..tensors.nested import (

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 
 from ..collectives import REDUCTIONS
-from ..errors import DistributedError
+from ..kernel.errors import DistributedError
 from ..state import GradientState, PartialState
 from ..tensors.nested import (
     _leaves,

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from ..checkpointing.dtypes import TORCH_DTYPES
-from ..errors import ConfigError
-from ..public_names import contributed_getattr
+from ..kernel.errors import ConfigError
+from ..kernel.contributed import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def current_platform() -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _detected_platform() -> Any:
-    from ..plugin_manager import get_plugin_manager
+    from ..kernel.plugin_manager import get_plugin_manager
     from ..selection import requests_from_env, select
 
     manager = get_plugin_manager()

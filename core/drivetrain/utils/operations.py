@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 from ..services.cross_process import *  # noqa: F403
 from ..services.cross_process import __all__ as _across
 from ..tensors.nested import *  # noqa: F403

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 import torch
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ def load(f: Any, map_location: Any = None, **kwargs: Any) -> Any:
     Unlike Accelerate's, ``weights_only=False`` is refused: a file that must rebuild other
     objects is one to load with ``torch.load`` yourself, having decided to trust it.
     """
-    from ..errors import CheckpointError
+    from ..kernel.errors import CheckpointError
 
     if kwargs.pop("weights_only", True) is not True:
         raise CheckpointError("drivetrain.utils.load reads only tensors and plain data (weights_only=True); "
