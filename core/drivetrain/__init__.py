@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .version import PLUGIN_API_VERSION, __version__
+from .kernel.version import PLUGIN_API_VERSION, __version__
 
 # Public names of the core and where they live; resolved on first access.
 _CORE_NAMES: dict[str, str] = {}
@@ -55,11 +55,11 @@ def __getattr__(name: str) -> Any:
     if name not in _CORE_NAMES and importlib.util.find_spec(f"{__name__}.{name}") is not None:
         return importlib.import_module(f"{__name__}.{name}")  # a submodule, not a public name
 
-    from .plugin_api import resolve
+    from .kernel.descriptors import resolve
 
     ref = _CORE_NAMES.get(name)
     if ref is None:
-        from .public_names import plugin_public_name
+        from .kernel.contributed import plugin_public_name
 
         ref = plugin_public_name(name)
     if ref is None:
@@ -70,7 +70,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    from .public_names import all_plugin_public_names
+    from .kernel.contributed import all_plugin_public_names
 
     return sorted(set(globals()) | set(_CORE_NAMES) | set(all_plugin_public_names()))
 

@@ -26,7 +26,7 @@ import torch
 from . import checkpoint_calls, init_arguments, preparation, training_step, uneven_inputs
 from .backend_arguments import positional_options, strategy_for_options, strategy_option_attributes
 from .backend_attributes import backend_attribute
-from .errors import CheckpointError, ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
+from .kernel.errors import CheckpointError, ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
 from .kwargs_handlers import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -38,7 +38,7 @@ from .kwargs_handlers import (
     TorchDynamoPlugin,
 )
 from .state import AcceleratorState, GradientState
-from .training_step import remove_mixed_precision_forward  # noqa: F401  (its old home)
+from .utils.other import remove_mixed_precision_forward  # noqa: F401  (its old home)
 
 
 class Accelerator:
@@ -496,22 +496,22 @@ class Accelerator:
         return self.state.on_local_process(function, local_process_index=local_process_index)
 
     def gather(self, tensor: Any) -> Any:
-        from .utils.operations import gather
+        from .services.cross_process import gather
 
         return gather(tensor)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        from .utils.operations import gather_for_metrics
+        from .services.cross_process import gather_for_metrics
 
         return gather_for_metrics(input_data, use_gather_object=use_gather_object)
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-        from .utils.operations import reduce
+        from .services.cross_process import reduce
 
         return reduce(tensor, reduction=reduction, scale=scale)
 
     def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
-        from .utils.operations import pad_across_processes
+        from .services.cross_process import pad_across_processes
 
         return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .errors import ConfigError
-from .plugin_manager import get_plugin_manager
-from .public_names import resolve_module_name
+from .kernel.errors import ConfigError
+from .kernel.plugin_manager import get_plugin_manager
+from .kernel.contributed import resolve_module_name
 from .selection import requests_from_env
 
 #: How many positions of ``Accelerator.__init__`` are reserved for backend arguments.

@@ -18,8 +18,8 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from .environment import read_bool
-from .errors import ConfigError
+from .kernel.environment import read_bool
+from .kernel.errors import ConfigError
 from .hooks import (
     AlignDevicesHook,
     TiedParamsMap,

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from .errors import CheckpointError
+from .kernel.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
 

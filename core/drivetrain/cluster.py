@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from .errors import ConfigError
+from .kernel.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .plugin_api import Probe
-from .plugin_guard import PluginCodeFailed
-from .plugin_manager import PluginManager
+from .kernel.descriptors import Probe
+from .kernel.plugin_guard import PluginCodeFailed
+from .kernel.plugin_manager import PluginManager
 
 
 @dataclass

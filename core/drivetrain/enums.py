@@ -105,7 +105,7 @@ class OpenStrEnum(str, metaclass=_OpenEnumMeta):
 
 def _enum_members(enum_name: str) -> dict[str, str]:
     """Members plugins contribute to ``enum_name`` through ``drivetrain_enum_members``."""
-    from .plugin_manager import get_plugin_manager
+    from .kernel.plugin_manager import get_plugin_manager
 
     found: dict[str, str] = {}
     for _plugin, (name, members) in get_plugin_manager().registrations("drivetrain_enum_members"):
@@ -119,7 +119,7 @@ def _enum_members(enum_name: str) -> dict[str, str]:
 
 def _registered(hook_name: str, attribute: str) -> Callable[[], list[str]]:
     def collect() -> list[str]:
-        from .plugin_manager import get_plugin_manager
+        from .kernel.plugin_manager import get_plugin_manager
 
         found = []
         for _plugin, item in get_plugin_manager().registrations(hook_name):
@@ -132,7 +132,7 @@ def _registered(hook_name: str, attribute: str) -> Callable[[], list[str]]:
 
 
 def _distributed_types() -> list[str]:
-    from .plugin_manager import get_plugin_manager
+    from .kernel.plugin_manager import get_plugin_manager
 
     manager = get_plugin_manager()
     found = [item for _p, item in manager.registrations("drivetrain_distributed_types")]

@@ -21,7 +21,7 @@ from torch import nn
 
 from .utils.modeling import HOST, META, named_module_tensors, resolve_device, set_module_tensor_to_device
 from .utils.offload import PrefixedDataset
-from .utils.operations import find_device, send_to_device
+from .tensors.nested import find_device, send_to_device
 
 __all__ = [
     "ModelHook", "SequentialHook", "add_hook_to_module", "remove_hook_from_module", "remove_hook_from_submodules",
@@ -193,6 +193,10 @@ class AlignDevicesHook(ModelHook):
         skip_keys: keys of dict inputs/outputs never moved.
         tied_params_map: shared between hooks so tied weights are loaded once.
     """
+
+    #: What ``has_offloaded_params`` looks for: the model helpers sit below this module and
+    #: cannot import the class to test ``isinstance``.
+    loads_weights_at_forward = True
 
     def __init__(self, execution_device: Any = None, offload: bool = False, io_same_device: bool = False,
                  weights_map: Mapping | None = None, offload_buffers: bool = False, place_submodules: bool = False,

@@ -16,11 +16,12 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .errors import ConfigError
+from .kernel.errors import ConfigError
 from .state import PartialState
 from .utils.device_map import infer_auto_device_map
 from .utils.modeling import compute_module_sizes
-from .utils.operations import broadcast_object_list, find_batch_size, slice_tensors
+from .services.cross_process import broadcast_object_list
+from .tensors.nested import find_batch_size, slice_tensors
 
 logger = logging.getLogger(__name__)
 

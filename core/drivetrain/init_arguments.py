@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from . import environment
-from .errors import ConfigError
+from .kernel import environment
+from .kernel.errors import ConfigError
 from .kwargs_handlers import GradientAccumulationPlugin, InitProcessGroupKwargs, KwargsHandler, TorchDynamoPlugin
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
 
-from .errors import ConfigError
+from .kernel.errors import ConfigError
 
 
 class KwargsHandler:
@@ -161,7 +161,7 @@ class TorchDynamoPlugin(KwargsHandler):
     use_regional_compilation: bool | None = None
 
     def __post_init__(self) -> None:
-        from . import environment
+        from .kernel import environment
 
         if self.backend is None:
             self.backend = environment.read("DYNAMO_BACKEND", default="no")

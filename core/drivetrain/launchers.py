@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from .errors import ConfigError, LaunchError
+from .kernel.errors import ConfigError, LaunchError
 
 __all__ = ["notebook_launcher", "debug_launcher", "failure_summary", "record_failure", "recorded_failures"]
 
@@ -239,7 +239,7 @@ def _launch(function: Callable[..., Any], args: Sequence[Any], *, num_processes:
 def _choice_environment(requests: Any, world_size: int) -> tuple[dict[str, str], Any]:
     """The resolved choice for a job of ``world_size`` processes, as the workers' variables."""
     from .cluster import ClusterEnvironment
-    from .plugin_manager import get_plugin_manager
+    from .kernel.plugin_manager import get_plugin_manager
     from .selection import requests_from_env, select
 
     manager = get_plugin_manager()
@@ -320,7 +320,7 @@ def notebook_launcher(
     precision = str(getattr(mixed_precision, "value", mixed_precision) or "no").lower()
     requests = Requests(mixed_precision=None if precision == "no" else precision)
     if num_processes is None:
-        from .plugin_manager import get_plugin_manager
+        from .kernel.plugin_manager import get_plugin_manager
         from .selection import CPU_PLATFORM, choose_platform
 
         manager = get_plugin_manager()
@@ -368,7 +368,7 @@ def debug_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_p
 
 def _check_launched_world() -> None:
     from .state import PartialState
-    from .utils.operations import gather_object
+    from .services.cross_process import gather_object
 
     state = PartialState()
     ranks = gather_object([state.process_index])

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .errors import ConfigError
+from .kernel.errors import ConfigError
 
 
 class LocalSGD:

@@ -56,7 +56,7 @@ def get_logger(name: str, log_level: str | None = None) -> MultiProcessAdapter:
 
     ``log_level`` (or ``DRIVETRAIN_LOG_LEVEL`` / ``ACCELERATE_LOG_LEVEL``) sets its level.
     """
-    from . import environment
+    from .kernel import environment
 
     log_level = log_level or environment.read("LOG_LEVEL")
     logger = logging.getLogger(name)

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from .errors import DrivetrainError
+from .kernel.errors import DrivetrainError
 
 
 def _empty_device_cache() -> None:

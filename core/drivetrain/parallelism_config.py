@@ -10,7 +10,7 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    from .public_names import resolve_module_name
+    from .kernel.contributed import resolve_module_name
 
     if name.startswith("__"):
         raise AttributeError(name)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .errors import ConfigError, DrivetrainError
+from .kernel.errors import ConfigError, DrivetrainError
 from .optimizer import AcceleratedOptimizer
 from .scheduler import AcceleratedScheduler
 

@@ -17,7 +17,7 @@ def _activities(names: list[str] | None, device_type: str) -> list[ProfilerActiv
         activity = getattr(ProfilerActivity, name.upper(), None)
         if activity is None:
             if names is not None:
-                from .errors import ConfigError
+                from .kernel.errors import ConfigError
 
                 known = ", ".join(a.name.lower() for a in ProfilerActivity)
                 raise ConfigError(f"unknown profiler activity {name!r}; torch knows: {known}")

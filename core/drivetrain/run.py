@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from .plugin_manager import BLOCK_VARIABLE, PluginManager, call_chain
+from .kernel.plugin_manager import BLOCK_VARIABLE, PluginManager, call_chain
 
 _BLOCK_HINT = f"that {BLOCK_VARIABLE} does not block the platform's communication plugin"
 
@@ -92,7 +92,7 @@ class Run:
 
     def activate_feature(self, feature: str) -> None:
         """Activate every usable plugin that declares ``feature`` in ``PluginInfo.features``."""
-        from .errors import PluginSelectionError
+        from .kernel.errors import PluginSelectionError
 
         providers = [name for name, info in self.manager.infos.items()
                      if feature in info.features and self.manager.records[name].usable]
@@ -186,7 +186,7 @@ class Run:
             world_size = self.selection.cluster.world_size
             provided = self.call("drivetrain_collectives") if world_size > 1 else None
             if provided is None and world_size > 1:
-                from .errors import DistributedError
+                from .kernel.errors import DistributedError
 
                 # Falling back to one process here would make every gather and reduce
                 # silently local: wrong results instead of an error.

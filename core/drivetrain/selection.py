@@ -17,12 +17,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import environment
+from .kernel import environment
 from .cluster import SINGLE_PROCESS, ClusterEnvironment
 from .detection import Candidate, ask, best, probe_all
-from .errors import IncompatibleChoiceError, PluginSelectionError
-from .plugin_api import PlatformSpec, PrecisionSpec, StrategySpec
-from .plugin_manager import (
+from .kernel.errors import IncompatibleChoiceError, PluginSelectionError
+from .kernel.descriptors import PlatformSpec, PrecisionSpec, StrategySpec
+from .kernel.plugin_manager import (
     BLOCK_VARIABLE,
     EXPLICIT_PLUGINS_VARIABLE,
     REPORTED_VARIABLE,
@@ -409,3 +409,4 @@ def select(manager: PluginManager, requests: Requests, cluster: ClusterEnvironme
         reasons={"platform": platform_reason, "cluster": cluster_reason, "strategy": strategy_reason,
                  "precision": precision_reason},
     )
+

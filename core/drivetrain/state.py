@@ -14,12 +14,12 @@ import logging
 from datetime import timedelta
 from typing import Any, Callable, Iterator
 
-from . import environment
+from .kernel import environment
 from .backend_arguments import positional_options, slot_names, strategy_option_attributes
 from .backend_attributes import backend_attribute
 from .enums import DistributedType
-from .errors import ConfigError, DistributedError
-from .plugin_manager import get_plugin_manager
+from .kernel.errors import ConfigError, DistributedError
+from .kernel.plugin_manager import get_plugin_manager
 from .run import Run
 from .selection import Requests, requests_from_env, select
 from .use_variables import requested_features

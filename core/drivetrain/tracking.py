@@ -12,7 +12,7 @@ import logging
 import os
 from typing import Any, Iterator
 
-from .errors import ConfigError
+from .kernel.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ class Trackers:
         if manager is None and run is not None:
             manager = run.manager
         if manager is None:
-            from .plugin_manager import get_plugin_manager
+            from .kernel.plugin_manager import get_plugin_manager
 
             manager = get_plugin_manager()
         self.manager = manager
@@ -469,7 +469,7 @@ def register_tracker_class(tracker_class: type) -> type:
 def get_available_trackers() -> list[str]:
     """The names of the trackers usable here: those whose plugin is usable (its library
     installed), and those registered with :func:`register_tracker_class`."""
-    from .plugin_manager import get_plugin_manager
+    from .kernel.plugin_manager import get_plugin_manager
 
     names = [spec.name for _plugin, spec in
              get_plugin_manager().registrations("drivetrain_register_trackers", usable_only=True)]
@@ -505,7 +505,7 @@ def on_main_process(function: Any) -> Any:
 
 def __getattr__(name: str) -> Any:
     # tracker classes (``WandBTracker``) come from the plugins that own them
-    from .public_names import resolve_module_name
+    from .kernel.contributed import resolve_module_name
 
     if name.startswith("__"):
         raise AttributeError(name)

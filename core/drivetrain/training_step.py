@@ -12,7 +12,8 @@ from typing import Any, Iterator
 
 import torch
 
-from .errors import ConfigError
+from .kernel.errors import ConfigError
+from .utils.other import remove_mixed_precision_forward
 
 
 def backward(accelerator: Any, loss: torch.Tensor, kwargs: dict[str, Any]) -> None:
@@ -116,10 +117,3 @@ def unwrap_model(run: Any, model: torch.nn.Module, keep_fp32_wrapper: bool, keep
     if keep_torch_compile and compiled is not None and compiled._orig_mod is inner:
         return compiled
     return inner
-
-
-def remove_mixed_precision_forward(model: torch.nn.Module) -> None:
-    """Undo the autocast ``forward`` a precision plugin installed (it keeps ``_original_forward``)."""
-    original = model.__dict__.pop("_original_forward", None)
-    if original is not None:
-        model.forward = original

@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from . import environment
-from .errors import PluginSelectionError
-from .plugin_manager import PluginManager
+from .kernel import environment
+from .kernel.errors import PluginSelectionError
+from .kernel.plugin_manager import PluginManager
 
 #: Extras of the distribution that install tooling, not a backend.
 _NOT_BACKENDS = frozenset({"all", "test", "tests", "docs", "dev"})

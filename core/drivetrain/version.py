@@ -1,19 +1,7 @@
-"""Versions that plugins and checkpoints are checked against."""
+"""``drivetrain.version`` is :mod:`drivetrain.kernel.version`, the same module (its place before the layers)."""
 
-__version__ = "0.1.0"
+import sys
 
-#: The hook-spec version this core offers, as "MAJOR.MINOR". A plugin declares the version it
-#: was written for (``PluginInfo.api_version``); it loads when the majors are equal and its
-#: minor is not newer than ours. Add hooks or optional arguments: bump MINOR. Remove or
-#: change the meaning of anything: bump MAJOR.
-#:
-#: 1.3: ``drivetrain.plugin_api`` is a package, the whole surface plugins import (base classes,
-#: errors, options, probes, launching, checkpoint and model helpers); descriptors of a role may
-#: name a role object whose hooks are called only while that item is chosen (``hooks=``).
-#: 1.4: ``drivetrain_transform_objects``: the objects of a ``prepare`` call rewritten together, first.
-#: 1.5: ``drivetrain_check_checkpoint``: a strategy checks every model and optimizer it loads
-#: before the processes agree and before any load hook changes anything.
-#: 1.6: role objects are built for each run and keep its state (``Run.role("strategy")``); an
-#: extension may name what it ``exposes``; ``drivetrain_adopt_precision``: a precision asks the
-#: strategy to apply it in its engine.
-PLUGIN_API_VERSION = "1.6"
+from .kernel import version as _module
+
+sys.modules[__name__] = _module

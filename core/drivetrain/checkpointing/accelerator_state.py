@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import CheckpointError, ConfigError
+from ..kernel.errors import CheckpointError, ConfigError
 
 
 def _accelerator() -> Any:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import CheckpointError
+from ..kernel.errors import CheckpointError
 from . import layout, target
 
 logger = logging.getLogger(__name__)

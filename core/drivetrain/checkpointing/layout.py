@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError
+from ..kernel.errors import CheckpointError
 from .paths import member_file
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import CheckpointError
+from ..kernel.errors import CheckpointError
 from .checksums import Recorder, Verifier, bytes_digest, file_digest
 from .io_pool import FileJobs
 from .paths import member_file
@@ -253,11 +253,3 @@ def read_index(index: Path, verifier: Verifier | None = None) -> tuple[list[Path
 
 def _string_mapping(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
-
-
-def load_checkpoint_in_model(*args: Any, **kwargs: Any) -> None:
-    """Load weights into a model in place: :func:`drivetrain.utils.weights_loading.load_checkpoint_in_model`
-    (device maps, offload, dtype, strict), kept at this path for existing imports."""
-    from ..utils.weights_loading import load_checkpoint_in_model as load
-
-    load(*args, **kwargs)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError
+from ..kernel.errors import CheckpointError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..state import PartialState

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 
-from .. import __version__, environment
-from ..errors import CheckpointError
-from ..version import PLUGIN_API_VERSION
+from ..kernel import environment
+from ..kernel.errors import CheckpointError
+from ..kernel.version import PLUGIN_API_VERSION, __version__
 from . import checksums, commit, compatibility, layout, peers, target
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
 from .model_files import read_model_files_later, write_model_files

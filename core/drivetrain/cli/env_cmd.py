@@ -33,7 +33,7 @@ def _version(distribution: str) -> str:
 
 def _plugin_lines(manager: Any) -> list[dict[str, str]]:
     """Every loaded plugin's ``drivetrain_env_report`` lines; a failing one becomes a line too."""
-    from ..plugin_manager import PluginStatus
+    from ..kernel.plugin_manager import PluginStatus
 
     lines = []
     for impl in reversed(manager.hooks.hook.drivetrain_env_report.get_hookimpls()):
@@ -50,9 +50,9 @@ def _plugin_lines(manager: Any) -> list[dict[str, str]]:
 def collect(config_file: str | None = None) -> dict[str, Any]:
     """The data of the report (also the ``--json`` output)."""
     from ..detection import detect
-    from ..errors import DrivetrainError
-    from ..plugin_manager import get_plugin_manager
-    from ..version import PLUGIN_API_VERSION, __version__
+    from ..kernel.errors import DrivetrainError
+    from ..kernel.plugin_manager import get_plugin_manager
+    from ..kernel.version import PLUGIN_API_VERSION, __version__
 
     manager = get_plugin_manager()
     report: dict[str, Any] = {

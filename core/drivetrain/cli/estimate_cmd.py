@@ -12,7 +12,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..kernel.errors import ConfigError
 from .json_output import emit
 
 DTYPES = ("float32", "float16", "bfloat16", "int8", "int4")

@@ -15,8 +15,8 @@ import shutil
 import sys
 from typing import Any, Iterable
 
-from ..environment import DYNAMO_MODES
-from ..errors import ConfigError
+from ..kernel.environment import DYNAMO_MODES
+from ..kernel.errors import ConfigError
 
 #: Rendezvous back-ends of torch's elastic agent that ``--rdzv-backend`` accepts.
 RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")

@@ -12,8 +12,8 @@ import os
 import sys
 from typing import Any, Sequence
 
-from .. import environment
-from ..errors import ConfigError, LaunchError
+from ..kernel import environment
+from ..kernel.errors import ConfigError, LaunchError
 from ..worker_lifetime import LAUNCHER_VARIABLE, launcher_identity
 from . import launch_checks
 
@@ -94,7 +94,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser(prog: str = "drivetrain launch") -> LaunchParser:
-    from ..plugin_manager import get_plugin_manager
+    from ..kernel.plugin_manager import get_plugin_manager
 
     parser = LaunchParser(prog=prog, description="Launch a script on every process of a job.")
     _configure(parser)
@@ -104,7 +104,7 @@ def build_parser(prog: str = "drivetrain launch") -> LaunchParser:
 
 def _add_plugin_arguments(parser: LaunchParser, manager: Any) -> None:
     """Each plugin adds its own group; one that breaks the parser is reported and left out."""
-    from ..plugin_manager import PluginStatus
+    from ..kernel.plugin_manager import PluginStatus
 
     for impl in reversed(manager.hooks.hook.drivetrain_add_launch_arguments.get_hookimpls()):
         if manager.records[impl.plugin_name].status is PluginStatus.FAILED:
@@ -242,7 +242,7 @@ def _section_environment(args: argparse.Namespace, manager: Any, selection: Any)
     """Variables of the plugin config keys that name one (``ConfigField.env``), for the enabled
     sections of usable plugins. A variable already set by the user wins over the file."""
     from ..config.schema import build_schema
-    from ..environment import own_name
+    from ..kernel.environment import own_name
 
     config = getattr(args, "config", None)
     if config is None:
@@ -277,7 +277,7 @@ def _section_environment(args: argparse.Namespace, manager: Any, selection: Any)
 
 def child_environment(args: argparse.Namespace, selection: Any = None) -> dict[str, str]:
     """The variables every child gets: the resolved choice (same on every rank) and options."""
-    from ..plugin_manager import get_plugin_manager
+    from ..kernel.plugin_manager import get_plugin_manager
 
     manager = get_plugin_manager()
     if selection is None:
@@ -322,7 +322,7 @@ def _skip_or_raise(manager: Any, selection: Any, plugin: str, where: str, exc: E
     """A third-party plugin's launch code raised: skip it with a warning, unless the user
     selected it (named in ``DRIVETRAIN_PLUGINS``, or its platform, strategy or precision
     chosen), then stop with the error naming it. A built-in plugin's error is raised as is."""
-    from ..plugin_manager import EXPLICIT_PLUGINS_VARIABLE
+    from ..kernel.plugin_manager import EXPLICIT_PLUGINS_VARIABLE
 
     failure = manager.fault(plugin, where, exc)
     if failure is None:
@@ -336,7 +336,7 @@ def _skip_or_raise(manager: Any, selection: Any, plugin: str, where: str, exc: E
 
 
 def choose_launcher(args: argparse.Namespace):
-    from ..plugin_manager import get_plugin_manager
+    from ..kernel.plugin_manager import get_plugin_manager
 
     manager = get_plugin_manager()
     candidates = []
@@ -361,7 +361,7 @@ def run(argv: Sequence[str]) -> int:
 
 def launch_parsed(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
     """Run the job that parsed ``drivetrain launch`` arguments describe."""
-    from ..plugin_manager import get_plugin_manager
+    from ..kernel.plugin_manager import get_plugin_manager
 
     manager = get_plugin_manager()
     parser = parser or build_parser()

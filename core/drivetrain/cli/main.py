@@ -11,8 +11,8 @@ import importlib
 import sys
 from typing import Sequence
 
-from ..errors import DrivetrainError
-from ..version import __version__
+from ..kernel.errors import DrivetrainError
+from ..kernel.version import __version__
 from .json_output import json_only_stdout
 
 # command name -> module in drivetrain.cli that defines add_parser(subparsers)
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_plugin_commands(subparsers: argparse._SubParsersAction) -> None:
-    from ..plugin_manager import PluginStatus, get_plugin_manager
+    from ..kernel.plugin_manager import PluginStatus, get_plugin_manager
 
     manager = get_plugin_manager(check_strict=False)  # strict mode fails in the command, in one line
     caller = manager.hooks.hook.drivetrain_add_cli_commands

@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from ..errors import PluginLoadError
-from ..plugin_api import ConfigSection
-from ..plugin_manager import STRICT_VARIABLE, PluginManager, PluginRecord, PluginStatus, get_plugin_manager
-from ..version import PLUGIN_API_VERSION, __version__
+from ..kernel.errors import PluginLoadError
+from ..kernel.descriptors import ConfigSection
+from ..kernel.plugin_manager import STRICT_VARIABLE, PluginManager, PluginRecord, PluginStatus, get_plugin_manager
+from ..kernel.version import PLUGIN_API_VERSION, __version__
 from .json_output import emit
 
 JSON_SCHEMA_VERSION = 1

@@ -25,7 +25,7 @@ def run(argv: Sequence[str]) -> int:
         print("usage: drivetrain test [--config-file PATH] [other `drivetrain launch` options]\n\n"
               "Launch a short distributed self-test with the current config and report pass/fail.")
         return 0
-    from ..errors import DrivetrainError
+    from ..kernel.errors import DrivetrainError
     from .launch_cmd import run as launch
 
     print("Running: " + " ".join(["drivetrain", "launch", *argv, "-m", SELF_TEST]), flush=True)

@@ -31,7 +31,7 @@ def plugin_module_getattr(module: str) -> Callable[[str], Any]:
     """A module ``__getattr__`` answering with what plugins contribute to ``drivetrain.<module>``."""
 
     def __getattr__(name: str) -> Any:
-        from ..public_names import resolve_module_name
+        from ..kernel.contributed import resolve_module_name
 
         if name.startswith("__"):
             raise AttributeError(name)

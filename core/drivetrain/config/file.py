@@ -22,9 +22,9 @@ from typing import Any
 
 import yaml
 
-from .. import environment
-from ..errors import ConfigError
-from ..plugin_manager import PluginManager, get_plugin_manager
+from ..kernel import environment
+from ..kernel.errors import ConfigError
+from ..kernel.plugin_manager import PluginManager, get_plugin_manager
 from ..selection import CPU_PLATFORM
 from .schema import CORE_FIELDS, Owner, Schema, build_schema, coerce, is_empty, suggest
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 from typing import IO, Any
 
-from ..errors import ConfigError
-from ..plugin_api import ConfigField
-from ..plugin_manager import PluginManager, get_plugin_manager
+from ..kernel.errors import ConfigError
+from ..kernel.descriptors import ConfigField
+from ..kernel.plugin_manager import PluginManager, get_plugin_manager
 from .schema import build_schema, coerce
 
 MAX_TRIES = 5
@@ -101,7 +101,7 @@ def _parse(answer: str, kind: type) -> Any:
 
 def run_questionnaire(asker: Asker | None = None, manager: PluginManager | None = None) -> dict[str, Any]:
     """Ask every question that applies and return the config file's content (not yet written)."""
-    from ..plugin_api import resolve
+    from ..kernel.descriptors import resolve
     from ..selection import CPU_PLATFORM, Requests, choose_platform, platform_for_distributed_type
 
     asker = asker or Asker()

@@ -19,10 +19,10 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..environment import DYNAMO_MODES
-from ..errors import ConfigError
-from ..plugin_api import ConfigField, ConfigSection
-from ..plugin_manager import PluginManager, PluginStatus
+from ..kernel.environment import DYNAMO_MODES
+from ..kernel.errors import ConfigError
+from ..kernel.descriptors import ConfigField, ConfigSection
+from ..kernel.plugin_manager import PluginManager, PluginStatus
 
 #: Keys of the core, in the order they are written.
 CORE_FIELDS: tuple[ConfigField, ...] = (

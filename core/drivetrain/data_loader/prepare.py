@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from ..errors import ConfigError
+from ..kernel.errors import ConfigError
 from ..state import PartialState
 
 from .mesh import data_parallel_share, shares_batches_across_peers

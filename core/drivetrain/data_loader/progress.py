@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from ..errors import ConfigError
+from ..kernel.errors import ConfigError
 from ..state import GradientState, PartialState
-from ..utils.operations import broadcast_object_list
+from ..services.cross_process import broadcast_object_list
 
 from .sharding import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler, _mix
 

@@ -10,10 +10,12 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import DataLoader
 
-from ..errors import ConfigError
+from ..kernel.errors import ConfigError
 from ..state import PartialState
-from ..utils.operations import (
-    broadcast_object_list,
+from ..services.cross_process import broadcast_object_list
+from ..tensors.nested import (
+    _as_device,
+    _send,
     find_batch_size,
     get_data_structure,
     honor_type,
@@ -22,7 +24,6 @@ from ..utils.operations import (
     send_to_device,
     slice_tensors,
 )
-from ..utils.operations import _as_device, _send
 from ..utils.random import synchronize_rng_states
 
 from .mesh import shares_batches_across_peers

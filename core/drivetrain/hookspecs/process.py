@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..plugin_api import hookspec
+from ..kernel.descriptors import hookspec
 
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import datetime
 
     from ..accelerator import Accelerator
     from ..collectives import Collectives
-    from ..plugin_api import PrecisionSpec
+    from ..kernel.descriptors import PrecisionSpec
     from ..run import Run
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from ..plugin_api import hookspec
+from ..kernel.descriptors import hookspec
 
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
-    from ..plugin_api import (
+    from ..kernel.descriptors import (
         ClusterEnvironmentSpec,
         ConfigSection,
         EnvReportLine,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Literal, Sequence
 
-from ..plugin_api import hookspec
+from ..kernel.descriptors import hookspec
 
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch

@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ..version import PLUGIN_API_VERSION
+from ..kernel.version import PLUGIN_API_VERSION
 from . import descriptors, errors
 from .descriptors import *  # noqa: F403 (the descriptors are this package's own names)
 from .errors import *  # noqa: F403

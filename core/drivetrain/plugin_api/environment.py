@@ -5,7 +5,7 @@ that mean different things are a ``ConfigError`` naming both. ``as_env_value`` i
 option travels to launched processes.
 """
 
-from ..environment import (
+from ..kernel.environment import (
     ALIAS_PREFIX,
     PREFIX,
     as_env_value,

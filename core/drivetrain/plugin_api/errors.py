@@ -3,7 +3,7 @@
 Each message is one line that names the fix.
 """
 
-from ..errors import (
+from ..kernel.errors import (
     CheckpointError,
     ConfigError,
     DistributedError,

@@ -13,7 +13,7 @@ def bool_argument(text: str) -> bool:
     """The ``type=`` of a launch option that takes a boolean (``true/false``, ``1/0``, ``yes/no``)."""
     import argparse
 
-    from ..environment import parse_bool
+    from ..kernel.environment import parse_bool
 
     try:
         return parse_bool(text, "value")

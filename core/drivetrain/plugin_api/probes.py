@@ -21,7 +21,7 @@ def contributed(key: str, default: Any = _MISSING) -> Any:
     plugin may be absent or blocked, and then ``default`` is returned (``AttributeError``
     when none is given).
     """
-    from ..public_names import resolve_module_name
+    from ..kernel.contributed import resolve_module_name
 
     module, _, name = key.rpartition(".")
     try:

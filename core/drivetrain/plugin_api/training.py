@@ -7,7 +7,7 @@ The ``run`` argument of every run hook is the rest: ``run.platform``, ``run.opti
 from ..optimizer import AcceleratedOptimizer
 from ..scheduler import AcceleratedScheduler
 from ..state import GradientState, PartialState
-from ..utils.operations import convert_to_fp32, recursively_apply
+from ..tensors.nested import convert_to_fp32, recursively_apply
 
 __all__ = [
     "AcceleratedOptimizer", "AcceleratedScheduler", "GradientState", "PartialState", "convert_to_fp32",

@@ -96,7 +96,7 @@ def __getattr__(name: str) -> Any:
     elif importlib.util.find_spec(f"{__name__}.{name}") is not None:
         value = importlib.import_module(f"{__name__}.{name}")  # a submodule: `drivetrain.utils.rich`
     else:
-        from ..public_names import resolve_module_name
+        from ..kernel.contributed import resolve_module_name
 
         try:
             value = resolve_module_name("utils", name, also_top_level=True)
@@ -107,7 +107,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    from ..public_names import module_public_names
+    from ..kernel.contributed import module_public_names
 
     return sorted(set(globals()) | set(_WHERE) | set(module_public_names("utils")) | set(module_public_names()))
 

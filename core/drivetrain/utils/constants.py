@@ -6,7 +6,7 @@ The names are those of Accelerate's checkpoint layout, which the ecosystem (and 
 
 from __future__ import annotations
 
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 
 MODEL_NAME = "pytorch_model"
 SAFE_MODEL_NAME = "model"

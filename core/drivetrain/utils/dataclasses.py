@@ -29,7 +29,7 @@ from ..kwargs_handlers import (
     ProjectConfiguration,
     TorchDynamoPlugin,
 )
-from .operations import TensorInformation
+from ..tensors.nested import TensorInformation
 
 __all__ = [
     "AutocastKwargs", "ComputeEnvironment", "CustomDtype", "DataLoaderConfiguration", "DistributedType",
@@ -41,7 +41,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # a plugin's dataclass (``DeepSpeedPlugin``) lives where Accelerate users import it from
-    from ..public_names import resolve_module_name
+    from ..kernel.contributed import resolve_module_name
 
     if name.startswith("__"):
         raise AttributeError(name)

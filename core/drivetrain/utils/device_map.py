@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..kernel.errors import ConfigError
 from .modeling import (
     DISK,
     HOST,
@@ -28,7 +28,7 @@ from .modeling import (
     get_max_layer_size,
     get_max_memory,
 )
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 
 logger = logging.getLogger(__name__)
 

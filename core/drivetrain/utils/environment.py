@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from packaging.version import InvalidVersion, parse
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 
 logger = logging.getLogger(__name__)
 

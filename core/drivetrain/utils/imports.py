@@ -14,7 +14,7 @@ import importlib.util
 from typing import Any, Callable
 
 from .versions import compare_versions, is_torch_version
-from ..public_names import contributed_getattr, resolve_module_name
+from ..kernel.contributed import contributed_getattr, resolve_module_name
 
 
 @functools.lru_cache(maxsize=None)

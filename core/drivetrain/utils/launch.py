@@ -13,9 +13,9 @@ import sys
 from typing import Any, Callable, Sequence
 
 from ..enums import DistributedType
-from ..errors import LaunchError
+from ..kernel.errors import LaunchError
 from ..launchers import CHILD_MODULE
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 
 
 class PrepareForLaunch:
@@ -51,7 +51,7 @@ class PrepareForLaunch:
 def _resolved(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` completed as ``drivetrain launch`` would: config file merged, defaults filled."""
     from ..cli import launch_cmd
-    from ..plugin_manager import get_plugin_manager
+    from ..kernel.plugin_manager import get_plugin_manager
 
     if getattr(args, "selection", None) is not None:
         return args

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from ..checkpointing.dtypes import TORCH_DTYPES
-from ..errors import ConfigError
-from ..public_names import contributed_getattr
+from ..kernel.errors import ConfigError
+from ..kernel.contributed import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def current_platform() -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _detected_platform() -> Any:
-    from ..plugin_manager import get_plugin_manager
+    from ..kernel.plugin_manager import get_plugin_manager
     from ..selection import requests_from_env, select
 
     manager = get_plugin_manager()
@@ -442,10 +442,8 @@ class _AlignModuleDevice(contextlib.ContextDecorator):
 
 def has_offloaded_params(module: nn.Module) -> bool:
     """Whether ``module`` has an offload hook that loads its weights at each forward."""
-    from ..hooks import AlignDevicesHook
-
     hook = getattr(module, "_hf_hook", None)
-    return isinstance(hook, AlignDevicesHook) and hook.offload
+    return getattr(type(hook), "loads_weights_at_forward", False) is True and bool(hook.offload)
 
 
 def get_state_dict_offloaded_model(model: nn.Module) -> dict[str, torch.Tensor]:

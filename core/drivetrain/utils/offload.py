@@ -25,9 +25,9 @@ from torch import nn
 from ..checkpointing.dtypes import dtype_named
 from ..checkpointing.paths import member_file
 from ..checkpointing.safetensors_io import Header, read_header, tensor_nbytes
-from ..errors import CheckpointError
+from ..kernel.errors import CheckpointError
 from .modeling import as_dtype
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 
 __all__ = [
     "offload_weight", "load_offloaded_weight", "save_offload_index", "offload_state_dict",

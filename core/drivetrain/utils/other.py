@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 import torch
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,13 @@ def compile_regions(module: torch.nn.Module, **compile_kwargs: Any) -> torch.nn.
     return result
 
 
+def remove_mixed_precision_forward(model: torch.nn.Module) -> None:
+    """Undo the autocast ``forward`` a precision plugin installed (it keeps ``_original_forward``)."""
+    original = model.__dict__.pop("_original_forward", None)
+    if original is not None:
+        model.forward = original
+
+
 def extract_model_from_parallel(model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True,
                                 recursive: bool = False) -> Any:
     """The user's module inside a prepared (parallel-wrapped, compiled, autocast) one.
@@ -100,8 +107,6 @@ def extract_model_from_parallel(model: Any, keep_fp32_wrapper: bool = True, keep
         while isinstance(unwrapped, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
             unwrapped = unwrapped.module
     if not keep_fp32_wrapper:
-        from ..training_step import remove_mixed_precision_forward
-
         remove_mixed_precision_forward(unwrapped)
     if recursive:
         for name, child in list(unwrapped.named_children()):
@@ -189,7 +194,7 @@ def load(f: Any, map_location: Any = None, **kwargs: Any) -> Any:
     Unlike Accelerate's, ``weights_only=False`` is refused: a file that must rebuild other
     objects is one to load with ``torch.load`` yourself, having decided to trust it.
     """
-    from ..errors import CheckpointError
+    from ..kernel.errors import CheckpointError
 
     if kwargs.pop("weights_only", True) is not True:
         raise CheckpointError("drivetrain.utils.load reads only tensors and plain data (weights_only=True); "

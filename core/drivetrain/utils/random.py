@@ -14,9 +14,9 @@ from typing import Any, Iterable
 
 import torch
 
-from ..errors import ConfigError
+from ..kernel.errors import ConfigError
 from ..state import PartialState
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def usable_platforms() -> list[Any]:
     skipped with a warning (selecting it later says what to fix).
     """
     from ..detection import probe_all
-    from ..plugin_manager import get_plugin_manager
+    from ..kernel.plugin_manager import get_plugin_manager
 
     global _usable_platforms
     manager = get_plugin_manager()

@@ -4,7 +4,7 @@ installs them, as importing Accelerate's does."""
 from __future__ import annotations
 
 from .imports import is_rich_available
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 
 if is_rich_available():
     from rich.traceback import install

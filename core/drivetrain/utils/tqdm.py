@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 
 
 def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
@@ -16,7 +16,7 @@ def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
     try:
         from tqdm.auto import tqdm as _tqdm
     except ImportError:
-        from ..errors import DrivetrainError
+        from ..kernel.errors import DrivetrainError
 
         raise DrivetrainError("progress bars need tqdm: pip install tqdm") from None
     if args and isinstance(args[0], bool):

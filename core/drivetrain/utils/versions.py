@@ -7,7 +7,7 @@ import operator
 from typing import Callable
 
 from packaging.version import InvalidVersion, Version, parse
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 
 STR_OPERATION_TO_FUNC: dict[str, Callable[[object, object], bool]] = {
     ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<=": operator.le, "<": operator.lt,

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..checkpointing.model_files import ALIASES_KEY, read_index, tied_aliases
-from ..errors import CheckpointError, ConfigError
+from ..kernel.errors import CheckpointError, ConfigError
 from .device_map import validate_device_map
 from .modeling import (
     DISK,
@@ -39,7 +39,7 @@ from .offload import (
     safetensors_metadata,
     save_offload_index,
 )
-from ..public_names import contributed_getattr
+from ..kernel.contributed import contributed_getattr
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,50 @@
+"""drivetrain's own exception types. Every message names the fix."""
+
+
+class DrivetrainError(Exception):
+    """Base class of every error drivetrain raises on purpose."""
+
+
+class PluginError(DrivetrainError):
+    """A plugin could not be loaded, validated or used."""
+
+
+class PluginLoadError(PluginError):
+    """Raised in strict mode (DRIVETRAIN_STRICT_PLUGINS=1) when any plugin fails to load."""
+
+
+class PluginSelectionError(PluginError):
+    """The user selected a plugin (or a name) that cannot be used in this run."""
+
+
+class PluginHookError(PluginError):
+    """A third-party plugin's hook raised; the message names the plugin and its distribution,
+    and the plugin's own exception is chained (``__cause__``)."""
+
+
+class ConfigError(DrivetrainError, ValueError):
+    """A configuration file, environment variable or argument is invalid."""
+
+
+class IncompatibleChoiceError(ConfigError):
+    """The chosen platform, strategy and precision cannot work together."""
+
+
+class DistributedError(DrivetrainError, RuntimeError):
+    """A distributed operation failed (peer died, timeout, mismatched shapes)."""
+
+
+class CheckpointError(DrivetrainError):
+    """A checkpoint cannot be written or read."""
+
+
+class UsageError(DrivetrainError):
+    """The ``Accelerator`` was used in an order or way that cannot work."""
+
+
+class LaunchError(DrivetrainError):
+    """`drivetrain launch` could not start or a child failed."""
+
+
+class PluginWarning(UserWarning):
+    """Warning category for a plugin that was skipped."""

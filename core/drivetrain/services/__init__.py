@@ -1,0 +1,1 @@
+"""Services: what a run offers on top of the runtime (operations across processes, ...)."""

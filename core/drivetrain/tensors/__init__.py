@@ -1,0 +1,1 @@
+"""Tensors: helpers on nested structures of tensors within one process (no process state)."""

@@ -1,0 +1,240 @@
+"""The core's layers: one import direction, imports inside functions included.
+
+Each module of ``core/drivetrain`` belongs to one layer (its folder, or ``_PLACED`` for a
+module that has not moved into its folder yet). A module imports modules of its own layer
+and of the layers below it, never above, and nothing in the core imports the surface
+(``plugin_api``, Accelerate's import paths): those re-export the core for plugins and users.
+Imports under ``if TYPE_CHECKING:`` are not counted (they never run). The graph has no cycle,
+and the kernel imports no torch, not even inside a function. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+CORE = Path(__file__).resolve().parents[1] / "core"
+PACKAGE = "drivetrain"
+
+#: Bottom to top.
+LAYERS = ("kernel", "tensors", "selection", "config", "runtime", "services", "facade", "cli")
+#: Modules that re-export the layers for plugins and users; the core never imports them.
+SURFACE = "surface"
+
+#: Modules whose layer is not yet their folder (module name without ``drivetrain.``).
+_PLACED_BY_LAYER: dict[str, tuple[str, ...]] = {
+    "kernel": (
+        "cluster", "hookspecs",
+    ),
+    "selection": (
+        "backend_arguments", "detection", "enums", "selection", "use_variables", "utils.constants", "utils.versions",
+    ),
+    "runtime": (
+        "backend_attributes", "collectives", "kwargs_handlers", "logging", "optimizer", "parallelism_config", "platform",
+        "process_exits", "profiling", "run", "scheduler", "state", "utils.environment", "worker_lifetime",
+    ),
+    "services": (
+        "big_modeling", "checkpointing", "data_loader", "hooks", "inference", "launchers", "local_sgd",
+        "memory", "tracking", "utils.device_map", "utils.imports", "utils.memory", "utils.modeling",
+        "utils.offload", "utils.other", "utils.random", "utils.rich", "utils.tqdm",
+        "utils.weights_loading",
+    ),
+    "cli": (
+        "utils.launch",
+    ),
+}
+_FACADE_COLLABORATORS = ("init_arguments", "preparation", "training_step", "checkpoint_calls", "uneven_inputs")
+_PLACED = {module: layer for layer, modules in _PLACED_BY_LAYER.items() for module in modules}
+
+
+def _module_files() -> dict[str, Path]:
+    files = {}
+    for path in sorted((CORE / PACKAGE).rglob("*.py")):
+        parts = path.relative_to(CORE).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        files[".".join(parts)] = path
+    return files
+
+
+FILES = _module_files()
+
+
+def layer_of(module: str) -> str:
+    """The layer of a module: its entry in ``_PLACED``, else its layer folder, else the surface."""
+    name = module[len(PACKAGE) + 1:] if module != PACKAGE else ""
+    for prefix in sorted(_PLACED, key=len, reverse=True):
+        if name == prefix or name.startswith(prefix + "."):
+            return _PLACED[prefix]
+    top = name.split(".")[0]
+    if top in LAYERS:
+        return top
+    if top.startswith("accelerator") or top in _FACADE_COLLABORATORS:
+        return "facade"  # the facade class and its collaborators, until they move into facade/
+    return SURFACE
+
+
+def _resolve(name: str) -> str | None:
+    parts = name.split(".")
+    while parts:
+        if ".".join(parts) in FILES:
+            return ".".join(parts)
+        parts.pop()
+    return None
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imports_of(module: str) -> list[tuple[str, int]]:
+    """``(imported module, line)`` for every import that runs, module level or inside a function.
+
+    ``from package import name`` counts as importing ``package.name`` when that is a module,
+    else ``package`` (its ``__init__`` runs, and whatever it imports)."""
+    path = FILES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    base_package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for other in child.orelse:
+                    visit_one(other)
+                continue
+            visit_one(child)
+
+    def visit_one(child: ast.AST) -> None:
+        if isinstance(child, ast.Import):
+            found.extend((alias.name, child.lineno) for alias in child.names)
+        elif isinstance(child, ast.ImportFrom):
+            if child.level:
+                base = base_package
+                for _ in range(child.level - 1):
+                    base = base.rpartition(".")[0]
+                source = f"{base}.{child.module}" if child.module else base
+            else:
+                source = child.module or ""
+            for alias in child.names:
+                submodule = f"{source}.{alias.name}"
+                found.append((submodule if submodule in FILES else source, child.lineno))
+        visit(child)
+
+    visit(tree)
+    return found
+
+
+def _core_edges() -> dict[str, dict[str, int]]:
+    edges: dict[str, dict[str, int]] = {}
+    for module in FILES:
+        targets = edges.setdefault(module, {})
+        for name, line in imports_of(module):
+            target = _resolve(name) if name.split(".")[0] == PACKAGE else None
+            if target is not None and target != module:
+                targets.setdefault(target, line)
+    return edges
+
+
+EDGES = _core_edges()
+
+
+def _cycles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(edges.get(child, ()))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_core_has_no_import_cycle() -> None:
+    cycles = _cycles(EDGES)
+    described = [
+        "; ".join(f"{source} -> {target} (line {EDGES[source][target]})"
+                  for source in cycle for target in EDGES[source] if target in cycle)
+        for cycle in cycles
+    ]
+    assert not cycles, "import cycles: " + " | ".join(described)
+
+
+def test_the_cycle_check_sees_imports_inside_functions() -> None:
+    assert _cycles({"a": {"b": 1}, "b": {"a": 2}}) == [["a", "b"]]
+    # a deferred import is an edge (the facade builds its trackers with an import inside the method)
+    source = FILES["drivetrain.accelerator"].read_text().splitlines()
+    line = next(number for number, text in enumerate(source, 1) if text.startswith("        from .tracking import"))
+    assert ("drivetrain.tracking", line) in imports_of("drivetrain.accelerator")
+
+
+def test_each_layer_imports_only_its_own_and_lower_layers() -> None:
+    rank = {layer: position for position, layer in enumerate(LAYERS)}
+    wrong = []
+    for source, targets in EDGES.items():
+        own = layer_of(source)
+        if own == SURFACE:
+            continue
+        for target, line in targets.items():
+            other = layer_of(target)
+            if other == SURFACE or rank[other] > rank[own]:
+                wrong.append(f"{source}:{line} ({own}) imports {target} ({other})")
+    assert not wrong, "imports against the layer order:\n" + "\n".join(wrong)
+
+
+def test_every_layer_module_exists() -> None:
+    missing = [name for name in _PLACED if f"{PACKAGE}.{name}" not in FILES]
+    assert not missing, f"_PLACED names modules that do not exist: {missing}"
+
+
+def test_the_kernel_imports_no_torch() -> None:
+    kernel = [module for module in FILES if layer_of(module) == "kernel"]
+    assert kernel
+    heavy = [f"{module}:{line} imports {name}" for module in kernel for name, line in imports_of(module)
+             if name.split(".")[0] in {"torch", "numpy", "safetensors"}]
+    assert not heavy, "\n".join(heavy)
+
+
+@pytest.mark.parametrize("module", [
+    "drivetrain.plugin_api.descriptors", "drivetrain.errors", "drivetrain.version", "drivetrain.environment",
+    "drivetrain.plugin_guard", "drivetrain.plugin_manager", "drivetrain.registration", "drivetrain.public_names",
+])
+def test_compat_paths_are_the_moved_modules(module: str) -> None:
+    import importlib
+
+    old = importlib.import_module(module)
+    assert importlib.import_module(old.__name__) is old
+    assert old.__name__ != module
