@@ -1,4 +1,5 @@
-"""Shared fixtures: real plugin distributions installed with pip, and a CLI runner."""
+"""Shared fixtures: a clean environment for every test, real plugin distributions installed with
+pip, and the ``drivetrain`` command run in this process or in a fresh one."""
 
 from __future__ import annotations
 
@@ -13,6 +14,32 @@ ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DISTS = ROOT / "tests" / "plugin_dists"
 TEMPLATE = ROOT / "examples" / "plugin_template"
 HOSTILE = "drivetrain-hostile-"  # distributions that must not be loaded without a short time limit
+
+# Variables that choose a backend, an option or a process layout: a developer's shell, or a
+# launcher the suite runs under, must not decide what a test sees.
+RUN_VARIABLE_PREFIXES = ("DRIVETRAIN_", "ACCELERATE_", "FSDP_", "MEGATRON_LM_", "PARALLELISM_CONFIG_",
+                         "SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_")
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                      "MASTER_PORT", "TORCHELASTIC_RUN_ID", "KUBERNETES_SERVICE_HOST")
+
+
+def is_run_variable(key: str) -> bool:
+    return key.startswith(RUN_VARIABLE_PREFIXES) or key in LAUNCHER_VARIABLES
+
+
+def clean_environ(**extra: str) -> dict[str, str]:
+    """This process's environment without run variables, plus ``extra``: for a child process."""
+    env = {key: value for key, value in os.environ.items() if not is_run_variable(key)}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    """Every test starts without run variables; returns ``monkeypatch`` to set the ones it wants."""
+    for key in [key for key in os.environ if is_run_variable(key)]:
+        monkeypatch.delenv(key)
+    return monkeypatch
 
 
 def _pip_install_target(target: Path, *sources: Path) -> None:
@@ -55,8 +82,7 @@ def hostile_site(tmp_path_factory) -> Path:
 def run_cli(*args: str, sites: tuple[Path, ...] = (), env: dict[str, str] | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``python -m drivetrain ARGS`` in a fresh interpreter with extra site directories."""
-    full_env = dict(os.environ)
-    full_env.pop("DRIVETRAIN_STRICT_PLUGINS", None)
+    full_env = clean_environ()
     if sites:
         full_env["PYTHONPATH"] = os.pathsep.join([*map(str, sites), full_env.get("PYTHONPATH", "")])
     full_env.update(env or {})
@@ -78,15 +104,9 @@ def with_sites(monkeypatch):
 
 
 @pytest.fixture
-def fresh_state(monkeypatch):
+def fresh_state(clean_env):
     """A clean process state (one process, CPU) before and after the test."""
     from drivetrain.state import AcceleratorState, GradientState, PartialState
-
-    for key in list(os.environ):
-        if key.startswith(("DRIVETRAIN_", "ACCELERATE_")) or key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                                      "TORCHELASTIC_RUN_ID", "SLURM_PROCID",
-                                                                      "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-            monkeypatch.delenv(key)
 
     def reset():
         AcceleratorState._reset_state(reset_partial_state=True)

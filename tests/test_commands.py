@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import clean_environ
 
 BIN = Path(sys.executable).parent
 
 
 def drivetrain(*argv: str, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
+    env = clean_environ()
     return subprocess.run([sys.executable, "-m", "drivetrain", *argv], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=120)
 

@@ -12,6 +12,7 @@ import warnings
 import pytest
 import yaml
 from fake_plugins import fake_plugin
+from conftest import clean_environ
 
 from drivetrain.config import (
     Config,
@@ -87,7 +88,7 @@ def isolated_home(monkeypatch, tmp_path):
 
 def run_cli(*args, input=None):
     """``python -m drivetrain ARGS`` in a fresh interpreter, answering on its standard input."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
+    env = clean_environ()
     return subprocess.run([sys.executable, "-m", "drivetrain", *args], input=input or "", capture_output=True,
                           text=True, env=env, timeout=120)
 

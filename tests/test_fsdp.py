@@ -13,19 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import clean_environ
 
 from drivetrain.errors import CheckpointError, ConfigError, DrivetrainError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "scripts" / "check_fsdp.py"
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    for key in list(os.environ):
-        if key.startswith(("FSDP_", "DRIVETRAIN_FSDP_", "DRIVETRAIN_", "ACCELERATE_")):
-            monkeypatch.delenv(key)
-    return monkeypatch
 
 
 # ------------------------------------------------------------------ options
@@ -364,7 +357,7 @@ def test_new_configs_use_fsdp2():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CPU offload moves parameters off an accelerator; none here")
 @pytest.mark.parametrize("version", [1, 2])
 def test_cpu_offload_on_an_accelerator(version, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_", "FSDP_"))}
+    env = clean_environ()
     result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--num-processes", "1", str(SCRIPT),
                              str(version), str(tmp_path), "--offload"], capture_output=True, text=True, env=env,
                             timeout=300)

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import clean_environ, run_cli
 
 BUDGET = 40_000  # bytes of toyaccel memory: less than the test model below
 # Built-in platforms that outrank toyaccel (priority 50) where their device is present: blocked,
@@ -184,7 +184,7 @@ def test_its_strategy_is_one_object_per_run_that_keeps_the_runs_state(toyaccel):
 
 def test_ddp_training_on_two_toyaccel_processes_over_its_backend(template_site):
     """``--platform toyaccel`` and no process count: one process per device it reports."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
+    env = clean_environ()
     env.update(TOYACCEL_DEVICES="2", PYTHONPATH=os.pathsep.join([str(template_site), env.get("PYTHONPATH", "")]))
     script = os.path.join(os.path.dirname(__file__), "scripts", "check_toyaccel.py")
     result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--platform", "toyaccel", script],
