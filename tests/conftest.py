@@ -91,6 +91,43 @@ def run_cli(*args: str, sites: tuple[Path, ...] = (), env: dict[str, str] | None
 
 
 @pytest.fixture
+def cli(monkeypatch, capsys):
+    """``drivetrain ARGS`` in this process, as ``run_cli`` runs it in a fresh one (same arguments,
+    same result): the plugins are discovered again with the extra site directories and variables
+    of this call only, and plugin warnings go to stderr as the interpreter prints them. Use
+    ``run_cli`` only where the fresh interpreter is the point."""
+    import importlib
+    import io
+    import warnings
+
+    from drivetrain import plugin_manager
+    from drivetrain.cli.main import main
+
+    def run(*argv: str, sites: tuple[Path, ...] = (), env: dict[str, str] | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        with monkeypatch.context() as scoped, warnings.catch_warnings(record=True) as caught:
+            for site in sites:
+                scoped.syspath_prepend(str(site))
+            importlib.invalidate_caches()
+            for key, value in (env or {}).items():
+                scoped.setenv(key, value)
+            scoped.setattr(plugin_manager, "_default_manager", None)
+            scoped.setattr(plugin_manager, "_warned", set())
+            scoped.setattr(sys, "stdin", io.StringIO(input or ""))
+            warnings.simplefilter("default")
+            try:
+                code = main(list(argv))
+            except SystemExit as stop:  # argparse: --version, --help, usage errors
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        out, err = capsys.readouterr()
+        err += "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line) for w in caught)
+        return subprocess.CompletedProcess(["drivetrain", *argv], code, out, err)
+
+    return run
+
+
+@pytest.fixture
 def with_sites(monkeypatch):
     """Make distributions installed in extra directories visible to this process."""
     import importlib

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from conftest import clean_environ, run_cli
+from conftest import clean_environ
 
 BUDGET = 40_000  # bytes of toyaccel memory: less than the test model below
 # Built-in platforms that outrank toyaccel (priority 50) where their device is present: blocked,
@@ -44,8 +44,8 @@ def toyaccel(template_site, with_sites, fresh_state, monkeypatch):
     return devices
 
 
-def test_one_distribution_two_plugins_listed_with_the_platform_report(template_site):
-    result = run_cli("plugins", "list", "--json", "--detect", sites=(template_site,),
+def test_one_distribution_two_plugins_listed_with_the_platform_report(cli, template_site):
+    result = cli("plugins", "list", "--json", "--detect", sites=(template_site,),
                      env={"TOYACCEL_DEVICES": "2", **HIGHER})
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -55,7 +55,7 @@ def test_one_distribution_two_plugins_listed_with_the_platform_report(template_s
     assert sorted(toy["kinds"]) == ["platform", "strategy"]
     assert plugins["jsonl"]["distribution"] == "drivetrain-toyaccel"
     assert data["detection"]["platform"] == "toyaccel"
-    env = run_cli("env", sites=(template_site,), env={"TOYACCEL_DEVICES": "2", "TOYACCEL_MEMORY": "512MiB"})
+    env = cli("env", sites=(template_site,), env={"TOYACCEL_DEVICES": "2", "TOYACCEL_MEMORY": "512MiB"})
     assert env.returncode == 0, env.stderr
     assert "toyaccel devices: 2 toyaccel device(s)" in env.stdout
     assert "toyaccel memory per device: 0.50 GiB" in env.stdout
