@@ -1,4 +1,5 @@
-"""Shared fixtures: real plugin distributions installed with pip, and a CLI runner."""
+"""Shared fixtures: a clean environment for every test, real plugin distributions installed with
+pip, and the ``drivetrain`` command run in this process or in a fresh one."""
 
 from __future__ import annotations
 
@@ -13,6 +14,32 @@ ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DISTS = ROOT / "tests" / "plugin_dists"
 TEMPLATE = ROOT / "examples" / "plugin_template"
 HOSTILE = "drivetrain-hostile-"  # distributions that must not be loaded without a short time limit
+
+# Variables that choose a backend, an option or a process layout: a developer's shell, or a
+# launcher the suite runs under, must not decide what a test sees.
+RUN_VARIABLE_PREFIXES = ("DRIVETRAIN_", "ACCELERATE_", "FSDP_", "MEGATRON_LM_", "PARALLELISM_CONFIG_",
+                         "SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_")
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                      "MASTER_PORT", "TORCHELASTIC_RUN_ID", "KUBERNETES_SERVICE_HOST")
+
+
+def is_run_variable(key: str) -> bool:
+    return key.startswith(RUN_VARIABLE_PREFIXES) or key in LAUNCHER_VARIABLES
+
+
+def clean_environ(**extra: str) -> dict[str, str]:
+    """This process's environment without run variables, plus ``extra``: for a child process."""
+    env = {key: value for key, value in os.environ.items() if not is_run_variable(key)}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    """Every test starts without run variables; returns ``monkeypatch`` to set the ones it wants."""
+    for key in [key for key in os.environ if is_run_variable(key)]:
+        monkeypatch.delenv(key)
+    return monkeypatch
 
 
 def _pip_install_target(target: Path, *sources: Path) -> None:
@@ -55,13 +82,49 @@ def hostile_site(tmp_path_factory) -> Path:
 def run_cli(*args: str, sites: tuple[Path, ...] = (), env: dict[str, str] | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``python -m drivetrain ARGS`` in a fresh interpreter with extra site directories."""
-    full_env = dict(os.environ)
-    full_env.pop("DRIVETRAIN_STRICT_PLUGINS", None)
+    full_env = clean_environ()
     if sites:
         full_env["PYTHONPATH"] = os.pathsep.join([*map(str, sites), full_env.get("PYTHONPATH", "")])
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "drivetrain", *args], capture_output=True,
                           text=True, env=full_env, timeout=timeout)
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """``drivetrain ARGS`` in this process, as ``run_cli`` runs it in a fresh one (same arguments,
+    same result): the plugins are discovered again with the extra site directories and variables
+    of this call only, and plugin warnings go to stderr as the interpreter prints them. Use
+    ``run_cli`` only where the fresh interpreter is the point."""
+    import importlib
+    import io
+    import warnings
+
+    from drivetrain import plugin_manager
+    from drivetrain.cli.main import main
+
+    def run(*argv: str, sites: tuple[Path, ...] = (), env: dict[str, str] | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        with monkeypatch.context() as scoped, warnings.catch_warnings(record=True) as caught:
+            for site in sites:
+                scoped.syspath_prepend(str(site))
+            importlib.invalidate_caches()
+            for key, value in (env or {}).items():
+                scoped.setenv(key, value)
+            scoped.setattr(plugin_manager, "_default_manager", None)
+            scoped.setattr(plugin_manager, "_warned", set())
+            scoped.setattr(sys, "stdin", io.StringIO(input or ""))
+            warnings.simplefilter("default")
+            try:
+                code = main(list(argv))
+            except SystemExit as stop:  # argparse: --version, --help, usage errors
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        out, err = capsys.readouterr()
+        err += "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line) for w in caught)
+        return subprocess.CompletedProcess(["drivetrain", *argv], code, out, err)
+
+    return run
 
 
 @pytest.fixture
@@ -78,15 +141,9 @@ def with_sites(monkeypatch):
 
 
 @pytest.fixture
-def fresh_state(monkeypatch):
+def fresh_state(clean_env):
     """A clean process state (one process, CPU) before and after the test."""
     from drivetrain.state import AcceleratorState, GradientState, PartialState
-
-    for key in list(os.environ):
-        if key.startswith(("DRIVETRAIN_", "ACCELERATE_")) or key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                                      "TORCHELASTIC_RUN_ID", "SLURM_PROCID",
-                                                                      "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-            monkeypatch.delenv(key)
 
     def reset():
         AcceleratorState._reset_state(reset_partial_state=True)

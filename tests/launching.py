@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import clean_environ
+
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
@@ -21,11 +23,7 @@ def launch(script: str | os.PathLike, *script_args: str, num_processes: int = 2,
     path = Path(script)
     if not path.is_absolute() and not path.exists():
         path = SCRIPTS / path
-    full_env = dict(os.environ)
-    for key in list(full_env):
-        if key.startswith(("DRIVETRAIN_", "ACCELERATE_")) or key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-            full_env.pop(key)
-    full_env.update(env or {})
+    full_env = clean_environ(**(env or {}))
     command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", str(num_processes),
                *launch_args, str(path), *script_args]
     return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
@@ -13,11 +12,9 @@ from drivetrain.errors import CheckpointError, ConfigError, LaunchError
 
 
 @pytest.fixture
-def clean_env(monkeypatch, fresh_state):
-    """No FSDP_ variables either (``fresh_state`` clears drivetrain's and Accelerate's)."""
-    for key in [key for key in os.environ if key.startswith("FSDP_")]:
-        monkeypatch.delenv(key)
-    return monkeypatch
+def clean_env(clean_env, fresh_state):
+    """The shared clean environment, and a fresh process state."""
+    return clean_env
 
 
 class Block(torch.nn.Module):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import clean_environ
 
 from drivetrain.checkpointing import layout
 from drivetrain.checkpointing.model_files import read_model_files
@@ -22,9 +22,7 @@ pytestmark = pytest.mark.multiprocess
 
 
 def _clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
-    env["DRIVETRAIN_CHECKPOINT_FSYNC"] = "1"
-    return env
+    return clean_environ(DRIVETRAIN_CHECKPOINT_FSYNC="1")
 
 
 def _run_and_kill(command: list[str], saves_before_kill: int, rng: random.Random) -> list[str]:

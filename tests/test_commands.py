@@ -1,4 +1,5 @@
-"""Accelerate's ``commands`` modules and the commands plugins add: run end to end."""
+"""Accelerate's ``commands`` modules and the commands plugins add: run end to end (in this process,
+except the installed console scripts and an import in a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import yaml
 BIN = Path(sys.executable).parent
 
 
-def drivetrain(*argv: str, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
-    return subprocess.run([sys.executable, "-m", "drivetrain", *argv], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=120)
+@pytest.fixture
+def drivetrain(cli):
+    """The commands plugins add are parsed and run by ``drivetrain``'s own main, in this process."""
+    return cli
 
 
 FSDP1 = {
@@ -35,7 +36,7 @@ FSDP1 = {
 }
 
 
-def test_to_fsdp2_rewrites_an_fsdp1_config(tmp_path):
+def test_to_fsdp2_rewrites_an_fsdp1_config(drivetrain, tmp_path):
     source, target = tmp_path / "fsdp1.yaml", tmp_path / "fsdp2.yaml"
     source.write_text(yaml.safe_dump(FSDP1))
     result = drivetrain("to-fsdp2", "--config_file", str(source), "--output_file", str(target))
@@ -50,7 +51,7 @@ def test_to_fsdp2_rewrites_an_fsdp1_config(tmp_path):
     assert load_config(target).sections["fsdp_config"]["fsdp_version"] == 2
 
 
-def test_to_fsdp2_refuses_to_overwrite_and_to_convert_twice(tmp_path):
+def test_to_fsdp2_refuses_to_overwrite_and_to_convert_twice(drivetrain, tmp_path):
     source, target = tmp_path / "fsdp1.yaml", tmp_path / "out.yaml"
     source.write_text(yaml.safe_dump(FSDP1))
     target.write_text("keep me")
@@ -62,7 +63,7 @@ def test_to_fsdp2_refuses_to_overwrite_and_to_convert_twice(tmp_path):
     assert again.returncode == 2 and "already an FSDP2 config" in again.stderr
 
 
-def test_tpu_config_prints_the_gcloud_command(tmp_path):
+def test_tpu_config_prints_the_gcloud_command(drivetrain, tmp_path):
     config = tmp_path / "tpu.yaml"
     config.write_text(yaml.safe_dump({"compute_environment": "LOCAL_MACHINE", "distributed_type": "NO",
                                       "tpu_name": "pod-1", "tpu_zone": "europe-west4-a",
@@ -86,7 +87,7 @@ def test_merge_weights_console_script_reports_a_missing_checkpoint(tmp_path):
     assert result.returncode != 0 and "none" in (result.stderr + result.stdout)
 
 
-def test_config_update_keeps_values(tmp_path):
+def test_config_update_keeps_values(drivetrain, tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"compute_environment": "LOCAL_MACHINE", "distributed_type": "NO",
                                     "mixed_precision": "bf16", "num_processes": 1}))

@@ -4,8 +4,6 @@ writing, updating and the questionnaire answered by a program."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import warnings
 
@@ -83,13 +81,6 @@ def isolated_home(monkeypatch, tmp_path):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     return tmp_path
-
-
-def run_cli(*args, input=None):
-    """``python -m drivetrain ARGS`` in a fresh interpreter, answering on its standard input."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
-    return subprocess.run([sys.executable, "-m", "drivetrain", *args], input=input or "", capture_output=True,
-                          text=True, env=env, timeout=120)
 
 
 def write(tmp_path, text, name="config.yaml"):
@@ -255,34 +246,34 @@ def test_write_update_and_round_trip(tmp_path):
     assert json.loads(json_path.read_text())["mixed_precision"] == "fp16"
 
 
-def test_questionnaire_answered_by_a_program(tmp_path):
+def test_questionnaire_answered_by_a_program(cli, tmp_path):
     path = tmp_path / "asked.yaml"
     answers = "cpu\n1\n2\n\nbf16\nno\n"  # platform, machines, processes, strategy, precision, debug
-    result = run_cli("config", "--config-file", str(path), input=answers)
+    result = cli("config", "--config-file", str(path), input=answers)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"drivetrain config saved at {path}" in result.stdout
     config = load_config(path)
     assert (config.num_processes, config.distributed_type, config.mixed_precision, config.use_cpu) == (
         2, "MULTI_CPU", "bf16", True)
-    bad = run_cli("config", "--config-file", str(tmp_path / "no.yaml"), input="cpu\nmany\n")
+    bad = cli("config", "--config-file", str(tmp_path / "no.yaml"), input="cpu\nmany\n")
     assert bad.returncode == 2 and "must be a whole number, not 'many'; try again" in bad.stdout
     assert "standard input ended" in bad.stderr and not (tmp_path / "no.yaml").exists()
 
 
-def test_config_default_and_update_commands(tmp_path):
+def test_config_default_and_update_commands(cli, tmp_path):
     path = tmp_path / "c.yaml"
-    result = run_cli("config", "default", "--config_file", str(path), "--mixed_precision", "fp16")
+    result = cli("config", "default", "--config_file", str(path), "--mixed_precision", "fp16")
     assert result.returncode == 0 and load_config(path).mixed_precision == "fp16"
-    assert run_cli("config", "default", "--config-file", str(path)).returncode == 1
-    result = run_cli("config", "update", "--config-file", str(path))
+    assert cli("config", "default", "--config-file", str(path)).returncode == 1
+    result = cli("config", "update", "--config-file", str(path))
     assert result.returncode == 0 and "Successfully updated" in result.stdout
     path.write_text("num_processs: 2\n")
-    result = run_cli("config", "update", "--config-file", str(path))
+    result = cli("config", "update", "--config-file", str(path))
     assert result.returncode == 2 and "unknown key 'num_processs'" in result.stderr
 
 
-def test_the_launcher_refuses_a_bad_file_before_starting_anything(tmp_path):
+def test_the_launcher_refuses_a_bad_file_before_starting_anything(cli, tmp_path):
     path = write(tmp_path, "mixed_precision: fp4\n")
-    result = run_cli("launch", "--config-file", str(path), "script.py")
+    result = cli("launch", "--config-file", str(path), "script.py")
     assert result.returncode == 2
     assert "drivetrain: error: config file" in result.stderr and "mixed_precision is 'fp4'" in result.stderr

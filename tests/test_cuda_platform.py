@@ -8,12 +8,12 @@ reason elsewhere.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
+from conftest import clean_environ
 
 from drivetrain.config import config_from_dict
 from drivetrain.plugin_api import resolve
@@ -57,7 +57,7 @@ def test_selection_refuses_cuda_where_it_cannot_run(tmp_path):
     with pytest.raises(PluginSelectionError, match=r"platform 'cuda' was requested but is not usable here: .*CUDA"):
         select(get_plugin_manager(), Requests(platform="cuda"), cluster=ClusterEnvironment("t"))
     assert select(get_plugin_manager(), Requests(), cluster=ClusterEnvironment("t")).platform.name != "cuda"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
+    env = clean_environ()
     (tmp_path / "script.py").write_text("print('never runs')\n")
     # (--multi_gpu, unlike --platform cuda, falls back to CPU processes here, as Accelerate's does)
     result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--platform", "cuda", "script.py"],
@@ -149,7 +149,7 @@ def test_two_processes_on_two_gpus_talk_over_nccl():
 
     from launching import SCRIPTS
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
+    env = clean_environ()
     result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--multi_gpu", "--num_processes", "2",
                              str(SCRIPTS / "check_cluster.py")], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import clean_environ
 from launching import assert_ok, launch
 
 from drivetrain.errors import ConfigError
@@ -107,14 +108,6 @@ def test_use_deepspeed_variable_and_distributed_type_select_the_strategy():
 
 
 # ------------------------------------------------------------------ options
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    for key in list(os.environ):
-        if key.startswith(("DRIVETRAIN_", "ACCELERATE_")):
-            monkeypatch.delenv(key)
-    return monkeypatch
 
 
 def test_options_build_a_config_and_read_the_environment(clean_env):
@@ -531,7 +524,7 @@ def test_one_process_under_plain_torchrun_joins_the_agents_rendezvous(deepspeed_
     # agent's store at that address: forever. It must join torchrun's own rendezvous.
     script = tmp_path / "one.py"
     script.write_text(ONE_PROCESS_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
+    env = clean_environ()
     env.update(deepspeed_ops, HF_HOME=str(tmp_path / "hf"))
     import socket
 

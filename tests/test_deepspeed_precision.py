@@ -4,13 +4,13 @@ bf16 in the model's dtype (the engine does not autocast)."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import clean_environ
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "check_deepspeed_inputs.py"
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not "
@@ -18,7 +18,7 @@ needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is No
 
 
 def _environment() -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
+    env = clean_environ()
     if not torch.cuda.is_available():
         env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed's CPU accelerator; on a GPU machine it finds CUDA itself
     return env

@@ -8,6 +8,7 @@ import importlib.util
 
 import pytest
 import torch
+from conftest import clean_environ
 
 from drivetrain import Accelerator
 from drivetrain.errors import DrivetrainError
@@ -308,13 +309,12 @@ def test_fp8_layers_under_fsdp2_gather_in_float8(float8_all_gather):
 @needs_torchao
 def test_launch_options_select_torchao_in_the_child():
     import json
-    import os
     import subprocess
     import sys
     from pathlib import Path
 
     script = Path(__file__).parent / "scripts" / "check_fp8_launch.py"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
+    env = clean_environ()
     result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "1",
                              "--mixed-precision", "fp8", "--fp8_backend", "AO", "--fp8-pad-inner-dim", "false",
                              str(script)], capture_output=True, text=True, env=env, timeout=240)

@@ -13,19 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import clean_environ
 
 from drivetrain.errors import CheckpointError, ConfigError, DrivetrainError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "scripts" / "check_fsdp.py"
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    for key in list(os.environ):
-        if key.startswith(("FSDP_", "DRIVETRAIN_FSDP_", "DRIVETRAIN_", "ACCELERATE_")):
-            monkeypatch.delenv(key)
-    return monkeypatch
 
 
 # ------------------------------------------------------------------ options
@@ -280,9 +273,8 @@ def test_metadata_that_would_run_code_is_refused(tmp_path):
     assert not (tmp_path / "pwned").exists()
 
 
-def test_merge_weights_explains_what_it_needs(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "drivetrain", "merge-weights", str(tmp_path), str(tmp_path / "o")],
-                            capture_output=True, text=True)
+def test_merge_weights_explains_what_it_needs(cli, tmp_path):
+    result = cli("merge-weights", str(tmp_path), str(tmp_path / "o"))
     assert result.returncode == 2 and "is not a sharded FSDP checkpoint" in result.stderr, result.stderr
 
 
@@ -305,7 +297,7 @@ def _load_script():
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("version", [1, 2])
-def test_fsdp_on_two_processes_then_one(version, tmp_path):
+def test_fsdp_on_two_processes_then_one(version, tmp_path, cli):
     """FULL_SHARD and SHARD_GRAD_OP match DDP; checkpoints resume exactly; the 2-process
     sharded checkpoint loads in 1 process and merges into a plain model."""
     from launching import assert_ok, launch
@@ -316,9 +308,8 @@ def test_fsdp_on_two_processes_then_one(version, tmp_path):
     assert result.stdout.count("CHECK-FSDP-OK") == 2
 
     merged = tmp_path / "merged"
-    cli = subprocess.run([sys.executable, "-m", "drivetrain", "merge-weights", str(tmp_path / "sharded"), str(merged)],
-                         capture_output=True, text=True)
-    assert cli.returncode == 0, cli.stderr
+    merging = cli("merge-weights", str(tmp_path / "sharded"), str(merged))
+    assert merging.returncode == 0, merging.stderr
     assert sorted(os.listdir(merged)) == ["model.safetensors"]
     expected = load_file(tmp_path / "expected.safetensors")
     script = _load_script()
@@ -364,7 +355,7 @@ def test_new_configs_use_fsdp2():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CPU offload moves parameters off an accelerator; none here")
 @pytest.mark.parametrize("version", [1, 2])
 def test_cpu_offload_on_an_accelerator(version, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_", "FSDP_"))}
+    env = clean_environ()
     result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--num-processes", "1", str(SCRIPT),
                              str(version), str(tmp_path), "--offload"], capture_output=True, text=True, env=env,
                             timeout=300)

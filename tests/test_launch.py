@@ -15,20 +15,11 @@ import time
 
 import pytest
 import yaml
+from conftest import clean_environ
 from launching import SCRIPTS, assert_ok, launch
 
 pytestmark = pytest.mark.multiprocess
 
-_LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                       "GROUP_RANK", "TORCHELASTIC_RUN_ID", "KUBERNETES_SERVICE_HOST")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DRIVETRAIN_", "ACCELERATE_", "SLURM_", "OMPI_", "PMI_", "PMIX_"))
-           and k not in _LAUNCHER_VARIABLES}
-    env.update(extra)
-    return env
 
 
 def free_port() -> int:
@@ -58,7 +49,7 @@ def test_two_machines_on_one_host_meet_on_localhost(tmp_path):
     command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num_processes", "2", "--num_machines", "2",
                "--main_process_ip", "127.0.0.1", "--main_process_port", port, str(SCRIPTS / "check_cluster.py")]
     machines = [subprocess.Popen([*command[:-1], "--machine_rank", str(rank), command[-1]], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=clean_env(HF_HOME=str(tmp_path)))
+                                 stderr=subprocess.PIPE, text=True, env=clean_environ(HF_HOME=str(tmp_path)))
                 for rank in (0, 1)]
     outputs = [machine.communicate(timeout=240) for machine in machines]
     assert [machine.returncode for machine in machines] == [0, 0], outputs
@@ -70,7 +61,7 @@ def test_two_machines_on_one_host_meet_on_localhost(tmp_path):
 def test_a_script_started_by_plain_torchrun_is_detected(tmp_path):
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                              str(SCRIPTS / "check_cluster.py")], capture_output=True, text=True, timeout=240,
-                            env=clean_env(HF_HOME=str(tmp_path)))
+                            env=clean_environ(HF_HOME=str(tmp_path)))
     assert_ok(result)
     seen = views(result.stdout)
     assert [(v["cluster"], v["rank"], v["world_size"], v["distributed_type"], v["sum"]) for v in seen] == [
@@ -92,7 +83,7 @@ def test_processes_started_by_a_cluster_launcher_are_detected(tmp_path, flavour)
 
     processes = [subprocess.Popen([sys.executable, str(SCRIPTS / "check_cluster.py")], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True,
-                                  env=clean_env(HF_HOME=str(tmp_path), **variables(rank))) for rank in (0, 1)]
+                                  env=clean_environ(HF_HOME=str(tmp_path), **variables(rank))) for rank in (0, 1)]
     outputs = [process.communicate(timeout=240) for process in processes]
     assert [process.returncode for process in processes] == [0, 0], outputs
     seen = views(*(out for out, _err in outputs))
@@ -101,7 +92,7 @@ def test_processes_started_by_a_cluster_launcher_are_detected(tmp_path, flavour)
 
 
 def test_a_crashing_child_is_named_and_the_launch_fails(tmp_path):
-    env = clean_env(HF_HOME=str(tmp_path), PYTHONPATH=os.pathsep.join([str(SCRIPTS), os.environ.get("PYTHONPATH", "")]))
+    env = clean_environ(HF_HOME=str(tmp_path), PYTHONPATH=os.pathsep.join([str(SCRIPTS), os.environ.get("PYTHONPATH", "")]))
     result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num_processes", "2",
                              "-m", "check_failure", "crash"],  # -m: run it as a module
                             capture_output=True, text=True, env=env, timeout=240)
@@ -140,7 +131,7 @@ def test_a_stopped_rank_ends_the_job_after_the_timeout_and_is_named(tmp_path, ho
 
 def test_config_default_to_file_to_launch_with_env_and_test(tmp_path):
     hf_home = tmp_path / "hf"
-    env = clean_env(HF_HOME=str(hf_home))
+    env = clean_environ(HF_HOME=str(hf_home))
     cli = [sys.executable, "-m", "drivetrain"]
     from drivetrain.config import write_basic_config  # `drivetrain config default`: see test_config.py
 
@@ -170,7 +161,7 @@ def test_drivetrain_test_reports_a_failure(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\n")
     result = subprocess.run([sys.executable, "-m", "drivetrain", "test", "--config-file", str(bad)],
-                            capture_output=True, text=True, env=clean_env(), timeout=120)
+                            capture_output=True, text=True, env=clean_environ(), timeout=120)
     if "Test is a success" in result.stdout:
         pytest.skip("a GPU is present: the MULTI_GPU config runs here")
     assert result.returncode == 1 and "drivetrain test: FAILED" in result.stderr
@@ -185,7 +176,7 @@ def test_debug_and_notebook_launchers_fork_real_workers(tmp_path):
     # CPU workers (gloo) even on a GPU machine: two workers cannot share one GPU
     result = subprocess.run([sys.executable, str(SCRIPTS / "check_launchers.py"), str(tmp_path), str(free_port())],
                             capture_output=True, text=True,
-                            env=clean_env(HF_HOME=str(tmp_path / "hf"), DRIVETRAIN_USE_CPU="1"), timeout=240)
+                            env=clean_environ(HF_HOME=str(tmp_path / "hf"), DRIVETRAIN_USE_CPU="1"), timeout=240)
     assert_ok(result)
     assert "CHECK-LAUNCHERS-OK" in result.stdout
     read = lambda name: json.loads((tmp_path / name).read_text())  # noqa: E731
@@ -205,7 +196,7 @@ def test_launchers_refuse_a_process_that_already_has_a_group():
             "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
             "from drivetrain import debug_launcher, ConfigError\n"
             "try:\n    debug_launcher(print)\nexcept ConfigError as error:\n    print('REFUSED', error)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_environ(), timeout=120)
     assert "REFUSED a torch.distributed process group already exists in this process" in result.stdout, result.stderr
 
 
@@ -227,7 +218,7 @@ def test_a_signal_to_the_launcher_ends_every_worker_with_one_line(tmp_path, how)
     command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", "-q",
                str(SCRIPTS / "check_failure.py"), *marker.split(" ", 1)]
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=clean_env(HF_HOME=str(tmp_path)), start_new_session=True)
+                                env=clean_environ(HF_HOME=str(tmp_path)), start_new_session=True)
     try:
         started = sorted(launcher.stdout.readline().rsplit(" ", 1)[0] for _rank in range(2))
         assert started == ["STARTED 0", "STARTED 1"], started
@@ -249,7 +240,7 @@ def test_workers_end_when_the_launcher_is_killed_with_sigkill(tmp_path):
     command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", "-q",
                str(SCRIPTS / "check_failure.py"), "sleep", str(tmp_path)]
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=clean_env(HF_HOME=str(tmp_path)), start_new_session=True)
+                                env=clean_environ(HF_HOME=str(tmp_path)), start_new_session=True)
     pids = []
     try:
         pids = sorted(int(launcher.stdout.readline().split()[2]) for _rank in range(2))
@@ -279,7 +270,7 @@ def test_a_worker_under_another_launcher_ends_when_drivetrains_launcher_is_kille
     launcher = ("import os, subprocess, sys, time\nfrom drivetrain.worker_lifetime import LAUNCHER_VARIABLE, "
                 "launcher_identity\nos.environ[LAUNCHER_VARIABLE] = launcher_identity()\n"
                 f"subprocess.Popen([sys.executable, '-c', {middle!r}])\ntime.sleep(120)\n")
-    process = subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.PIPE, text=True, env=clean_env())
+    process = subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.PIPE, text=True, env=clean_environ())
     pids = []
     try:
         pids = [int(process.stdout.readline()) for _process in range(2)]  # the middle one and the worker

@@ -4,7 +4,6 @@ names what a Megatron-LM train step needs and this machine lacks (see drivetrain
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import pytest
 import torch
@@ -13,14 +12,6 @@ from drivetrain.errors import ConfigError
 
 # Without megatron-core the plugin is listed as unavailable, and selecting it names the extra.
 needs_core = pytest.mark.skipif(importlib.util.find_spec("megatron") is None, reason="megatron-core is not installed")
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    for key in list(os.environ):
-        if key.startswith(("MEGATRON_LM_", "DRIVETRAIN_", "ACCELERATE_")):
-            monkeypatch.delenv(key)
-    return monkeypatch
 
 
 def test_options_defaults_environment_and_checks(clean_env):

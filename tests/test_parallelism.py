@@ -3,21 +3,12 @@ processes (tests/scripts/check_parallelism.py: TP=2 on 2 processes; FSDP2 × TP 
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
 
 from drivetrain.errors import ConfigError
 from launching import assert_ok, launch
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    for key in list(os.environ):
-        if key.startswith(("PARALLELISM_CONFIG_", "FSDP_", "DRIVETRAIN_", "ACCELERATE_")):
-            monkeypatch.delenv(key)
-    return monkeypatch
 
 
 def tiny_llama():

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import clean_environ
 
 BUDGET = 40_000  # bytes of toyaccel memory: less than the test model below
 # Built-in platforms that outrank toyaccel (priority 50) where their device is present: blocked,
@@ -44,8 +44,8 @@ def toyaccel(template_site, with_sites, fresh_state, monkeypatch):
     return devices
 
 
-def test_one_distribution_two_plugins_listed_with_the_platform_report(template_site):
-    result = run_cli("plugins", "list", "--json", "--detect", sites=(template_site,),
+def test_one_distribution_two_plugins_listed_with_the_platform_report(cli, template_site):
+    result = cli("plugins", "list", "--json", "--detect", sites=(template_site,),
                      env={"TOYACCEL_DEVICES": "2", **HIGHER})
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -55,7 +55,7 @@ def test_one_distribution_two_plugins_listed_with_the_platform_report(template_s
     assert sorted(toy["kinds"]) == ["platform", "strategy"]
     assert plugins["jsonl"]["distribution"] == "drivetrain-toyaccel"
     assert data["detection"]["platform"] == "toyaccel"
-    env = run_cli("env", sites=(template_site,), env={"TOYACCEL_DEVICES": "2", "TOYACCEL_MEMORY": "512MiB"})
+    env = cli("env", sites=(template_site,), env={"TOYACCEL_DEVICES": "2", "TOYACCEL_MEMORY": "512MiB"})
     assert env.returncode == 0, env.stderr
     assert "toyaccel devices: 2 toyaccel device(s)" in env.stdout
     assert "toyaccel memory per device: 0.50 GiB" in env.stdout
@@ -184,7 +184,7 @@ def test_its_strategy_is_one_object_per_run_that_keeps_the_runs_state(toyaccel):
 
 def test_ddp_training_on_two_toyaccel_processes_over_its_backend(template_site):
     """``--platform toyaccel`` and no process count: one process per device it reports."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("DRIVETRAIN_", "ACCELERATE_"))}
+    env = clean_environ()
     env.update(TOYACCEL_DEVICES="2", PYTHONPATH=os.pathsep.join([str(template_site), env.get("PYTHONPATH", "")]))
     script = os.path.join(os.path.dirname(__file__), "scripts", "check_toyaccel.py")
     result = subprocess.run([sys.executable, "-m", "drivetrain", "launch", "--platform", "toyaccel", script],

@@ -1,4 +1,5 @@
-"""`drivetrain plugins ...` in fresh interpreters, with real pip-installed plugin distributions."""
+"""`drivetrain plugins ...` with real pip-installed plugin distributions: in this process (the `cli`
+fixture discovers the plugins again on each call), in a fresh interpreter only where that is the point."""
 
 from __future__ import annotations
 
@@ -9,27 +10,27 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT
 
 SCHEMA = json.loads((ROOT / "docs" / "plugins-list.schema.json").read_text())
 
 
-def listing(*sites, env=None, detect=False):
+def listing(cli, *sites, env=None, detect=False):
     args = ["plugins", "list", "--json"] + (["--detect"] if detect else [])
-    result = run_cli(*args, sites=sites, env=env)
+    result = cli(*args, sites=sites, env=env)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     jsonschema.validate(data, SCHEMA)
     return {p["name"]: p for p in data["plugins"]}, data
 
 
-def test_version():
-    result = run_cli("--version")
+def test_version(cli):
+    result = cli("--version")
     assert result.returncode == 0 and re.fullmatch(r"drivetrain \d+\.\d+\.\d+\S*\n", result.stdout)
 
 
-def test_list_shows_built_ins_in_a_table():
-    result = run_cli("plugins", "list")
+def test_list_shows_built_ins_in_a_table(cli):
+    result = cli("plugins", "list")
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
     assert header.split() == ["NAME", "STATUS", "SOURCE", "KINDS", "VERSION", "NOTE"]
@@ -54,23 +55,23 @@ def test_list_does_not_import_torch_even_with_broken_plugins(template_site, brok
     assert result.stdout.strip() == "[]"
 
 
-def test_template_plugin_is_listed_as_third_party(template_site):
-    plugins, _ = listing(template_site)
+def test_template_plugin_is_listed_as_third_party(cli, template_site):
+    plugins, _ = listing(cli, template_site)
     jsonl = plugins["jsonl"]
     assert (jsonl["source"], jsonl["status"], jsonl["kinds"]) == ("third-party", "available", ["tracker"])
     assert jsonl["distribution"] == "drivetrain-toyaccel" and jsonl["version"] == "0.1.0"
     assert plugins["cpu"]["status"] == "available"
 
 
-def test_broken_plugins_are_reported_and_the_rest_works(template_site, broken_site):
-    result = run_cli("plugins", "list", sites=(template_site, broken_site))
+def test_broken_plugins_are_reported_and_the_rest_works(cli, template_site, broken_site):
+    result = cli("plugins", "list", sites=(template_site, broken_site))
     assert result.returncode == 0
     # one line for all of them, naming each and where to look; the details are in the table
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert "PluginWarning" in result.stderr and "`drivetrain plugins list` shows why" in result.stderr
     for name in ("broken_import", "bad_signature", "future_api", "junk_registration", "shadow_builtin"):
         assert name in result.stderr
-    plugins, _ = listing(template_site, broken_site)
+    plugins, _ = listing(cli, template_site, broken_site)
     assert plugins["broken_import"]["status"] == "failed"
     assert "RuntimeError: this plugin is broken on purpose" in plugins["broken_import"]["reason"]
     assert plugins["bad_signature"]["status"] == "failed"
@@ -89,8 +90,8 @@ def test_broken_plugins_are_reported_and_the_rest_works(template_site, broken_si
     assert all("DRIVETRAIN_BLOCK_PLUGINS=cpu" not in p["reason"] for p in plugins.values())
 
 
-def test_detect_picks_cpu_here_and_shows_every_probe(broken_site):
-    plugins, data = listing(broken_site, detect=True)
+def test_detect_picks_cpu_here_and_shows_every_probe(cli, broken_site):
+    plugins, data = listing(cli, broken_site, detect=True)
     assert data["detection"]["platform"] == "cpu"
     assert plugins["cpu"]["status"] == "active"
     # the built-in's platform: a third-party 'cpu' with priority 999 takes no part
@@ -99,30 +100,30 @@ def test_detect_picks_cpu_here_and_shows_every_probe(broken_site):
     assert cpu["available"] and cpu["reason"]
     # a refused plugin's platform never takes part, whatever priority it claims
     assert all(c["name"] != "future" for c in data["detection"]["candidates"])
-    table = run_cli("plugins", "list", "--detect").stdout
+    table = cli("plugins", "list", "--detect").stdout
     assert "platform: cpu" in table
 
 
-def test_block_and_autoload_controls_on_the_command_line(template_site, broken_site):
-    plugins, _ = listing(template_site, broken_site, env={"DRIVETRAIN_BLOCK_PLUGINS": "broken_import,jsonl"})
+def test_block_and_autoload_controls_on_the_command_line(cli, template_site, broken_site):
+    plugins, _ = listing(cli, template_site, broken_site, env={"DRIVETRAIN_BLOCK_PLUGINS": "broken_import,jsonl"})
     assert plugins["broken_import"]["status"] == "blocked"
     assert plugins["jsonl"]["status"] == "blocked"
-    plugins, _ = listing(template_site, broken_site, env={"DRIVETRAIN_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    plugins, _ = listing(cli, template_site, broken_site, env={"DRIVETRAIN_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert {plugins[n]["status"] for n in ("jsonl", "broken_import", "bad_signature", "future_api")} == {"disabled"}
     assert plugins["cpu"]["status"] == "available"
 
 
-def test_strict_mode_lists_everything_then_fails_without_a_traceback(broken_site):
+def test_strict_mode_lists_everything_then_fails_without_a_traceback(cli, broken_site):
     strict = {"DRIVETRAIN_STRICT_PLUGINS": "1"}
-    result = run_cli("plugins", "list", sites=(broken_site,), env=strict)
+    result = cli("plugins", "list", sites=(broken_site,), env=strict)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "DRIVETRAIN_STRICT_PLUGINS=1" in result.stderr and "broken_import" in result.stderr
     for name, status in (("cpu", "available"), ("broken_import", "failed"), ("shadow_builtin", "partial")):
         assert re.search(rf"^{name}\s+{status}\s", result.stdout, re.M), result.stdout
-    as_json = run_cli("plugins", "list", "--json", sites=(broken_site,), env=strict)
+    as_json = cli("plugins", "list", "--json", sites=(broken_site,), env=strict)
     assert as_json.returncode == 1 and json.loads(as_json.stdout)["plugins"]
-    other = run_cli("env", sites=(broken_site,), env=strict)  # any other command: one error line
+    other = cli("env", sites=(broken_site,), env=strict)  # any other command: one error line
     assert other.returncode == 2 and "Traceback" not in other.stderr
     assert "drivetrain: error:" in other.stderr and "DRIVETRAIN_STRICT_PLUGINS=1" in other.stderr
 
@@ -152,10 +153,17 @@ def test_a_plain_run_ignores_misbehaving_plugins(broken_site, with_sites, fresh_
         ghost.init_trackers("probe")
 
 
-def test_a_multi_process_run_without_its_collective_backend_stops_before_starting():
-    from launching import launch
+def test_a_multi_process_run_without_its_collective_backend_stops_before_starting(cli, monkeypatch):
+    import subprocess
 
-    result = launch("check_operations.py", env={"DRIVETRAIN_BLOCK_PLUGINS": "torch_distributed"}, timeout=120)
+    from launching import SCRIPTS
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    result = cli("launch", "--cpu", "--num-processes", "2", str(SCRIPTS / "check_operations.py"),
+                 env={"DRIVETRAIN_BLOCK_PLUGINS": "torch_distributed"})
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         "drivetrain: error: 2 processes on platform 'cpu' need plugin 'torch_distributed' to connect them, but it is "
@@ -165,24 +173,24 @@ def test_a_multi_process_run_without_its_collective_backend_stops_before_startin
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
-def test_info_shows_one_plugin(template_site):
-    result = run_cli("plugins", "info", "jsonl", "--json", sites=(template_site,))
+def test_info_shows_one_plugin(cli, template_site):
+    result = cli("plugins", "info", "jsonl", "--json", sites=(template_site,))
     data = json.loads(result.stdout)
     assert data["provides"] == {"drivetrain_register_trackers": ["jsonl"]}
     assert data["source"] == "third-party"
-    text = run_cli("plugins", "info", "cpu").stdout
+    text = cli("plugins", "info", "cpu").stdout
     assert re.search(r"^status:\s+available$", text, re.M)
-    missing = run_cli("plugins", "info", "nope")
+    missing = cli("plugins", "info", "nope")
     assert missing.returncode == 2 and "no plugin named 'nope'" in missing.stdout
 
 
-def test_info_names_config_sections_and_contributed_names_readably():
-    cuda = json.loads(run_cli("plugins", "info", "cuda", "--json").stdout)["provides"]
+def test_info_names_config_sections_and_contributed_names_readably(cli):
+    cuda = json.loads(cli("plugins", "info", "cuda", "--json").stdout)["provides"]
     assert cuda["drivetrain_register_config_sections"] == ["top-level gpu_ids/enable_cpu_affinity"]
     assert "utils.environment.override_numa_affinity" in cuda["drivetrain_public_names"]
-    xla = json.loads(run_cli("plugins", "info", "xla", "--json").stdout)["provides"]
+    xla = json.loads(cli("plugins", "info", "xla", "--json").stdout)["provides"]
     assert xla["drivetrain_enum_members"] == ["DistributedType.XLA", "RNGType.XLA"]
-    text = run_cli("plugins", "info", "ipex").stdout
+    text = cli("plugins", "info", "ipex").stdout
     provides = re.search(r"^provides:\s+(.*)$", text, re.M).group(1)
     assert provides.startswith("register_config_sections: ipex_config; public_names: utils.is_ipex_available")
     assert "ConfigSection(" not in provides and "('" not in provides  # no descriptor or pair reprs

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 from launching import assert_ok, launch
@@ -10,13 +12,21 @@ pytestmark = pytest.mark.multiprocess
 TOTAL, INTERRUPT_AT = 23, 13  # 10 micro-steps per epoch: stops mid-epoch and mid-accumulation window
 
 
-def test_killed_and_resumed_run_is_bitwise_identical(tmp_path):
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """One two-process run SIGKILLed at step INTERRUPT_AT, launched once for this module: its
+    result and its directory (checkpoint, what each rank saw). Tests work on a copy."""
+    directory = tmp_path_factory.mktemp("interrupted")
+    return launch("check_resume.py", "interrupt", str(INTERRUPT_AT), str(directory)), directory
+
+
+def test_killed_and_resumed_run_is_bitwise_identical(tmp_path, interrupted):
     straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
     straight_dir.mkdir()
-    resumed_dir.mkdir()
     assert_ok(launch("check_resume.py", "straight", str(TOTAL), str(straight_dir)))
-    killed = launch("check_resume.py", "interrupt", str(INTERRUPT_AT), str(resumed_dir))
+    killed, directory = interrupted
     assert killed.returncode != 0 and "SIGKILL" in killed.stderr, killed.stderr
+    shutil.copytree(directory, resumed_dir)
     assert (resumed_dir / "checkpoint" / "manifest.json").exists()
     assert_ok(launch("check_resume.py", "resume", str(TOTAL), str(resumed_dir)))
     for rank in (0, 1):
@@ -33,15 +43,16 @@ def test_killed_and_resumed_run_is_bitwise_identical(tmp_path):
     assert set(straight0).isdisjoint(straight1)
 
 
-def test_a_two_process_checkpoint_in_one_process(tmp_path, fresh_state):
+def test_a_two_process_checkpoint_in_one_process(tmp_path, fresh_state, interrupted):
     """Model and optimizer of a DDP run load into one process; a mid-epoch loader cannot."""
     from torch.utils.data import DataLoader, TensorDataset
 
     from drivetrain import Accelerator
     from drivetrain.errors import CheckpointError
 
-    killed = launch("check_resume.py", "interrupt", str(INTERRUPT_AT), str(tmp_path))
+    killed, directory = interrupted
     assert killed.returncode != 0
+    tmp_path = shutil.copytree(directory, tmp_path / "run")
     saved = torch.load(tmp_path / "interrupt_0.pt")
 
     def objects():

@@ -32,9 +32,6 @@ def test_simple_launcher_command_and_environment(tmp_path, monkeypatch):
     from drivetrain.commands.launch import launch_command_parser
     from drivetrain.utils import prepare_multi_gpu_env, prepare_simple_launcher_cmd_env
 
-    for key in list(os.environ):
-        if key.startswith(("DRIVETRAIN_", "ACCELERATE_")):
-            monkeypatch.delenv(key)
     config = tmp_path / "config.yaml"
     config.write_text("compute_environment: LOCAL_MACHINE\n")
     monkeypatch.setenv("DRIVETRAIN_CONFIG_FILE", str(config))

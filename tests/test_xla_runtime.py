@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import clean_environ
 
 HAS_XLA = importlib.util.find_spec("torch_xla") is not None
 pytestmark = [pytest.mark.xla,
@@ -167,8 +168,8 @@ def test_save_and_load_state_round_trip(xla_run, tmp_path):
 
 def test_launch_tpu_runs_the_main_function_through_xmp_spawn(tmp_path):
     out = tmp_path / "result.json"
-    env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
-    env = {k: v for k, v in env.items() if not k.startswith(("DRIVETRAIN_", "ACCELERATE_", "XLA_"))}
+    env = {k: v for k, v in clean_environ(PJRT_DEVICE=os.environ.get("PJRT_DEVICE", "CPU")).items()
+           if not k.startswith("XLA_")}
     result = subprocess.run(
         [sys.executable, "-m", "drivetrain", "launch", "--tpu", "--main_training_function", "train",
          "--mixed-precision", "bf16", "--downcast_bf16", str(SCRIPTS / "xla_spawn_train.py"), str(out)],
