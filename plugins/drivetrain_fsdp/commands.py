@@ -87,6 +87,13 @@ def convert_to_fsdp2(section: dict[str, Any]) -> tuple[dict[str, Any], list[str]
     return converted, changes
 
 
+def convert_config_to_fsdp2(config: dict[str, Any]) -> dict[str, Any]:
+    """A whole config file's contents with its ``fsdp_config`` converted to FSDP2 (other keys kept)."""
+    converted = dict(config)
+    converted[SECTION], _changes = convert_to_fsdp2(dict(config.get(SECTION) or {}))
+    return converted
+
+
 def to_fsdp2_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     def add(holder: Any) -> None:
         parser = holder.add_parser("to-fsdp2", help="rewrite an FSDP1 config file for FSDP2",

@@ -146,7 +146,7 @@ def drivetrain_public_names():
             # Accelerate's `accelerate.commands.merge` and `accelerate.commands.to_fsdp2`
             **{f"commands.{module}.{name}": f"drivetrain_fsdp.commands:{name}" for module, names in (
                 ("merge", ("merge_command", "merge_command_parser")),
-                ("to_fsdp2", ("to_fsdp2_command", "to_fsdp2_command_parser"))) for name in names},
+                ("to_fsdp2", ("to_fsdp2_command", "to_fsdp2_command_parser", "convert_config_to_fsdp2"))) for name in names},
             **{f"utils.{name}": f"drivetrain_fsdp.compat:{name}" for name in (
                 "enable_fsdp_ram_efficient_loading", "disable_fsdp_ram_efficient_loading",
                 "fsdp2_canonicalize_names", "compile_regions_fsdp2", "get_fsdp2_grad_scaler")},

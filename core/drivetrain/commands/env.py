@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from shutil import which
 from typing import Any
 
 from ..cli import env_cmd
@@ -13,7 +14,13 @@ def env_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     return command_parser(env_cmd.add_parser, "env", subparsers)
 
 
-def env_command(args: argparse.Namespace) -> int:
-    args.config_file = getattr(args, "config_file", None)
-    args.json = getattr(args, "json", False)
-    return env_cmd.run_env(args)
+def env_command(args: argparse.Namespace) -> dict[str, Any]:
+    """Print the environment report and return it (Accelerate's callers read the dict), with where
+    the ``drivetrain`` command is found on ``PATH``."""
+    report = env_cmd.collect(getattr(args, "config_file", None))
+    report["`drivetrain` bash location"] = which("drivetrain") or "Not found"
+    if getattr(args, "json", False):
+        env_cmd.emit(report, default=str)
+    else:
+        print(env_cmd.render(report))
+    return report

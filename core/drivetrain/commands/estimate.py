@@ -11,6 +11,23 @@ from ._parsers import command_parser
 create_empty_model = estimate_cmd.build_empty_model
 
 
+def add_timm_hub_prefix(model_name: str) -> str:
+    """A Hub repository id (``owner/name``) with the ``hf-hub:`` source prefix ``timm`` expects;
+    a bare architecture name, or a name that already has a source prefix, is returned as it is."""
+    if ":" in model_name or "/" not in model_name:
+        return model_name
+    return f"hf-hub:{model_name}"
+
+
+def gather_data(args: argparse.Namespace) -> list[list[Any]]:
+    """One row per requested dtype: ``[dtype, largest layer bytes, total bytes, {"adam": bytes to
+    train}]``, the numbers ``drivetrain estimate-memory`` prints."""
+    model = create_empty_model(args.model_name, args.library_name, getattr(args, "trust_remote_code", False))
+    rows = estimate_cmd.estimate(model, list(args.dtypes))
+    return [[row["dtype"], row["largest_layer"], row["total_size"], {"adam": row["training_with_adam"]}]
+            for row in rows]
+
+
 def estimate_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     return command_parser(estimate_cmd.add_parser, "estimate-memory", subparsers)
 

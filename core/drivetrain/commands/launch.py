@@ -20,3 +20,19 @@ def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 def launch_command(args: argparse.Namespace) -> int:
     """Start the job parsed ``args`` describe, as ``drivetrain launch`` does."""
     return launch_cmd.launch_parsed(args)
+
+
+def _validate_launch_command(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, bool]:
+    """``args`` completed as ``drivetrain launch`` completes them (config file merged, defaults
+    filled), the config file's contents (``None`` without one), and whether ``mixed_precision``
+    came from the file."""
+    from ..config.file import find_config_path
+    from ..utils.launch import _resolved
+    from .config.config_args import load_config_from_file
+
+    given_precision = getattr(args, "mixed_precision", None)
+    named = getattr(args, "config_file", None)
+    defaults = load_config_from_file(named) if named is not None or find_config_path() is not None else None
+    args = _resolved(args)
+    from_file = given_precision is None and defaults is not None and getattr(args, "mixed_precision", None) is not None
+    return args, defaults, from_file

@@ -106,6 +106,43 @@ def prepare_sagemager_args_inputs(sagemaker_config: Any, args: argparse.Namespac
                       "and run `drivetrain launch` (or torchrun) inside it; set compute_environment: LOCAL_MACHINE")
 
 
+def _typed(value: str) -> Any:
+    """A script argument's value as the type it spells: ``True``/``False``, an int, a float, or text."""
+    if value in ("True", "False"):
+        return value == "True"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _convert_nargs_to_dict(nargs: Sequence[str]) -> dict[str, Any]:
+    """Training-script arguments (``["--epochs", "3", ...]``) as a dict of typed values, the form a
+    SageMaker estimator's hyperparameters take.
+
+    Raises:
+        ValueError: an option has no value (a ``store_true`` flag): hyperparameters need one.
+    """
+    result: dict[str, Any] = {}
+    items = list(nargs)
+    index = 0
+    while index < len(items):
+        item = items[index]
+        value = items[index + 1] if index + 1 < len(items) else None
+        if value is None or value.startswith("-") and not _is_number(value):
+            raise ValueError(f"option {item} has no value; SageMaker hyperparameters need one, "
+                             f"so write {item} True (or False) instead of a bare flag")
+        result[item.lstrip("-")] = _typed(value)
+        index += 2
+    return result
+
+
+def _is_number(text: str) -> bool:
+    return not isinstance(_typed(text), (str, bool))
+
+
 def _filter_args(args: argparse.Namespace, parser: argparse.ArgumentParser,
                  default_args: Sequence[str] = ()) -> argparse.Namespace:
     """The options of ``args`` that ``parser`` knows, others dropped, parser defaults filled in."""

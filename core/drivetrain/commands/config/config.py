@@ -1,19 +1,16 @@
-"""``accelerate.commands.config``: ``drivetrain config`` and its ``default`` / ``update`` actions."""
+"""``accelerate.commands.config.config``: the parser and runner of ``drivetrain config``."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ..cli import config_cmd
-from ._parsers import command_parser, run_handler
+from ...cli import config_cmd
+from .._parsers import command_parser, run_handler
 
 
 def config_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     return command_parser(config_cmd.add_parser, "config", subparsers)
-
-
-get_config_parser = config_command_parser
 
 
 def config_command(args: argparse.Namespace) -> int:
