@@ -110,7 +110,8 @@ def test_command_modules_build_parsers_and_run(tmp_path, capsys):
     path = tmp_path / "default.yaml"
     args = config_command_parser().parse_args(["default", "--config_file", str(path)])
     assert config_command(args) == 0 and yaml.safe_load(path.read_text())["mixed_precision"] == "no"
-    assert env_command(env_command_parser().parse_args(["--json"])) == 0 and '"report_version"' in capsys.readouterr().out
+    report = env_command(env_command_parser().parse_args(["--json"]))
+    assert report["report_version"] and '"report_version"' in capsys.readouterr().out
     launch = launch_command_parser().parse_args(["--num-processes", "2", "train.py", "--lr", "1"])
     assert launch.num_processes == 2 and launch.training_script_args == ["--lr", "1"]
     assert test_command_parser().parse_args(["--config_file", "x"]).config_file == "x"
@@ -140,3 +141,68 @@ def test_every_command_module_has_accelerate_s_functions(module):
     prefix = {"to_fsdp2": "to_fsdp2"}.get(module, module)
     assert callable(getattr(mod, f"{prefix}_command_parser"))
     assert callable(getattr(mod, f"{prefix}_command_launcher" if module == "tpu" else f"{prefix}_command"))
+
+
+def test_config_args_dataclasses_round_trip_through_yaml_and_json(tmp_path):
+    from drivetrain.commands.config.config_args import ClusterConfig, load_config_from_file
+    from drivetrain.config.schema import build_schema
+    from drivetrain.kernel.plugin_manager import get_plugin_manager
+
+    # every key a config file may hold here is a field, the plugins' keys included
+    names = {f for f in ClusterConfig.__dataclass_fields__}
+    assert set(build_schema(get_plugin_manager()).owners) <= names
+    config = ClusterConfig(compute_environment="LOCAL_MACHINE", distributed_type="multi_cpu", mixed_precision="BF16",
+                           use_cpu=True, debug=False, num_processes=2)
+    assert config.distributed_type == "MULTI_CPU" and config.mixed_precision == "bf16"
+    for name in ("c.yaml", "c.json"):
+        path = tmp_path / name
+        (config.to_yaml_file if name.endswith("yaml") else config.to_json_file)(path)
+        loaded = load_config_from_file(str(path))
+        assert type(loaded) is ClusterConfig and loaded.to_dict() == config.to_dict()
+
+
+def test_load_config_from_file_chooses_the_class_and_reports_bad_files(tmp_path):
+    from drivetrain.commands.config.config_args import ClusterConfig, SageMakerConfig, load_config_from_file
+
+    sagemaker = tmp_path / "sm.yaml"
+    sagemaker.write_text("compute_environment: AMAZON_SAGEMAKER\ndistributed_type: DATA_PARALLEL\n"
+                         "mixed_precision: fp16\nuse_cpu: false\ndebug: false\niam_role_name: role\n")
+    loaded = load_config_from_file(str(sagemaker))
+    assert isinstance(loaded, SageMakerConfig) and loaded.iam_role_name == "role"
+    legacy = tmp_path / "old.yaml"
+    legacy.write_text("distributed_type: 'NO'\nfp16: true\nuse_cpu: false\ndebug: false\n")
+    loaded = load_config_from_file(str(legacy))  # an old file: no compute_environment, fp16 instead of mixed_precision
+    assert isinstance(loaded, ClusterConfig) and loaded.mixed_precision == "fp16"
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_config_from_file(str(tmp_path / "missing.yaml"))
+    legacy.write_text("distributed_type: 'NO'\nnot_a_key: 1\n")
+    with pytest.raises(ValueError, match="not_a_key"):
+        load_config_from_file(str(legacy))
+    sagemaker.write_text("compute_environment: AMAZON_SAGEMAKER\nnot_a_key: 1\n")
+    with pytest.raises(ValueError, match="not_a_key"):
+        load_config_from_file(str(sagemaker))
+
+
+def test_script_arguments_become_typed_hyperparameters():
+    from drivetrain.utils.launch import _convert_nargs_to_dict
+
+    assert _convert_nargs_to_dict(["--name", "bert", "--train", "False", "--epochs", "3", "--lr", "5e-5",
+                                   "--shift", "-1"]) == {"name": "bert", "train": False, "epochs": 3,
+                                                         "lr": 5e-5, "shift": -1}
+    with pytest.raises(ValueError, match="--train has no value"):
+        _convert_nargs_to_dict(["--train", "--epochs", "3"])
+
+
+def test_command_helpers_at_accelerates_paths(monkeypatch, capsys):
+    import drivetrain.commands.env as env
+    from drivetrain.commands.estimate import add_timm_hub_prefix
+    from drivetrain.commands.to_fsdp2 import convert_config_to_fsdp2
+
+    assert [add_timm_hub_prefix(n) for n in ("resnet50", "timm/resnet50", "hf-hub:timm/x")] == \
+        ["resnet50", "hf-hub:timm/resnet50", "hf-hub:timm/x"]
+    converted = convert_config_to_fsdp2({"num_processes": 2, "fsdp_config": {"fsdp_sharding_strategy": "FULL_SHARD",
+                                                                              "fsdp_use_orig_params": True, "x": 5}})
+    assert converted == {"num_processes": 2, "fsdp_config": {"fsdp_reshard_after_forward": True, "x": 5,
+                                                             "fsdp_version": 2}}
+    monkeypatch.setattr(env, "which", lambda name: None)
+    assert env.env_command(env.env_command_parser().parse_args([]))["`drivetrain` bash location"] == "Not found"

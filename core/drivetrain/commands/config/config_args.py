@@ -174,7 +174,7 @@ def _cluster_fields() -> list[tuple[str, Any, Any]]:
         if key in _BASE_NAMES:
             continue
         if owner.section is not None or owner.field is None:
-            default: Any = None
+            default: Any = {} if owner.plugin is None else None  # the core's blocks are always read
         else:
             default = owner.field.default
         if isinstance(default, (list, dict, set)):
