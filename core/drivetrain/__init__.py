@@ -26,7 +26,7 @@ _export("state", "PartialState", "AcceleratorState", "GradientState")
 _export("enums", "DistributedType", "PrecisionType", "LoggerType", "RNGType", "ComputeEnvironment", "DynamoBackend")
 _export("launchers", "notebook_launcher", "debug_launcher")
 _export("config", "write_basic_config", "load_config")
-_export("accelerator", "Accelerator")
+_export("facade.accelerator", "Accelerator")
 _export("kwargs_handlers", "AutocastKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",
         "GradientAccumulationPlugin", "DataLoaderConfiguration", "ProjectConfiguration", "TorchDynamoPlugin")
 _export("optimizer", "AcceleratedOptimizer")

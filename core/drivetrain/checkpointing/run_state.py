@@ -29,7 +29,7 @@ from .safetensors_io import read_safetensors, write_safetensors
 from .tree_io import load_tree_later, save_tree
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..accelerator import Accelerator
+    from ..facade.accelerator import Accelerator
 
 logger = logging.getLogger(__name__)
 KIND = "drivetrain-run-state"

@@ -12,7 +12,7 @@ from ..kernel.descriptors import hookspec
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
 
-    from ..accelerator import Accelerator
+    from ..facade.accelerator import Accelerator
     from ..kwargs_handlers import TorchDynamoPlugin
     from ..run import Run
 

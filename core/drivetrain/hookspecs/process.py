@@ -12,7 +12,7 @@ from ..kernel.descriptors import hookspec
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import datetime
 
-    from ..accelerator import Accelerator
+    from ..facade.accelerator import Accelerator
     from ..collectives import Collectives
     from ..kernel.descriptors import PrecisionSpec
     from ..run import Run

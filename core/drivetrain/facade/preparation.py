@@ -12,9 +12,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .kernel.errors import ConfigError, DrivetrainError
-from .optimizer import AcceleratedOptimizer
-from .scheduler import AcceleratedScheduler
+from ..kernel.errors import ConfigError, DrivetrainError
+from ..optimizer import AcceleratedOptimizer
+from ..scheduler import AcceleratedScheduler
 
 
 def is_dataloader(obj: Any) -> bool:
@@ -156,7 +156,7 @@ def prepare_scheduler(accelerator: Any, scheduler: Any) -> Any:
 
 def prepare_data_loader(accelerator: Any, data_loader: Any, device_placement: bool | None,
                         slice_fn_for_dispatch: Callable | None) -> Any:
-    from .data_loader import prepare_data_loader as shard_data_loader
+    from ..data_loader import prepare_data_loader as shard_data_loader
 
     run = accelerator.run
     if device_placement is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Sequence
 
-from .kernel.errors import UsageError
+from ..kernel.errors import UsageError
 
 
 def set_even_batches(dataloader_config: Any, dataloaders: Sequence[Any], value: bool) -> None:

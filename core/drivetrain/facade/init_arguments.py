@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .kernel import environment
-from .kernel.errors import ConfigError
-from .kwargs_handlers import GradientAccumulationPlugin, InitProcessGroupKwargs, KwargsHandler, TorchDynamoPlugin
+from ..kernel import environment
+from ..kernel.errors import ConfigError
+from ..kwargs_handlers import GradientAccumulationPlugin, InitProcessGroupKwargs, KwargsHandler, TorchDynamoPlugin
 
 
 def file_handlers(kwargs_handlers: Sequence[KwargsHandler]) -> dict[str, KwargsHandler]:
