@@ -31,10 +31,6 @@ _PLACED_BY_LAYER: dict[str, tuple[str, ...]] = {
     "selection": (
         "backend_arguments", "detection", "enums", "selection", "use_variables", "utils.constants", "utils.versions",
     ),
-    "runtime": (
-        "backend_attributes", "collectives", "kwargs_handlers", "logging", "optimizer", "parallelism_config", "platform",
-        "process_exits", "profiling", "run", "scheduler", "state", "utils.environment", "worker_lifetime",
-    ),
     "services": (
         "big_modeling", "checkpointing", "data_loader", "hooks", "inference", "launchers", "local_sgd",
         "memory", "tracking", "utils.device_map", "utils.imports", "utils.memory", "utils.modeling",
@@ -229,7 +225,8 @@ def test_the_kernel_imports_no_torch() -> None:
 @pytest.mark.parametrize("module", [
     "drivetrain.plugin_api.descriptors", "drivetrain.errors", "drivetrain.version", "drivetrain.environment",
     "drivetrain.plugin_guard", "drivetrain.plugin_manager", "drivetrain.registration", "drivetrain.public_names",
-    "drivetrain.accelerator",
+    "drivetrain.accelerator", "drivetrain.state", "drivetrain.platform", "drivetrain.logging", "drivetrain.run",
+    "drivetrain.kwargs_handlers", "drivetrain.optimizer", "drivetrain.utils.environment",
 ])
 def test_compat_paths_are_the_moved_modules(module: str) -> None:
     import importlib

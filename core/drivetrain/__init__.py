@@ -22,18 +22,18 @@ def _export(module: str, *names: str) -> None:
 _export("plugin_manager", "get_plugin_manager")
 _export("errors", "DrivetrainError", "PluginError", "ConfigError", "CheckpointError", "DistributedError")
 _export("errors", "LaunchError")
-_export("state", "PartialState", "AcceleratorState", "GradientState")
+_export("runtime.state", "PartialState", "AcceleratorState", "GradientState")
 _export("enums", "DistributedType", "PrecisionType", "LoggerType", "RNGType", "ComputeEnvironment", "DynamoBackend")
 _export("launchers", "notebook_launcher", "debug_launcher")
 _export("config", "write_basic_config", "load_config")
 _export("facade.accelerator", "Accelerator")
-_export("kwargs_handlers", "AutocastKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",
+_export("runtime.kwargs_handlers", "AutocastKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",
         "GradientAccumulationPlugin", "DataLoaderConfiguration", "ProjectConfiguration", "TorchDynamoPlugin")
-_export("optimizer", "AcceleratedOptimizer")
-_export("scheduler", "AcceleratedScheduler")
+_export("runtime.optimizer", "AcceleratedOptimizer")
+_export("runtime.scheduler", "AcceleratedScheduler")
 _export("local_sgd", "LocalSGD")
 _export("memory", "find_executable_batch_size", "release_memory")
-_export("logging", "get_logger")
+_export("runtime.process_logging", "get_logger")
 _export("utils", "rich", "is_rich_available")
 _export("utils.weights_loading", "load_checkpoint_in_model")
 _export("big_modeling", "init_empty_weights", "init_on_device", "cpu_offload", "cpu_offload_with_hook",

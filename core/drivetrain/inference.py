@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .kernel.errors import ConfigError
-from .state import PartialState
+from .runtime.state import PartialState
 from .utils.device_map import infer_auto_device_map
 from .utils.modeling import compute_module_sizes
 from .services.cross_process import broadcast_object_list

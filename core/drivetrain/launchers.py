@@ -55,7 +55,7 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
     is a victim, not the culprit, even when it failed first: the culprit is a stopped rank, else the rank such an error names,
     else the first rank that failed otherwise (one that recorded no error is one that hung).
     """
-    from .process_exits import describe_exit
+    from .runtime.process_exits import describe_exit
 
     recorded, exits, last_lines = dict(recorded or {}), dict(exits or {}), dict(last_lines or {})
     stopped = dict(stopped or {})
@@ -176,7 +176,7 @@ def _worker(function: Callable[..., Any], env: Mapping[str, str], errors: str) -
     @functools.wraps(function)
     def run_in_worker(*args: Any) -> Any:
         os.environ.update(env)
-        from .state import AcceleratorState, GradientState, PartialState
+        from .runtime.state import AcceleratorState, GradientState, PartialState
 
         AcceleratorState._reset_state(reset_partial_state=True)
         PartialState._reset_state()
@@ -192,7 +192,7 @@ def _worker(function: Callable[..., Any], env: Mapping[str, str], errors: str) -
 
 def _refuse_if_started(platform: Any) -> None:
     """Workers are forked: nothing that cannot be forked may exist in this process yet."""
-    from .state import PartialState, is_initialized
+    from .runtime.state import PartialState, is_initialized
 
     if is_initialized() and PartialState().num_processes > 1:
         raise ConfigError("this process already belongs to a multi-process run; notebook_launcher must start the "
@@ -367,7 +367,7 @@ def debug_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_p
 
 
 def _check_launched_world() -> None:
-    from .state import PartialState
+    from .runtime.state import PartialState
     from .services.cross_process import gather_object
 
     state = PartialState()

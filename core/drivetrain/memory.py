@@ -13,7 +13,7 @@ from .kernel.errors import DrivetrainError
 
 
 def _empty_device_cache() -> None:
-    from .state import PartialState, is_initialized
+    from .runtime.state import PartialState, is_initialized
 
     if is_initialized():
         PartialState().platform.empty_cache()

@@ -494,7 +494,7 @@ def on_main_process(function: Any) -> Any:
     @functools.wraps(function)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(self, "main_process_only", False):
-            from .state import PartialState
+            from .runtime.state import PartialState
 
             if not PartialState().is_main_process:
                 return None

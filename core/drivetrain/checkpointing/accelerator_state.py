@@ -17,7 +17,7 @@ from ..kernel.errors import CheckpointError, ConfigError
 
 
 def _accelerator() -> Any:
-    from ..state import AcceleratorState
+    from ..runtime.state import AcceleratorState
 
     ref = AcceleratorState._shared_state.get("_accelerator")
     accelerator = ref() if ref is not None else None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..kernel.errors import CheckpointError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..state import PartialState
+    from ..runtime.state import PartialState
 
 FIX = ("look at the rank the launcher names (stopped, hung or crashed), or raise the timeout if it was only busy "
        "(InitProcessGroupKwargs(timeout=...), or `drivetrain launch --timeout`)")

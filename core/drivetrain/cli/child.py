@@ -13,7 +13,7 @@ import sys
 
 
 def main() -> None:
-    from drivetrain.worker_lifetime import die_with_launcher
+    from drivetrain.runtime.worker_lifetime import die_with_launcher
 
     die_with_launcher()  # first: a launcher killed during start-up must not leave this process behind
     from torch.distributed.elastic.multiprocessing.errors import record
@@ -24,7 +24,7 @@ def main() -> None:
             raise SystemExit("usage: python -m drivetrain.cli.child (--script PATH | --module NAME) [ARGS...]")
         kind, target, arguments = sys.argv[1], sys.argv[2], sys.argv[3:]
         from drivetrain.launchers import ERRORS_DIR_VARIABLE
-        from drivetrain.process_exits import note_worker_start
+        from drivetrain.runtime.process_exits import note_worker_start
 
         note_worker_start(os.environ.get(ERRORS_DIR_VARIABLE))  # so the launcher can tell who ended first
         sys.argv = [target, *arguments]

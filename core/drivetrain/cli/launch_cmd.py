@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from ..kernel import environment
 from ..kernel.errors import ConfigError, LaunchError
-from ..worker_lifetime import LAUNCHER_VARIABLE, launcher_identity
+from ..runtime.worker_lifetime import LAUNCHER_VARIABLE, launcher_identity
 from . import launch_checks
 
 # Options whose value the children read from a DRIVETRAIN_* variable.

@@ -106,7 +106,7 @@ def check_training(state) -> None:
 
 
 def main() -> int:
-    from drivetrain.state import PartialState
+    from drivetrain.runtime.state import PartialState
 
     state = PartialState()
     if state.is_main_process:

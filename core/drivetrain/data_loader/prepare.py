@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from ..kernel.errors import ConfigError
-from ..state import PartialState
+from ..runtime.state import PartialState
 
 from .mesh import data_parallel_share, shares_batches_across_peers
 from .progress import _PreparedLoader, _Progress

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..kernel.errors import ConfigError
-from ..state import GradientState, PartialState
+from ..runtime.state import GradientState, PartialState
 from ..services.cross_process import broadcast_object_list
 
 from .sharding import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler, _mix

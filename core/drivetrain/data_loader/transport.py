@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..kernel.errors import ConfigError
-from ..state import PartialState
+from ..runtime.state import PartialState
 from ..services.cross_process import broadcast_object_list
 from ..tensors.nested import (
     _as_device,

@@ -25,9 +25,9 @@ import torch
 
 from . import checkpoint_calls, init_arguments, preparation, training_step, uneven_inputs
 from ..backend_arguments import positional_options, strategy_for_options, strategy_option_attributes
-from ..backend_attributes import backend_attribute
+from ..runtime.backend_attributes import backend_attribute
 from ..kernel.errors import CheckpointError, ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
-from ..kwargs_handlers import (
+from ..runtime.kwargs_handlers import (
     AutocastKwargs,
     DataLoaderConfiguration,
     GradientAccumulationPlugin,
@@ -37,7 +37,7 @@ from ..kwargs_handlers import (
     ProjectConfiguration,
     TorchDynamoPlugin,
 )
-from ..state import AcceleratorState, GradientState
+from ..runtime.state import AcceleratorState, GradientState
 from ..utils.other import remove_mixed_precision_forward  # noqa: F401  (its old home)
 
 
@@ -610,7 +610,7 @@ class Accelerator:
     @contextlib.contextmanager
     def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[Any]:
         """Profile the block with ``torch.profiler``; writes a trace when asked."""
-        from ..profiling import build_profiler, export_trace
+        from ..runtime.profiling import build_profiler, export_trace
 
         handler = profile_handler or self.run.handler_kwargs.get("ProfileKwargs") or ProfileKwargs()
         with build_profiler(handler, self.run.platform.device_type) as profiler:

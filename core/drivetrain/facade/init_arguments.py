@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from ..kernel import environment
 from ..kernel.errors import ConfigError
-from ..kwargs_handlers import GradientAccumulationPlugin, InitProcessGroupKwargs, KwargsHandler, TorchDynamoPlugin
+from ..runtime.kwargs_handlers import GradientAccumulationPlugin, InitProcessGroupKwargs, KwargsHandler, TorchDynamoPlugin
 
 
 def file_handlers(kwargs_handlers: Sequence[KwargsHandler]) -> dict[str, KwargsHandler]:

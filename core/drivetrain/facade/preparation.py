@@ -13,8 +13,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..kernel.errors import ConfigError, DrivetrainError
-from ..optimizer import AcceleratedOptimizer
-from ..scheduler import AcceleratedScheduler
+from ..runtime.optimizer import AcceleratedOptimizer
+from ..runtime.scheduler import AcceleratedScheduler
 
 
 def is_dataloader(obj: Any) -> bool:

@@ -13,8 +13,8 @@ if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
 
     from ..facade.accelerator import Accelerator
-    from ..kwargs_handlers import TorchDynamoPlugin
-    from ..run import Run
+    from ..runtime.kwargs_handlers import TorchDynamoPlugin
+    from ..runtime.run import Run
 
 
 @hookspec(firstresult=True)

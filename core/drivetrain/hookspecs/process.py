@@ -13,9 +13,9 @@ if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import datetime
 
     from ..facade.accelerator import Accelerator
-    from ..collectives import Collectives
+    from ..runtime.collectives import Collectives
     from ..kernel.descriptors import PrecisionSpec
-    from ..run import Run
+    from ..runtime.run import Run
 
 
 @hookspec(firstresult=True)

@@ -2,7 +2,7 @@
 child entry point, the failure records the children leave, and how exits are described."""
 
 from ..launchers import CHILD_MODULE, ERRORS_DIR_VARIABLE, failure_summary, recorded_failures
-from ..process_exits import ExitWatcher, describe_exit, last_stderr_line
+from ..runtime.process_exits import ExitWatcher, describe_exit, last_stderr_line
 from ..utils.launch import prepare_multi_gpu_env
 
 __all__ = [

@@ -4,9 +4,9 @@ The ``run`` argument of every run hook is the rest: ``run.platform``, ``run.opti
 ``run.collectives`` (the run's all_gather, all_reduce, broadcast, barrier), ``run.state``.
 """
 
-from ..optimizer import AcceleratedOptimizer
-from ..scheduler import AcceleratedScheduler
-from ..state import GradientState, PartialState
+from ..runtime.optimizer import AcceleratedOptimizer
+from ..runtime.scheduler import AcceleratedScheduler
+from ..runtime.state import GradientState, PartialState
 from ..tensors.nested import convert_to_fp32, recursively_apply
 
 __all__ = [

@@ -18,7 +18,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "ComputeEnvironment", "CustomDtype", "DistributedType", "DynamoBackend", "LoggerType", "PrecisionType",
         "RNGType", "SageMakerDistributedType",
     ),
-    "kwargs_handlers": (
+    "runtime.kwargs_handlers": (
         "AutocastKwargs", "DataLoaderConfiguration", "GradientAccumulationPlugin", "GradScalerKwargs",
         "InitProcessGroupKwargs", "KwargsHandler", "ProfileKwargs", "ProjectConfiguration", "TorchDynamoPlugin",
     ),
@@ -39,7 +39,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "TORCH_DISTRIBUTED_OPERATION_TYPES", "TORCH_LAUNCH_PARAMS", "WEIGHTS_INDEX_NAME", "WEIGHTS_NAME",
         "WEIGHTS_PATTERN_NAME",
     ),
-    "utils.environment": (
+    "runtime.environment_helpers": (
         "are_libraries_initialized", "check_os_kernel", "clear_environment", "convert_dict_to_env_variables",
         "get_current_device_type",
         "get_cpu_distributed_information", "get_int_from_env", "is_port_in_use", "parse_choice_from_env",

@@ -18,7 +18,7 @@ from ..enums import (
     RNGType,
     SageMakerDistributedType,
 )
-from ..kwargs_handlers import (
+from ..runtime.kwargs_handlers import (
     AutocastKwargs,
     DataLoaderConfiguration,
     GradientAccumulationPlugin,

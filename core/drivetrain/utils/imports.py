@@ -99,7 +99,7 @@ def is_bf16_available(ignore_tpu: bool = False) -> bool:
 def _platform_supports(dtype_name: str) -> bool:
     import torch
 
-    from ..state import PartialState
+    from ..runtime.state import PartialState
 
     return bool(PartialState().platform.supports_autocast(getattr(torch, dtype_name)))
 

@@ -158,7 +158,7 @@ def check_device(device: Any, where: str = "the device map") -> None:
 
 def current_platform() -> Any:
     """The platform of this process: the one ``PartialState`` uses, else detected (nothing started)."""
-    from ..state import PartialState
+    from ..runtime.state import PartialState
 
     platform = PartialState._shared_state.get("platform")
     return platform if platform is not None else _detected_platform()
@@ -511,7 +511,7 @@ def __getattr__(name: str) -> Any:
 def get_mixed_precision_context_manager(native_amp: bool = False, autocast_kwargs: Any = None) -> Any:
     """``torch.autocast`` on this process's device in the run's half precision (fp16 / bf16)
     when ``native_amp``, else a context that does nothing."""
-    from ..state import PartialState
+    from ..runtime.state import PartialState
 
     if not native_amp:
         return contextlib.nullcontext()
@@ -526,6 +526,6 @@ def get_mixed_precision_context_manager(native_amp: bool = False, autocast_kwarg
 
 def get_grad_scaler(distributed_type: Any = None, **kwargs: Any) -> Any:
     """A ``torch.amp.GradScaler`` for this process's device (``kwargs`` as GradScaler takes)."""
-    from ..state import PartialState
+    from ..runtime.state import PartialState
 
     return torch.amp.GradScaler(PartialState().device.type, **kwargs)

@@ -94,7 +94,7 @@ def extract_model_from_parallel(model: Any, keep_fp32_wrapper: bool = True, keep
     otherwise peels torch's own wrappers (``DataParallel``, ``DistributedDataParallel``,
     ``torch.compile``).
     """
-    from ..state import AcceleratorState
+    from ..runtime.state import AcceleratorState
 
     compiled = model if is_compiled_module(model) else None
     inner = compiled._orig_mod if compiled is not None else model
@@ -175,7 +175,7 @@ def save(obj: Any, f: str | os.PathLike, save_on_each_node: bool = False, safe_s
 
     ``safe_serialization=True`` writes a dict of tensors with safetensors, otherwise ``torch.save``.
     """
-    from ..state import PartialState
+    from ..runtime.state import PartialState
 
     state = PartialState()
     if not (state.is_local_main_process if save_on_each_node else state.is_main_process):

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 import torch
 
 from ..kernel.errors import ConfigError
-from ..state import PartialState
+from ..runtime.state import PartialState
 from ..kernel.contributed import contributed_getattr
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
     if args and isinstance(args[0], bool):
         main_process_only, args = args[0], args[1:]
     if main_process_only:
-        from ..state import PartialState
+        from ..runtime.state import PartialState
 
         kwargs["disable"] = kwargs.get("disable", False) or not PartialState().is_local_main_process
     return _tqdm(*args, **kwargs)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .kernel.contributed import resolve_module_name
+from ..kernel.contributed import resolve_module_name
 from .run import Run
 
 
