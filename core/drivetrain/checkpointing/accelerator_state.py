@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..kernel.errors import CheckpointError, ConfigError
+from ..runtime.prepared import prepared_objects
 
 
 def _accelerator() -> Any:
@@ -53,20 +54,21 @@ def save_accelerator_state(output_dir: str | os.PathLike, model_states: list[dic
     from .run_state import save_run_state
 
     accelerator = _accelerator()
+    prepared = prepared_objects(accelerator)
     _check_process(accelerator, process_index)
-    _check_same("optimizers", optimizers, accelerator._optimizers)
-    _check_same("schedulers", schedulers, accelerator._schedulers)
-    _check_same("dataloaders", dataloaders, accelerator._dataloaders)
+    _check_same("optimizers", optimizers, prepared.optimizers)
+    _check_same("schedulers", schedulers, prepared.schedulers)
+    _check_same("dataloaders", dataloaders, prepared.dataloaders)
     if scaler is not None and scaler is not accelerator.scaler:
         raise ConfigError("the scaler given is not the Accelerator's; pass accelerator.scaler")
-    if len(model_states) != len(accelerator._models):
-        raise ConfigError(f"{len(model_states)} model states given for {len(accelerator._models)} prepared models; "
+    if len(model_states) != len(prepared.models):
+        raise ConfigError(f"{len(model_states)} model states given for {len(prepared.models)} prepared models; "
                           "pass one state dict per prepared model")
     config = accelerator.project_configuration
     kept = config.save_on_each_node
     accelerator.step, config.save_on_each_node = step, save_on_each_node
     try:
-        return save_run_state(accelerator, output_dir, safe_serialization, list(model_states))
+        return save_run_state(accelerator, prepared, output_dir, safe_serialization, list(model_states))
     finally:
         config.save_on_each_node = kept
 
@@ -82,16 +84,17 @@ def load_accelerator_state(input_dir: str | os.PathLike, models: list, optimizer
     from .run_state import finish_commit, load_run_state
 
     accelerator = _accelerator()
+    prepared = prepared_objects(accelerator)
     _check_process(accelerator, process_index)
-    _check_same("models", models, accelerator._models)
-    _check_same("optimizers", optimizers, accelerator._optimizers)
-    _check_same("schedulers", schedulers, accelerator._schedulers)
-    _check_same("dataloaders", dataloaders, accelerator._dataloaders)
+    _check_same("models", models, prepared.models)
+    _check_same("optimizers", optimizers, prepared.optimizers)
+    _check_same("schedulers", schedulers, prepared.schedulers)
+    _check_same("dataloaders", dataloaders, prepared.dataloaders)
     if scaler is not None and scaler is not accelerator.scaler:
         raise ConfigError("the scaler given is not the Accelerator's; pass accelerator.scaler")
     load_kwargs = dict(load_kwargs or {})
     if map_location is not None:
         load_kwargs.setdefault("map_location", map_location)
     finish_commit(accelerator)
-    load_run_state(accelerator, input_dir, options=load_model_func_kwargs, load_kwargs=load_kwargs)
+    load_run_state(accelerator, prepared, input_dir, options=load_model_func_kwargs, load_kwargs=load_kwargs)
     return {"step": accelerator.step}

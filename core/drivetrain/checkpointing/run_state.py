@@ -30,6 +30,7 @@ from .tree_io import load_tree_later, save_tree
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..facade.accelerator import Accelerator
+    from ..runtime.prepared import PreparedObjects
 
 logger = logging.getLogger(__name__)
 KIND = "drivetrain-run-state"
@@ -91,7 +92,7 @@ def set_rng_state(state: dict[str, Any], platform: Any) -> None:
 # ------------------------------------------------------------------ save
 
 
-def _gradients(accelerator: Accelerator, skip: set[int]) -> dict[str, torch.Tensor]:
+def _gradients(accelerator: Accelerator, prepared: PreparedObjects, skip: set[int]) -> dict[str, torch.Tensor]:
     """Gradients accumulated in an unfinished window, by model index and name.
 
     Models in ``skip`` were written by their strategy, which lays their parameters out its
@@ -99,7 +100,7 @@ def _gradients(accelerator: Accelerator, skip: set[int]) -> dict[str, torch.Tens
     loading warns that the window's gradients are lost.
     """
     grads = {}
-    for index, model in enumerate(accelerator._models):
+    for index, model in enumerate(prepared.models):
         if index in skip:
             continue
         for name, parameter in accelerator.unwrap_model(model).named_parameters():
@@ -108,7 +109,8 @@ def _gradients(accelerator: Accelerator, skip: set[int]) -> dict[str, torch.Tens
     return grads
 
 
-def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_serialization: bool,
+def _write_this_process_files(accelerator: Accelerator, prepared: PreparedObjects, directory: Path,
+                              safe_serialization: bool,
                               weights: list[Any] | None, options: dict[str, Any]) -> dict[str, str]:
     """Write what this process owns into ``directory``; returns each file's name and checksum.
 
@@ -123,7 +125,7 @@ def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_se
     model_states: list[tuple[int, dict[str, Any]]] = []
     trees: list[tuple[str, Any]] = []
     strategy_written: set[int] = set()
-    for index, model in enumerate(accelerator._models):
+    for index, model in enumerate(prepared.models):
         if weights is not None and index >= len(weights):
             continue  # a pre-hook took this model's weights out: it saves them itself
         files = run.call("drivetrain_save_model_state", model=model, index=index, directory=str(directory),
@@ -135,7 +137,7 @@ def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_se
         else:
             written += list(files)
             strategy_written.add(index)
-    for index, optimizer in enumerate(accelerator._optimizers):
+    for index, optimizer in enumerate(prepared.optimizers):
         files = run.call("drivetrain_save_optimizer_state", optimizer=optimizer, index=index, directory=str(directory))
         if files is None:
             if main:
@@ -143,8 +145,8 @@ def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_se
         else:
             written += list(files)
     if main:
-        for name, objects in (("scheduler", accelerator._schedulers), ("dataloader", accelerator._dataloaders),
-                              ("custom_checkpoint", accelerator._custom_objects)):
+        for name, objects in (("scheduler", prepared.schedulers), ("dataloader", prepared.dataloaders),
+                              ("custom_checkpoint", prepared.custom_objects)):
             trees += [(f"{name}_{index}", obj.state_dict()) for index, obj in enumerate(objects)
                       if hasattr(obj, "state_dict")]
         if accelerator.scaler is not None:
@@ -152,7 +154,7 @@ def _write_this_process_files(accelerator: Accelerator, directory: Path, safe_se
         trees.append(("accelerator", {"step": accelerator.step, "sync_gradients": accelerator.sync_gradients,
                                       "iteration": accelerator.project_configuration.iteration}))
     trees.append((f"random_states_{rank}", rng_state(run.platform)))
-    grads = _gradients(accelerator, skip=strategy_written) if not accelerator.sync_gradients else {}
+    grads = _gradients(accelerator, prepared, skip=strategy_written) if not accelerator.sync_gradients else {}
     recorder = checksums.Recorder()
     with FileJobs() as jobs:
         plugin_files = {name: jobs.submit(checksums.file_digest, directory / name) for name in written}
@@ -188,7 +190,7 @@ def _publisher_rank(accelerator: Accelerator) -> int:
     return 0
 
 
-def _manifest(accelerator: Accelerator, files: dict[str, str]) -> dict[str, Any]:
+def _manifest(accelerator: Accelerator, prepared: PreparedObjects, files: dict[str, str]) -> dict[str, Any]:
     return {
         "kind": KIND,
         "drivetrain_version": __version__,
@@ -197,21 +199,21 @@ def _manifest(accelerator: Accelerator, files: dict[str, str]) -> dict[str, Any]
         "distributed_type": str(accelerator.distributed_type),
         "mixed_precision": accelerator.mixed_precision,
         "world_size": accelerator.num_processes,
-        "counts": {"models": len(accelerator._models), "optimizers": len(accelerator._optimizers),
-                   "schedulers": len(accelerator._schedulers), "dataloaders": len(accelerator._dataloaders),
-                   "custom": len(accelerator._custom_objects)},
+        "counts": prepared.counts(),
         "files": sorted(files),
         "checksum_algorithm": checksums.ALGORITHM,
         "checksums": dict(sorted(files.items())),
     }
 
 
-def _publication(accelerator: Accelerator, results: list[tuple[list[str], Any, int]]) -> commit.Publication:
+def _publication(accelerator: Accelerator, prepared: PreparedObjects,
+                 results: list[tuple[list[str], Any, int]]) -> commit.Publication:
     """What this process publishes: the files of every process that named it publisher."""
     me, config = accelerator.process_index, accelerator.project_configuration
     group = [rank for rank, (_files, _error, publisher) in enumerate(results) if publisher == me]
     return commit.Publication(
-        manifest=_manifest(accelerator, {name: digest for rank in group for name, digest in results[rank][0].items()}),
+        manifest=_manifest(accelerator, prepared,
+                           {name: digest for rank in group for name, digest in results[rank][0].items()}),
         other_ranks=[rank for rank in group if rank != me],
         keep=config.total_limit if config.automatic_checkpoint_naming else None,
         on_published=accelerator._on_checkpoint_saved,
@@ -252,7 +254,8 @@ def _target_plan(final: Path) -> tuple[str, str, str | None]:
         return "", "", str(error)
 
 
-def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | None, safe_serialization: bool,
+def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_dir: str | os.PathLike | None,
+                   safe_serialization: bool,
                    weights: list[Any] | None, options: dict[str, Any] | None = None) -> Path:
     """Write a checkpoint and start its commit; returns the directory it will have.
 
@@ -283,7 +286,7 @@ def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | Non
         raise CheckpointError(problems[0])
     error = None
     try:
-        files = _write_this_process_files(accelerator, temporary, safe_serialization, weights, options or {})
+        files = _write_this_process_files(accelerator, prepared, temporary, safe_serialization, weights, options or {})
     except Exception as exc:  # reported to every process below, so nobody waits forever
         files, error = {}, f"{type(exc).__name__}: {exc}"
     results = peers.gather(state, (files, error, publisher), f"saving {final}")
@@ -294,7 +297,7 @@ def save_run_state(accelerator: Accelerator, output_dir: str | os.PathLike | Non
         peers.barrier(state, f"saving {final}")
         details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
         raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
-    publication = _publication(accelerator, results) if publisher == accelerator.process_index else None
+    publication = _publication(accelerator, prepared, results) if publisher == accelerator.process_index else None
     plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=list(files),
                              fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication)
     background = environment.read_bool("CHECKPOINT_BACKGROUND", default=True)
@@ -326,10 +329,10 @@ def finish_commit(accelerator: Accelerator) -> None:
 # ------------------------------------------------------------------ load
 
 
-def _count_problem(manifest: dict[str, Any], accelerator: Accelerator) -> str | None:
+def _count_problem(manifest: dict[str, Any], prepared: PreparedObjects) -> str | None:
     counts = manifest.get("counts", {})
-    mine = {"models": len(accelerator._models), "optimizers": len(accelerator._optimizers),
-            "schedulers": len(accelerator._schedulers)}
+    mine = {"models": len(prepared.models), "optimizers": len(prepared.optimizers),
+            "schedulers": len(prepared.schedulers)}
     different = [f"{what}: checkpoint {counts.get(what, 0)}, prepared {n}" for what, n in mine.items()
                  if counts.get(what, 0) != n]
     return "; ".join(different) or None
@@ -391,7 +394,8 @@ def _gather_failure(accelerator: Accelerator, error: str | None, what: str) -> N
                               f"{what} failed on process {rank}: {message}")
 
 
-def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None, strict: bool = True,
+def load_run_state(accelerator: Accelerator, prepared: PreparedObjects, input_dir: str | os.PathLike | None,
+                   strict: bool = True,
                    options: dict[str, Any] | None = None, load_kwargs: dict[str, Any] | None = None) -> Path:
     """Read a checkpoint, check all of it, then restore it into the prepared objects.
 
@@ -406,7 +410,7 @@ def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None
     directory = input_directory(accelerator, input_dir).absolute()
     agreed_directory(accelerator, directory, "load_state()")
     try:
-        read = _read_and_check(accelerator, directory, options, location)
+        read = _read_and_check(accelerator, prepared, directory, options, location)
         error = None
     except CheckpointError as exc:
         read, error = None, str(exc)
@@ -414,12 +418,13 @@ def load_run_state(accelerator: Accelerator, input_dir: str | os.PathLike | None
             raise
     _gather_failure(accelerator, error, f"loading {directory}")
     assert read is not None
-    _check_strategy_states(accelerator, directory, read["manifest"], options)
-    _restore(accelerator, directory, read, options)
+    _check_strategy_states(accelerator, prepared, directory, read["manifest"], options)
+    _restore(accelerator, prepared, directory, read, options)
     return directory
 
 
-def _check_strategy_states(accelerator: Accelerator, directory: Path, manifest: dict[str, Any],
+def _check_strategy_states(accelerator: Accelerator, prepared: PreparedObjects, directory: Path,
+                           manifest: dict[str, Any],
                            options: dict[str, Any]) -> None:
     """Let strategy plugins check every model and optimizer they load, before any load.
 
@@ -431,8 +436,8 @@ def _check_strategy_states(accelerator: Accelerator, directory: Path, manifest: 
         return
     error = None
     try:
-        accelerator.run.call("drivetrain_check_checkpoint", models=list(accelerator._models),
-                             optimizers=list(accelerator._optimizers), directory=str(directory),
+        accelerator.run.call("drivetrain_check_checkpoint", models=list(prepared.models),
+                             optimizers=list(prepared.optimizers), directory=str(directory),
                              manifest=manifest, options=dict(options))
     except CheckpointError as exc:
         error = str(exc)
@@ -441,12 +446,12 @@ def _check_strategy_states(accelerator: Accelerator, directory: Path, manifest: 
     _gather_failure(accelerator, error, f"loading {directory}")
 
 
-def _read_and_check(accelerator: Accelerator, directory: Path, options: dict[str, Any],
+def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directory: Path, options: dict[str, Any],
                     location: torch.device | str) -> dict[str, Any]:
     manifest = layout.read_manifest(directory)
     if manifest.get("kind") != KIND:
         raise CheckpointError(f"{directory} is a {manifest.get('kind')!r} checkpoint, not a run state written by save_state")
-    problem = _count_problem(manifest, accelerator)
+    problem = _count_problem(manifest, prepared)
     if problem:
         raise CheckpointError(f"{directory} does not match what was prepared ({problem}); prepare the same objects "
                               "before load_state()")
@@ -458,12 +463,12 @@ def _read_and_check(accelerator: Accelerator, directory: Path, options: dict[str
     with FileJobs() as jobs:
         pending_models: dict[int, Callable[[], dict[str, torch.Tensor]]] = {}
         if not run.hook("drivetrain_load_model_state").get_hookimpls():
-            for index in range(len(accelerator._models)):
+            for index in range(len(prepared.models)):
                 pending_models[index] = _read_model_later(directory, index, jobs, verifier, manifest)
         pending_trees: dict[str, Callable[[], Any]] = {}
-        for name, objects in (("optimizer", accelerator._optimizers), ("scheduler", accelerator._schedulers),
-                              ("dataloader", accelerator._dataloaders),
-                              ("custom_checkpoint", accelerator._custom_objects)):
+        for name, objects in (("optimizer", prepared.optimizers), ("scheduler", prepared.schedulers),
+                              ("dataloader", prepared.dataloaders),
+                              ("custom_checkpoint", prepared.custom_objects)):
             for index, obj in enumerate(objects):
                 prefix = directory / f"{name}_{index}"
                 device = location if name == "custom_checkpoint" else "cpu"
@@ -499,15 +504,15 @@ def _read_and_check(accelerator: Accelerator, directory: Path, options: dict[str
                 f"on {accelerator.num_processes}: resume with {manifest['world_size']} processes, or from a "
                 "checkpoint saved at an epoch boundary")
     for index, state in models.items():
-        compatibility.check_model(state, accelerator.unwrap_model(accelerator._models[index]),
+        compatibility.check_model(state, accelerator.unwrap_model(prepared.models[index]),
                                   f"{directory}/model_{index}", bool(options.get("strict", True)))
     if not run.hook("drivetrain_load_optimizer_state").get_hookimpls():
-        for index, optimizer in enumerate(accelerator._optimizers):
+        for index, optimizer in enumerate(prepared.optimizers):
             if f"optimizer_{index}" not in trees:
                 raise CheckpointError(f"{directory}/optimizer_{index}.json is missing")
             compatibility.check_optimizer(trees[f"optimizer_{index}"], optimizer, f"{directory}/optimizer_{index}")
-    for name, objects in (("scheduler", accelerator._schedulers), ("dataloader", accelerator._dataloaders),
-                          ("custom_checkpoint", accelerator._custom_objects)):
+    for name, objects in (("scheduler", prepared.schedulers), ("dataloader", prepared.dataloaders),
+                          ("custom_checkpoint", prepared.custom_objects)):
         for index, obj in enumerate(objects):
             if f"{name}_{index}" in trees and hasattr(obj, "state_dict"):
                 compatibility.check_tree(trees[f"{name}_{index}"], obj.state_dict(), f"{directory}/{name}_{index}")
@@ -515,7 +520,7 @@ def _read_and_check(accelerator: Accelerator, directory: Path, options: dict[str
         compatibility.check_tree(trees["scaler"], accelerator.scaler.state_dict(), f"{directory}/scaler")
     if grads is not None:
         for index, model in models.items():
-            own = dict(accelerator.unwrap_model(accelerator._models[index]).named_parameters())
+            own = dict(accelerator.unwrap_model(prepared.models[index]).named_parameters())
             compatibility.check_tree({k.partition(".")[2]: v for k, v in grads.items() if k.startswith(f"{index}.")},
                                      {k: p.detach() for k, p in own.items()}, f"{grads_file}")
     if rng is not None:
@@ -523,23 +528,24 @@ def _read_and_check(accelerator: Accelerator, directory: Path, options: dict[str
     return {"manifest": manifest, "models": models, "trees": trees, "rng": rng, "grads": grads}
 
 
-def _restore(accelerator: Accelerator, directory: Path, read: dict[str, Any], options: dict[str, Any]) -> None:
+def _restore(accelerator: Accelerator, prepared: PreparedObjects, directory: Path, read: dict[str, Any],
+             options: dict[str, Any]) -> None:
     """Copy what phase 1 read and checked. Strategy plugins go first: they check before they change."""
     run, rank = accelerator.run, accelerator.process_index
     manifest, models, trees, rng, grads = read["manifest"], read["models"], read["trees"], read["rng"], read["grads"]
     left: list[int] = []
-    for index, model in enumerate(accelerator._models):
+    for index, model in enumerate(prepared.models):
         if not run.call("drivetrain_load_model_state", model=model, index=index, directory=str(directory),
                         manifest=manifest, options=dict(options)):
             left.append(index)
     optimizers_left: list[int] = []
-    for index, optimizer in enumerate(accelerator._optimizers):
+    for index, optimizer in enumerate(prepared.optimizers):
         if not run.call("drivetrain_load_optimizer_state", optimizer=optimizer, index=index, directory=str(directory),
                         manifest=manifest):
             optimizers_left.append(index)
     model_kwargs = {key: options[key] for key in ("strict", "assign") if key in options}
     for index in left:
-        model = accelerator.unwrap_model(accelerator._models[index])
+        model = accelerator.unwrap_model(prepared.models[index])
         state_dict = models.get(index)
         if state_dict is None:  # a strategy is active but left this model to the core
             state_dict = _read_model_later(directory, index, verifier=checksums.Verifier.for_manifest(directory, manifest))()
@@ -548,9 +554,9 @@ def _restore(accelerator: Accelerator, directory: Path, read: dict[str, Any], op
     for index in optimizers_left:
         if f"optimizer_{index}" not in trees:
             raise CheckpointError(f"{directory}/optimizer_{index}.json is missing")
-        accelerator._optimizers[index].load_state_dict(trees[f"optimizer_{index}"])
-    for name, objects in (("scheduler", accelerator._schedulers), ("dataloader", accelerator._dataloaders),
-                          ("custom_checkpoint", accelerator._custom_objects)):
+        prepared.optimizers[index].load_state_dict(trees[f"optimizer_{index}"])
+    for name, objects in (("scheduler", prepared.schedulers), ("dataloader", prepared.dataloaders),
+                          ("custom_checkpoint", prepared.custom_objects)):
         for index, obj in enumerate(objects):
             if f"{name}_{index}" in trees and hasattr(obj, "load_state_dict"):
                 obj.load_state_dict(trees[f"{name}_{index}"])
@@ -561,7 +567,7 @@ def _restore(accelerator: Accelerator, directory: Path, read: dict[str, Any], op
     if "sync_gradients" in saved:
         accelerator.gradient_state._set_sync_gradients(bool(saved["sync_gradients"]))
     if grads is not None:
-        for index, model in enumerate(accelerator._models):
+        for index, model in enumerate(prepared.models):
             for name, parameter in accelerator.unwrap_model(model).named_parameters():
                 if f"{index}.{name}" in grads:
                     parameter.grad = grads[f"{index}.{name}"].to(parameter.device)

@@ -37,6 +37,7 @@ from ..runtime.kwargs_handlers import (
     ProjectConfiguration,
     TorchDynamoPlugin,
 )
+from ..runtime.prepared import PreparedObjects
 from ..runtime.state import AcceleratorState, GradientState
 from ..utils.other import remove_mixed_precision_forward  # noqa: F401  (its old home)
 
@@ -116,20 +117,22 @@ class Accelerator:
         self.scaler = self.run.grad_scaler
 
         # What prepare() recorded, by kind (checkpointing and the step read them).
-        self._models: list[Any] = []
-        self._optimizers: list[Any] = []
-        self._schedulers: list[Any] = []
-        self._dataloaders: list[Any] = []
-        self._custom_objects: list[Any] = []
+        self._prepared = PreparedObjects()
         # Checkpoints the commit thread put in place, told to plugins and trackers on this thread.
         self._published_checkpoints: collections.deque[str] = collections.deque()
-        # OrderedDict: torch's RemovableHandle keeps a weak reference to it
-        self._save_model_state_pre_hook: dict[int, Callable] = collections.OrderedDict()
-        self._load_model_state_pre_hook: dict[int, Callable] = collections.OrderedDict()
         self.trackers = self._build_trackers(log_with)
         self._configure_run()
 
     _strategy_for_options = staticmethod(strategy_for_options)
+
+    # Accelerate's private names of the prepared lists, read by scripts and tests; the record is ``_prepared``.
+    _models = property(lambda self: self._prepared.models)
+    _optimizers = property(lambda self: self._prepared.optimizers)
+    _schedulers = property(lambda self: self._prepared.schedulers)
+    _dataloaders = property(lambda self: self._prepared.dataloaders)
+    _custom_objects = property(lambda self: self._prepared.custom_objects)
+    _save_model_state_pre_hook = property(lambda self: self._prepared.save_state_pre_hooks)
+    _load_model_state_pre_hook = property(lambda self: self._prepared.load_state_pre_hooks)
 
     def _configure_run(self) -> None:
         """Let the active plugins configure the run for this accelerator (and add attributes)."""
@@ -330,7 +333,7 @@ class Accelerator:
 
     @property
     def optimizer_step_was_skipped(self) -> bool:
-        return any(getattr(opt, "step_was_skipped", False) for opt in self._optimizers)
+        return any(getattr(opt, "step_was_skipped", False) for opt in self._prepared.optimizers)
 
     # The kwargs handlers given in `kwargs_handlers` (`None` for a class not given).
 
@@ -443,11 +446,11 @@ class Accelerator:
     @property
     def has_lomo_optimizer(self) -> bool:
         """Whether a prepared optimizer is a LOMO one (its step happens inside backward)."""
-        return bool(training_step.lomo_optimizers(self._optimizers))
+        return bool(training_step.lomo_optimizers(self._prepared.optimizers))
 
     def lomo_backward(self, loss: Any, learning_rate: float) -> None:
         """Backward and update in one pass, through each prepared LOMO optimizer's ``fused_backward``."""
-        training_step.lomo_backward(self._optimizers, loss, learning_rate)
+        training_step.lomo_backward(self._prepared.optimizers, loss, learning_rate)
 
     @contextlib.contextmanager
     def autocast(self, autocast_handler: AutocastKwargs | None = None) -> Iterator[None]:
@@ -544,7 +547,7 @@ class Accelerator:
         invalid = [type(o).__name__ for o in objects if not (hasattr(o, "state_dict") and hasattr(o, "load_state_dict"))]
         if invalid:
             raise ConfigError(f"cannot checkpoint {invalid}: objects need state_dict() and load_state_dict()")
-        self._custom_objects.extend(objects)
+        self._prepared.custom_objects.extend(objects)
 
     def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True,
                    **save_model_func_kwargs: Any) -> str:
@@ -577,11 +580,11 @@ class Accelerator:
 
     def register_save_state_pre_hook(self, hook: Callable[..., None]) -> Any:
         """Call ``hook(models, weights, output_dir)`` before saving; ``handle.remove()`` undoes it."""
-        return checkpoint_calls.register_pre_hook(self._save_model_state_pre_hook, hook)
+        return checkpoint_calls.register_pre_hook(self._prepared.save_state_pre_hooks, hook)
 
     def register_load_state_pre_hook(self, hook: Callable[..., None]) -> Any:
         """Call ``hook(models, input_dir)`` before loading; ``handle.remove()`` undoes it."""
-        return checkpoint_calls.register_pre_hook(self._load_model_state_pre_hook, hook)
+        return checkpoint_calls.register_pre_hook(self._prepared.load_state_pre_hooks, hook)
 
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
         """The full state dict of a prepared model (gathered where the strategy shards it)."""
@@ -601,7 +604,7 @@ class Accelerator:
         """Forget every prepared object and free device memory."""
         from ..memory import release_memory
 
-        self._models, self._optimizers, self._schedulers, self._dataloaders = [], [], [], []
+        self._prepared.forget_prepared()
         self.step = 0
         return release_memory(*objects)
 

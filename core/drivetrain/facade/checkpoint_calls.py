@@ -60,12 +60,12 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_seri
     from ..checkpointing.run_state import save_run_state
 
     weights = None
-    if accelerator._save_model_state_pre_hook:
-        models = list(accelerator._models)
+    if accelerator._prepared.save_state_pre_hooks:
+        models = list(accelerator._prepared.models)
         weights = [accelerator.get_state_dict(model, unwrap=True) for model in models]
-        for hook in accelerator._save_model_state_pre_hook.values():
+        for hook in accelerator._prepared.save_state_pre_hooks.values():
             hook(models, weights, output_dir)
-    directory = str(save_run_state(accelerator, output_dir, safe_serialization, weights, save_model_func_kwargs))
+    directory = str(save_run_state(accelerator, accelerator._prepared, output_dir, safe_serialization, weights, save_model_func_kwargs))
     tell_published_checkpoints(accelerator)  # the previous save's, or this one's when committed in place
     return directory
 
@@ -77,11 +77,11 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike | None, load_kwarg
 
     finish_commit(accelerator)
     tell_published_checkpoints(accelerator)
-    if accelerator._load_model_state_pre_hook:
+    if accelerator._prepared.load_state_pre_hooks:
         directory = str(input_directory(accelerator, input_dir))
-        for hook in accelerator._load_model_state_pre_hook.values():
-            hook(list(accelerator._models), directory)
-    directory = str(load_run_state(accelerator, input_dir, options=load_model_func_kwargs, load_kwargs=load_kwargs))
+        for hook in accelerator._prepared.load_state_pre_hooks.values():
+            hook(list(accelerator._prepared.models), directory)
+    directory = str(load_run_state(accelerator, accelerator._prepared, input_dir, options=load_model_func_kwargs, load_kwargs=load_kwargs))
     tell_checkpoint(accelerator, "load", directory)
     return directory
 

@@ -1,8 +1,8 @@
 """What ``Accelerator.prepare`` does with each object: models, optimizers, schedulers, data loaders.
 
 Each function takes the accelerator whose run's plugins do the work (passed in, never
-imported: this module sits below the facade) and records what it prepared in the
-accelerator's lists (``_models``, ``_optimizers``, ``_schedulers``, ``_dataloaders``), which
+imported) and records what it prepared in the accelerator's
+:class:`~drivetrain.runtime.prepared.PreparedObjects` (``accelerator._prepared``), which
 checkpointing and the step read.
 """
 
@@ -66,18 +66,18 @@ def prepare(accelerator: Any, objects: Sequence[Any], device_placement: Sequence
 
 
 def _is_new_model(accelerator: Any, obj: Any) -> bool:
-    return isinstance(obj, torch.nn.Module) and all(obj is not known for known in accelerator._models)
+    return isinstance(obj, torch.nn.Module) and all(obj is not known for known in accelerator._prepared.models)
 
 
 def _record_prepared(accelerator: Any, prepared: list[Any]) -> None:
     """Keep what a strategy's ``drivetrain_prepare_objects`` returned, by kind."""
     for obj in prepared:
         if isinstance(obj, torch.nn.Module):
-            known = accelerator._models
+            known = accelerator._prepared.models
         elif isinstance(obj, torch.optim.Optimizer):
-            known = accelerator._optimizers
+            known = accelerator._prepared.optimizers
         elif is_scheduler(obj) and not is_dataloader(obj):
-            known = accelerator._schedulers
+            known = accelerator._prepared.schedulers
         else:
             continue
         if all(obj is not item for item in known):
@@ -98,7 +98,7 @@ def _prepare_one_by_one(accelerator: Any, objects: list[Any], placement: list[bo
 
 
 def _prepare_if_dataloader(accelerator: Any, obj: Any, placement: bool) -> Any:
-    if is_dataloader(obj) and obj not in accelerator._dataloaders:
+    if is_dataloader(obj) and obj not in accelerator._prepared.dataloaders:
         return accelerator.prepare_data_loader(obj, device_placement=placement)
     return obj
 
@@ -128,7 +128,7 @@ def prepare_model(accelerator: Any, model: torch.nn.Module, device_placement: bo
         model = run.chain("drivetrain_convert_model", "model", model)
     wrapped = run.call("drivetrain_wrap_model", model=model, evaluation_mode=evaluation_mode)
     model = run.chain("drivetrain_finalize_model", "model", model if wrapped is None else wrapped)
-    accelerator._models.append(model)
+    accelerator._prepared.models.append(model)
     return model
 
 
@@ -139,18 +139,18 @@ def prepare_optimizer(accelerator: Any, optimizer: torch.optim.Optimizer, device
     if wrapped is None:
         wrapped = AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=accelerator.scaler,
                                        device=accelerator.device)
-    accelerator._optimizers.append(wrapped)
+    accelerator._prepared.optimizers.append(wrapped)
     return wrapped
 
 
 def prepare_scheduler(accelerator: Any, scheduler: Any) -> Any:
-    optimizers = [opt for opt in accelerator._optimizers if getattr(opt, "optimizer", opt) is scheduler.optimizer] \
-        or accelerator._optimizers
+    optimizers = [opt for opt in accelerator._prepared.optimizers if getattr(opt, "optimizer", opt) is scheduler.optimizer] \
+        or accelerator._prepared.optimizers
     wrapped = accelerator.run.call("drivetrain_wrap_scheduler", scheduler=scheduler, optimizers=optimizers)
     if wrapped is None:
         wrapped = AcceleratedScheduler(scheduler, optimizers, step_with_optimizer=accelerator.step_scheduler_with_optimizer,
                                        split_batches=accelerator.split_batches)
-    accelerator._schedulers.append(wrapped)
+    accelerator._prepared.schedulers.append(wrapped)
     return wrapped
 
 
@@ -180,5 +180,5 @@ def prepare_data_loader(accelerator: Any, data_loader: Any, device_placement: bo
         use_stateful_dataloader=config.use_stateful_dataloader,
     )
     prepared = run.chain("drivetrain_wrap_dataloader", "dataloader", prepared)
-    accelerator._dataloaders.append(prepared)
+    accelerator._prepared.dataloaders.append(prepared)
     return prepared

@@ -21,7 +21,7 @@ def backward(accelerator: Any, loss: torch.Tensor, kwargs: dict[str, Any]) -> No
     steps = accelerator.gradient_accumulation_steps
     if steps > 1 and not accelerator.run.options.get("strategy_accumulates", False):
         loss = loss / steps
-    if not accelerator.run.call("drivetrain_backward", loss=loss, kwargs=kwargs, models=list(accelerator._models)):
+    if not accelerator.run.call("drivetrain_backward", loss=loss, kwargs=kwargs, models=list(accelerator._prepared.models)):
         loss.backward(**kwargs)
 
 
@@ -54,7 +54,7 @@ def unscale_gradients(accelerator: Any, optimizer: Any = None) -> None:
     if accelerator.scaler is None:
         return
     optimizers = [optimizer] if optimizer is not None and not isinstance(optimizer, (list, tuple)) else (
-        optimizer or accelerator._optimizers)
+        optimizer or accelerator._prepared.optimizers)
     for opt in optimizers:
         try:
             accelerator.scaler.unscale_(getattr(opt, "optimizer", opt))

@@ -29,7 +29,7 @@ def join_uneven_inputs(accelerator: Any, joinables: Sequence[Any], even_batches:
         return
     from torch.distributed.algorithms.join import Join, Joinable
 
-    config, loaders = accelerator.dataloader_config, accelerator._dataloaders
+    config, loaders = accelerator.dataloader_config, accelerator._prepared.dataloaders
     saved = config.even_batches
     if even_batches is not None:
         set_even_batches(config, loaders, even_batches)
