@@ -26,7 +26,7 @@ SURFACE = "surface"
 #: Modules whose layer is not yet their folder (module name without ``drivetrain.``).
 _PLACED_BY_LAYER: dict[str, tuple[str, ...]] = {
     "kernel": (
-        "cluster", "hookspecs",
+        "hookspecs",
     ),
     "selection": (
         "backend_arguments", "detection", "enums", "selection", "use_variables", "utils.constants", "utils.versions",
@@ -226,7 +226,7 @@ def test_the_kernel_imports_no_torch() -> None:
     "drivetrain.plugin_api.descriptors", "drivetrain.errors", "drivetrain.version", "drivetrain.environment",
     "drivetrain.plugin_guard", "drivetrain.plugin_manager", "drivetrain.registration", "drivetrain.public_names",
     "drivetrain.accelerator", "drivetrain.state", "drivetrain.platform", "drivetrain.logging", "drivetrain.run",
-    "drivetrain.kwargs_handlers", "drivetrain.optimizer", "drivetrain.utils.environment",
+    "drivetrain.kwargs_handlers", "drivetrain.optimizer", "drivetrain.utils.environment", "drivetrain.cluster",
 ])
 def test_compat_paths_are_the_moved_modules(module: str) -> None:
     import importlib

@@ -238,7 +238,7 @@ def _launch(function: Callable[..., Any], args: Sequence[Any], *, num_processes:
 
 def _choice_environment(requests: Any, world_size: int) -> tuple[dict[str, str], Any]:
     """The resolved choice for a job of ``world_size`` processes, as the workers' variables."""
-    from .cluster import ClusterEnvironment
+    from .kernel.cluster import ClusterEnvironment
     from .kernel.plugin_manager import get_plugin_manager
     from .selection import requests_from_env, select
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .kernel import environment
-from .cluster import SINGLE_PROCESS, ClusterEnvironment
+from .kernel.cluster import SINGLE_PROCESS, ClusterEnvironment
 from .detection import Candidate, ask, best, probe_all
 from .kernel.errors import IncompatibleChoiceError, PluginSelectionError
 from .kernel.descriptors import PlatformSpec, PrecisionSpec, StrategySpec

@@ -216,7 +216,7 @@ def _defaults(args: argparse.Namespace) -> None:
 
 def resolve_choice(args: argparse.Namespace, manager: Any, requests: Any = None) -> Any:
     """Make the run's choice once, for the whole job, and write it back into ``args``."""
-    from ..cluster import ClusterEnvironment
+    from ..kernel.cluster import ClusterEnvironment
     from ..selection import select
 
     requests = requests if requests is not None else requests_for(args, manager)

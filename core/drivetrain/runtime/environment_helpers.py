@@ -48,7 +48,7 @@ def get_int_from_env(env_keys: Iterable[str], default: int) -> int:
     Raises:
         ConfigError: one of them holds something that is not a whole number.
     """
-    from ..cluster import int_var
+    from ..kernel.cluster import int_var
 
     for key in env_keys:
         value = int_var(os.environ, key, default=-1)
