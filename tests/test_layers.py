@@ -28,9 +28,6 @@ _PLACED_BY_LAYER: dict[str, tuple[str, ...]] = {
     "kernel": (
         "hookspecs",
     ),
-    "selection": (
-        "backend_arguments", "detection", "enums", "selection", "use_variables", "utils.constants", "utils.versions",
-    ),
     "services": (
         "big_modeling", "checkpointing", "data_loader", "hooks", "inference", "launchers", "local_sgd",
         "memory", "tracking", "utils.device_map", "utils.imports", "utils.memory", "utils.modeling",
@@ -227,6 +224,8 @@ def test_the_kernel_imports_no_torch() -> None:
     "drivetrain.plugin_guard", "drivetrain.plugin_manager", "drivetrain.registration", "drivetrain.public_names",
     "drivetrain.accelerator", "drivetrain.state", "drivetrain.platform", "drivetrain.logging", "drivetrain.run",
     "drivetrain.kwargs_handlers", "drivetrain.optimizer", "drivetrain.utils.environment", "drivetrain.cluster",
+    "drivetrain.detection", "drivetrain.use_variables", "drivetrain.enums", "drivetrain.utils.constants",
+    "drivetrain.utils.versions",
 ])
 def test_compat_paths_are_the_moved_modules(module: str) -> None:
     import importlib

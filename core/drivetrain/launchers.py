@@ -240,7 +240,7 @@ def _choice_environment(requests: Any, world_size: int) -> tuple[dict[str, str],
     """The resolved choice for a job of ``world_size`` processes, as the workers' variables."""
     from .kernel.cluster import ClusterEnvironment
     from .kernel.plugin_manager import get_plugin_manager
-    from .selection import requests_from_env, select
+    from .selection.choice import requests_from_env, select
 
     manager = get_plugin_manager()
     selection = select(manager, requests.merged_over(requests_from_env(manager)),
@@ -315,13 +315,13 @@ def notebook_launcher(
     Raises:
         drivetrain.errors.LaunchError: a worker failed; the message names the rank and its error.
     """
-    from .selection import Requests
+    from .selection.choice import Requests
 
     precision = str(getattr(mixed_precision, "value", mixed_precision) or "no").lower()
     requests = Requests(mixed_precision=None if precision == "no" else precision)
     if num_processes is None:
         from .kernel.plugin_manager import get_plugin_manager
-        from .selection import CPU_PLATFORM, choose_platform
+        from .selection.choice import CPU_PLATFORM, choose_platform
 
         manager = get_plugin_manager()
         candidate, _reason = choose_platform(manager, requests)
@@ -354,7 +354,7 @@ def debug_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_p
     Raises:
         drivetrain.errors.LaunchError: a worker failed; the message names the rank and its error.
     """
-    from .selection import Requests
+    from .selection.choice import Requests
 
     if num_processes < 1:
         raise ConfigError(f"num_processes must be at least 1, not {num_processes}")

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from . import checkpoint_calls, init_arguments, preparation, training_step, uneven_inputs
-from ..backend_arguments import positional_options, strategy_for_options, strategy_option_attributes
+from ..selection.backend_arguments import positional_options, strategy_for_options, strategy_option_attributes
 from ..runtime.backend_attributes import backend_attribute
 from ..kernel.errors import CheckpointError, ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
 from ..runtime.kwargs_handlers import (

@@ -23,7 +23,7 @@ _RUN_NUMBERS = itertools.count(1)
 if TYPE_CHECKING:  # pragma: no cover
     from .collectives import Collectives
     from .device_platform import Platform
-    from ..selection import Selection
+    from ..selection.choice import Selection
 
 
 class Run:

@@ -15,14 +15,14 @@ from datetime import timedelta
 from typing import Any, Callable, Iterator
 
 from ..kernel import environment
-from ..backend_arguments import positional_options, slot_names, strategy_option_attributes
+from ..selection.backend_arguments import positional_options, slot_names, strategy_option_attributes
 from .backend_attributes import backend_attribute
-from ..enums import DistributedType
+from ..selection.enums import DistributedType
 from ..kernel.errors import ConfigError, DistributedError
 from ..kernel.plugin_manager import get_plugin_manager
 from .run import Run
-from ..selection import Requests, requests_from_env, select
-from ..use_variables import requested_features
+from ..selection.choice import Requests, requests_from_env, select
+from ..selection.backend_variables import requested_features
 
 logger = logging.getLogger("drivetrain.state")  # its name before the layers, kept for log filters
 

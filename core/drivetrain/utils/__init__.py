@@ -14,7 +14,7 @@ from typing import Any
 
 # submodule (relative to drivetrain) -> the public names it defines
 _NAMES: dict[str, tuple[str, ...]] = {
-    "enums": (
+    "selection.enums": (
         "ComputeEnvironment", "CustomDtype", "DistributedType", "DynamoBackend", "LoggerType", "PrecisionType",
         "RNGType", "SageMakerDistributedType",
     ),
@@ -32,7 +32,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "send_to_device", "slice_tensors", "verify_operation", "wait_for_everyone",
     ),
     "utils.random": ("set_seed", "synchronize_rng_state", "synchronize_rng_states"),
-    "utils.constants": (
+    "selection.constants": (
         "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION", "MODEL_NAME", "OPTIMIZER_NAME", "PROFILE_PATTERN_NAME",
         "RNG_STATE_NAME", "SAFE_MODEL_NAME", "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME",
         "SAFE_WEIGHTS_PATTERN_NAME", "SAMPLER_NAME", "SCALER_NAME", "SCHEDULER_NAME",
@@ -54,7 +54,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "is_torchvision_available", "is_transformers_available", "is_triton_available",
         "is_weights_only_available",
     ),
-    "utils.versions": ("compare_versions", "is_torch_version"),
+    "selection.versions": ("compare_versions", "is_torch_version"),
     "utils.other": (
         "clean_state_dict_for_safetensors", "compile_regions", "convert_bytes", "extract_model_from_parallel",
         "get_module_children_bottom_up", "get_pretty_name", "has_compiled_regions", "is_compiled_module",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..enums import (
+from ..selection.enums import (
     ComputeEnvironment,
     CustomDtype,
     DistributedType,

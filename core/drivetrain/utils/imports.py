@@ -13,7 +13,7 @@ import importlib.metadata
 import importlib.util
 from typing import Any, Callable
 
-from .versions import compare_versions, is_torch_version
+from ..selection.versions import compare_versions, is_torch_version
 from ..kernel.contributed import contributed_getattr, resolve_module_name
 
 

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Callable, Sequence
 
-from ..enums import DistributedType
+from ..selection.enums import DistributedType
 from ..kernel.errors import LaunchError
 from ..launchers import CHILD_MODULE
 from ..kernel.contributed import contributed_getattr

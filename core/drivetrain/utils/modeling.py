@@ -167,7 +167,7 @@ def current_platform() -> Any:
 @functools.lru_cache(maxsize=1)
 def _detected_platform() -> Any:
     from ..kernel.plugin_manager import get_plugin_manager
-    from ..selection import requests_from_env, select
+    from ..selection.choice import requests_from_env, select
 
     manager = get_plugin_manager()
     selection = select(manager, requests_from_env(manager))

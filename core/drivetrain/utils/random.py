@@ -39,7 +39,7 @@ def usable_platforms() -> list[Any]:
     choose is among them, whichever it is. A platform whose factory cannot be loaded is
     skipped with a warning (selecting it later says what to fix).
     """
-    from ..detection import probe_all
+    from ..selection.detection import probe_all
     from ..kernel.plugin_manager import get_plugin_manager
 
     global _usable_platforms
@@ -124,7 +124,7 @@ def synchronize_rng_state(rng_type: str | None = None, generator: torch.Generato
         if device_state is not None and collectives.world_size > 1:
             platform.set_rng_state(_broadcast_state(device_state, collectives, state.device))
     else:
-        from ..enums import RNGType
+        from ..selection.enums import RNGType
 
         known = RNGType.values()
         if rng_type not in known:

@@ -17,12 +17,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .kernel import environment
-from .kernel.cluster import SINGLE_PROCESS, ClusterEnvironment
+from ..kernel import environment
+from ..kernel.cluster import SINGLE_PROCESS, ClusterEnvironment
 from .detection import Candidate, ask, best, probe_all
-from .kernel.errors import IncompatibleChoiceError, PluginSelectionError
-from .kernel.descriptors import PlatformSpec, PrecisionSpec, StrategySpec
-from .kernel.plugin_manager import (
+from ..kernel.errors import IncompatibleChoiceError, PluginSelectionError
+from ..kernel.descriptors import PlatformSpec, PrecisionSpec, StrategySpec
+from ..kernel.plugin_manager import (
     BLOCK_VARIABLE,
     EXPLICIT_PLUGINS_VARIABLE,
     REPORTED_VARIABLE,
@@ -60,7 +60,7 @@ def requests_from_env(manager: PluginManager, env: Mapping[str, str] | None = No
     ``ACCELERATE_USE_<NAME>`` works unchanged for any a plugin offers); one that names nothing
     installed is an error (see :mod:`drivetrain.use_variables`).
     """
-    from .use_variables import use_requests
+    from .backend_variables import use_requests
 
     use_strategy, use_platform = use_requests(manager, env)  # an error when one names nothing installed
     strategy = environment.read("STRATEGY", env=env) or use_strategy

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .kernel.errors import ConfigError
-from .kernel.plugin_manager import get_plugin_manager
-from .kernel.contributed import resolve_module_name
-from .selection import requests_from_env
+from ..kernel.errors import ConfigError
+from ..kernel.plugin_manager import get_plugin_manager
+from ..kernel.contributed import resolve_module_name
+from .choice import requests_from_env
 
 #: How many positions of ``Accelerator.__init__`` are reserved for backend arguments.
 SLOT_COUNT = 6
