@@ -28,15 +28,6 @@ _PLACED_BY_LAYER: dict[str, tuple[str, ...]] = {
     "kernel": (
         "hookspecs",
     ),
-    "services": (
-        "big_modeling", "checkpointing", "data_loader", "hooks", "inference", "launchers", "local_sgd",
-        "memory", "tracking", "utils.device_map", "utils.imports", "utils.memory", "utils.modeling",
-        "utils.offload", "utils.other", "utils.random", "utils.rich", "utils.tqdm",
-        "utils.weights_loading",
-    ),
-    "cli": (
-        "utils.launch",
-    ),
 }
 _PLACED = {module: layer for layer, modules in _PLACED_BY_LAYER.items() for module in modules}
 
@@ -225,11 +216,32 @@ def test_the_kernel_imports_no_torch() -> None:
     "drivetrain.accelerator", "drivetrain.state", "drivetrain.platform", "drivetrain.logging", "drivetrain.run",
     "drivetrain.kwargs_handlers", "drivetrain.optimizer", "drivetrain.utils.environment", "drivetrain.cluster",
     "drivetrain.detection", "drivetrain.use_variables", "drivetrain.enums", "drivetrain.utils.constants",
-    "drivetrain.utils.versions",
+    "drivetrain.utils.versions", "drivetrain.tracking", "drivetrain.memory", "drivetrain.hooks",
+    "drivetrain.big_modeling",
+    "drivetrain.inference", "drivetrain.launchers", "drivetrain.local_sgd", "drivetrain.utils.modeling",
+    "drivetrain.utils.offload", "drivetrain.utils.device_map", "drivetrain.utils.weights_loading",
+    "drivetrain.utils.random", "drivetrain.utils.imports", "drivetrain.utils.other", "drivetrain.utils.tqdm",
+    "drivetrain.utils.launch",
 ])
+
+
 def test_compat_paths_are_the_moved_modules(module: str) -> None:
     import importlib
 
     old = importlib.import_module(module)
     assert importlib.import_module(old.__name__) is old
     assert old.__name__ != module
+
+
+@pytest.mark.parametrize(("old", "new"), [("drivetrain.checkpointing", "drivetrain.services.checkpointing"),
+                                          ("drivetrain.data_loader", "drivetrain.services.data_loader")])
+def test_a_moved_package_and_its_submodules_are_the_moved_ones(old: str, new: str) -> None:
+    import importlib
+
+    assert importlib.import_module(old) is importlib.import_module(new)
+    for path in sorted((CORE.joinpath(*new.split("."))).glob("*.py")):
+        if path.stem == "__init__":
+            continue
+        moved = importlib.import_module(f"{new}.{path.stem}")
+        assert importlib.import_module(f"{old}.{path.stem}") is moved
+        assert getattr(importlib.import_module(old), path.stem) is moved

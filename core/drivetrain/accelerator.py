@@ -1,4 +1,5 @@
-"""``drivetrain.accelerator`` is :mod:`drivetrain.facade.accelerator`, the same module (its place before the layers)."""
+"""``drivetrain.accelerator`` is :mod:`drivetrain.facade.accelerator`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.cluster`` is :mod:`drivetrain.kernel.cluster`, the same module (its place before the layers)."""
+"""``drivetrain.cluster`` is :mod:`drivetrain.kernel.cluster`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.collectives`` is :mod:`drivetrain.runtime.collectives`, the same module (its place before the layers)."""
+"""``drivetrain.collectives`` is :mod:`drivetrain.runtime.collectives`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.detection`` is :mod:`drivetrain.selection.detection`, the same module (its place before the layers)."""
+"""``drivetrain.detection`` is :mod:`drivetrain.selection.detection`,
+the same module (its place before the layers)."""
 
 import sys
 

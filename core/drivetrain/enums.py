@@ -1,4 +1,5 @@
-"""``drivetrain.enums`` is :mod:`drivetrain.selection.enums`, the same module (its place before the layers)."""
+"""``drivetrain.enums`` is :mod:`drivetrain.selection.enums`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.kwargs_handlers`` is :mod:`drivetrain.runtime.kwargs_handlers`, the same module (its place before the layers)."""
+"""``drivetrain.kwargs_handlers`` is :mod:`drivetrain.runtime.kwargs_handlers`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.logging`` is :mod:`drivetrain.runtime.process_logging`, the same module (its place before the layers)."""
+"""``drivetrain.logging`` is :mod:`drivetrain.runtime.process_logging`,
+the same module (its place before the layers)."""
 
 import sys
 

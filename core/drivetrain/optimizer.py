@@ -1,4 +1,5 @@
-"""``drivetrain.optimizer`` is :mod:`drivetrain.runtime.optimizer`, the same module (its place before the layers)."""
+"""``drivetrain.optimizer`` is :mod:`drivetrain.runtime.optimizer`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.parallelism_config`` is :mod:`drivetrain.runtime.parallelism_config`, the same module (its place before the layers)."""
+"""``drivetrain.parallelism_config`` is :mod:`drivetrain.runtime.parallelism_config`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.platform`` is :mod:`drivetrain.runtime.device_platform`, the same module (its place before the layers)."""
+"""``drivetrain.platform`` is :mod:`drivetrain.runtime.device_platform`,
+the same module (its place before the layers)."""
 
 import sys
 

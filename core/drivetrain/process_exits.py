@@ -1,4 +1,5 @@
-"""``drivetrain.process_exits`` is :mod:`drivetrain.runtime.process_exits`, the same module (its place before the layers)."""
+"""``drivetrain.process_exits`` is :mod:`drivetrain.runtime.process_exits`,
+the same module (its place before the layers)."""
 
 import sys
 

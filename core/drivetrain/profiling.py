@@ -1,4 +1,5 @@
-"""``drivetrain.profiling`` is :mod:`drivetrain.runtime.profiling`, the same module (its place before the layers)."""
+"""``drivetrain.profiling`` is :mod:`drivetrain.runtime.profiling`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.scheduler`` is :mod:`drivetrain.runtime.scheduler`, the same module (its place before the layers)."""
+"""``drivetrain.scheduler`` is :mod:`drivetrain.runtime.scheduler`,
+the same module (its place before the layers)."""
 
 import sys
 

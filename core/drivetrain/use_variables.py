@@ -1,4 +1,5 @@
-"""``drivetrain.use_variables`` is :mod:`drivetrain.selection.backend_variables`, the same module (its place before the layers)."""
+"""``drivetrain.use_variables`` is :mod:`drivetrain.selection.backend_variables`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.worker_lifetime`` is :mod:`drivetrain.runtime.worker_lifetime`, the same module (its place before the layers)."""
+"""``drivetrain.worker_lifetime`` is :mod:`drivetrain.runtime.worker_lifetime`,
+the same module (its place before the layers)."""
 
 import sys
 

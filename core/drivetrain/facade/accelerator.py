@@ -39,7 +39,7 @@ from ..runtime.kwargs_handlers import (
 )
 from ..runtime.prepared import PreparedObjects
 from ..runtime.state import AcceleratorState, GradientState
-from ..utils.other import remove_mixed_precision_forward  # noqa: F401  (its old home)
+from ..services.other import remove_mixed_precision_forward  # noqa: F401  (its old home)
 
 
 class Accelerator:
@@ -143,7 +143,7 @@ class Accelerator:
     def _build_trackers(self, log_with: Any) -> Any:
         if not log_with:
             return []
-        from ..tracking import Trackers
+        from ..services.tracking import Trackers
 
         return Trackers(log_with, logging_dir=self.logging_dir, is_main_process=self.is_main_process, run=self.run)
 
@@ -394,7 +394,7 @@ class Accelerator:
         return preparation.prepare_data_loader(self, data_loader, device_placement, slice_fn_for_dispatch)
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
-        from ..data_loader import skip_first_batches
+        from ..services.data_loader import skip_first_batches
 
         return skip_first_batches(dataloader, num_batches=num_batches)
 
@@ -602,7 +602,7 @@ class Accelerator:
 
     def free_memory(self, *objects: Any) -> list[None]:
         """Forget every prepared object and free device memory."""
-        from ..memory import release_memory
+        from ..services.memory import release_memory
 
         self._prepared.forget_prepared()
         self.step = 0
@@ -633,7 +633,7 @@ class Accelerator:
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:
         if self.trackers:
             return self.trackers.get_tracker(name, unwrap=unwrap)
-        from ..tracking import GeneralTracker
+        from ..services.tracking import GeneralTracker
 
         return GeneralTracker(_blank=True)
 

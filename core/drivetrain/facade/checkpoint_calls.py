@@ -29,8 +29,8 @@ def saves_files_here(accelerator: Any) -> bool:
 
 def wait_for_everyone(accelerator: Any) -> None:
     """Barrier; also waits until the last ``save_state`` checkpoint is on disk, raising if it failed."""
-    from ..checkpointing import commit
-    from ..checkpointing.run_state import finish_commit
+    from ..services.checkpointing import commit
+    from ..services.checkpointing.run_state import finish_commit
 
     if commit.pending() is not None:
         finish_commit(accelerator)  # a gather of every process's outcome: a barrier too
@@ -57,7 +57,7 @@ def save(accelerator: Any, obj: Any, f: str | os.PathLike, safe_serialization: b
 def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_serialization: bool,
                save_model_func_kwargs: dict[str, Any]) -> str:
     """Run the save pre-hooks on the full weights, save the run's state; the checkpoint directory."""
-    from ..checkpointing.run_state import save_run_state
+    from ..services.checkpointing.run_state import save_run_state
 
     weights = None
     if accelerator._prepared.save_state_pre_hooks:
@@ -73,7 +73,7 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_seri
 def load_state(accelerator: Any, input_dir: str | os.PathLike | None, load_kwargs: dict[str, Any] | None,
                load_model_func_kwargs: dict[str, Any]) -> str:
     """Wait for a pending save, run the load pre-hooks, restore; the checkpoint directory."""
-    from ..checkpointing.run_state import finish_commit, input_directory, load_run_state
+    from ..services.checkpointing.run_state import finish_commit, input_directory, load_run_state
 
     finish_commit(accelerator)
     tell_published_checkpoints(accelerator)
@@ -98,9 +98,9 @@ def register_pre_hook(hooks: dict[int, Callable], hook: Callable[..., None]) -> 
 def save_model(accelerator: Any, model: torch.nn.Module, save_directory: str | os.PathLike,
                max_shard_size: int | str, safe_serialization: bool) -> None:
     """Write the model's full weights (sharded above ``max_shard_size``) where files are written."""
-    from ..checkpointing.io_pool import FileJobs
-    from ..checkpointing.model_files import remove_stale_weight_files, write_model_files
-    from ..checkpointing.target import refuse_non_directory
+    from ..services.checkpointing.io_pool import FileJobs
+    from ..services.checkpointing.model_files import remove_stale_weight_files, write_model_files
+    from ..services.checkpointing.target import refuse_non_directory
 
     refuse_non_directory(pathlib.Path(save_directory).absolute())
     state = accelerator.get_state_dict(model, unwrap=True)

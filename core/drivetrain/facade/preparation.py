@@ -156,7 +156,7 @@ def prepare_scheduler(accelerator: Any, scheduler: Any) -> Any:
 
 def prepare_data_loader(accelerator: Any, data_loader: Any, device_placement: bool | None,
                         slice_fn_for_dispatch: Callable | None) -> Any:
-    from ..data_loader import prepare_data_loader as shard_data_loader
+    from ..services.data_loader import prepare_data_loader as shard_data_loader
 
     run = accelerator.run
     if device_placement is None:

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import torch
 
 from ..kernel.errors import ConfigError
-from ..utils.other import remove_mixed_precision_forward
+from ..services.other import remove_mixed_precision_forward
 
 
 def backward(accelerator: Any, loss: torch.Tensor, kwargs: dict[str, Any]) -> None:
@@ -89,7 +89,7 @@ def clip_grad_value(accelerator: Any, parameters: Any, clip_value: float) -> Non
 
 def lomo_optimizers(optimizers: list[Any]) -> list[Any]:
     """The prepared optimizers that are LOMO ones (their step happens inside backward)."""
-    from ..utils.imports import is_lomo_available
+    from ..services.availability import is_lomo_available
 
     if not is_lomo_available():
         return []

@@ -31,7 +31,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "is_torch_tensor", "listify", "pad_across_processes", "pad_input_tensors", "recursively_apply", "reduce",
         "send_to_device", "slice_tensors", "verify_operation", "wait_for_everyone",
     ),
-    "utils.random": ("set_seed", "synchronize_rng_state", "synchronize_rng_states"),
+    "services.rng": ("set_seed", "synchronize_rng_state", "synchronize_rng_states"),
     "selection.constants": (
         "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION", "MODEL_NAME", "OPTIMIZER_NAME", "PROFILE_PATTERN_NAME",
         "RNG_STATE_NAME", "SAFE_MODEL_NAME", "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME",
@@ -45,7 +45,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "get_cpu_distributed_information", "get_int_from_env", "is_port_in_use", "parse_choice_from_env",
         "parse_flag_from_env", "patch_environment", "purge_accelerate_environment", "str_to_bool",
     ),
-    "utils.imports": (
+    "services.availability": (
         "is_amdsmi_available", "is_bf16_available", "is_boto3_available", "is_datasets_available",
         "is_fp16_available", "is_import_timer_available", "is_lomo_available", "is_matplotlib_available",
         "is_pandas_available", "is_peft_available", "is_pippy_available", "is_pynvml_available",
@@ -55,27 +55,27 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "is_weights_only_available",
     ),
     "selection.versions": ("compare_versions", "is_torch_version"),
-    "utils.other": (
+    "services.other": (
         "clean_state_dict_for_safetensors", "compile_regions", "convert_bytes", "extract_model_from_parallel",
         "get_module_children_bottom_up", "get_pretty_name", "has_compiled_regions", "is_compiled_module",
         "is_peft_model", "load",
         "merge_dicts", "model_has_dtensor", "recursive_getattr", "save",
     ),
-    "utils.launch": ("PrepareForLaunch", "_filter_args", "prepare_multi_gpu_env", "prepare_simple_launcher_cmd_env",
-                     "prepare_sagemager_args_inputs"),
-    "utils.tqdm": ("tqdm",),
-    "memory": ("find_executable_batch_size", "release_memory"),
+    "cli.launch_environment": ("PrepareForLaunch", "_filter_args", "prepare_multi_gpu_env",
+                                    "prepare_simple_launcher_cmd_env", "prepare_sagemager_args_inputs"),
+    "services.progress_bar": ("tqdm",),
+    "services.memory": ("find_executable_batch_size", "release_memory"),
     "config": ("write_basic_config",),
-    "utils.weights_loading": ("load_checkpoint_in_model", "load_state_dict"),
-    "utils.modeling": (
+    "services.big_model.weights_loading": ("load_checkpoint_in_model", "load_state_dict"),
+    "services.big_model.modeling": (
         "align_module_device", "calculate_maximum_sizes", "check_tied_parameters_in_config",
         "check_tied_parameters_on_same_device", "compute_module_sizes", "convert_file_size_to_int",
         "dtype_byte_size", "ensure_weights_retied", "find_tied_parameters", "get_max_layer_size", "get_max_memory",
         "has_offloaded_params", "id_tensor_storage", "named_module_tensors", "retie_parameters",
         "set_module_tensor_to_device", "get_grad_scaler", "get_mixed_precision_context_manager",
     ),
-    "utils.device_map": ("check_device_map", "get_balanced_memory", "infer_auto_device_map"),
-    "utils.offload": (
+    "services.big_model.device_map": ("check_device_map", "get_balanced_memory", "infer_auto_device_map"),
+    "services.big_model.offload": (
         "OffloadedWeightsLoader", "PrefixedDataset", "extract_submodules_state_dict", "load_offloaded_weight",
         "load_offloaded_weights", "offload_state_dict", "offload_weight", "save_offload_index",
     ),

@@ -1,4 +1,5 @@
-"""``drivetrain.utils.constants`` is :mod:`drivetrain.selection.constants`, the same module (its place before the layers)."""
+"""``drivetrain.utils.constants`` is :mod:`drivetrain.selection.constants`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.utils.environment`` is :mod:`drivetrain.runtime.environment_helpers`, the same module (its place before the layers)."""
+"""``drivetrain.utils.environment`` is :mod:`drivetrain.runtime.environment_helpers`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.utils.versions`` is :mod:`drivetrain.selection.versions`, the same module (its place before the layers)."""
+"""``drivetrain.utils.versions`` is :mod:`drivetrain.selection.versions`,
+the same module (its place before the layers)."""
 
 import sys
 

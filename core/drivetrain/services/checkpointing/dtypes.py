@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError
 
 _NAMES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
           "complex32", "complex64", "complex128", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2",

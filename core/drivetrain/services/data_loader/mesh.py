@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..kernel.errors import ConfigError
+from ...kernel.errors import ConfigError
 
 
 def data_parallel_dims(mesh: Any) -> list[int]:

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError
 
 ALGORITHM = "xxh3_128"
 _CHUNK = 8 * 2**20

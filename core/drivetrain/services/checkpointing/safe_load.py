@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Union
 
 import torch
 
-from ..kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError
 
 MapLocation = Union[str, torch.device, Callable[..., Any], dict, None]
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError
 from .checksums import Recorder, Verifier, bytes_digest
 from .dtypes import dtype_named
 from .io_pool import FileJobs

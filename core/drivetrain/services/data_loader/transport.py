@@ -10,10 +10,10 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import DataLoader
 
-from ..kernel.errors import ConfigError
-from ..runtime.state import PartialState
-from ..services.cross_process import broadcast_object_list
-from ..tensors.nested import (
+from ...kernel.errors import ConfigError
+from ...runtime.state import PartialState
+from ..cross_process import broadcast_object_list
+from ...tensors.nested import (
     _as_device,
     _send,
     find_batch_size,
@@ -24,7 +24,7 @@ from ..tensors.nested import (
     send_to_device,
     slice_tensors,
 )
-from ..utils.random import synchronize_rng_states
+from ..rng import synchronize_rng_states
 
 from .mesh import shares_batches_across_peers
 from .progress import _PreparedLoader, _Progress

@@ -9,13 +9,13 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from ..kernel.errors import ConfigError
-from ..runtime.state import GradientState, PartialState
-from ..services.cross_process import broadcast_object_list
+from ...kernel.errors import ConfigError
+from ...runtime.state import GradientState, PartialState
+from ..cross_process import broadcast_object_list
 
 from .sharding import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler, _mix
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("drivetrain.data_loader.progress")  # its name before the layers, kept for log filters
 
 STATE_FORMAT = 1
 

@@ -13,12 +13,12 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..kernel.errors import CheckpointError, ConfigError
-from ..runtime.prepared import prepared_objects
+from ...kernel.errors import CheckpointError, ConfigError
+from ...runtime.prepared import prepared_objects
 
 
 def _accelerator() -> Any:
-    from ..runtime.state import AcceleratorState
+    from ...runtime.state import AcceleratorState
 
     ref = AcceleratorState._shared_state.get("_accelerator")
     accelerator = ref() if ref is not None else None

@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError
 
 
 def member_file(directory: str | os.PathLike, name: object, source: str | os.PathLike,

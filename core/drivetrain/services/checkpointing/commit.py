@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError
 from . import layout, target
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("drivetrain.checkpointing.commit")  # its name before the layers, kept for log filters
 SYNCED_MARKER = ".synced-{rank}"
 FAILED_MARKER = ".failed-{rank}"
 

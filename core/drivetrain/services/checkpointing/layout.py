@@ -20,10 +20,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError
 from .paths import member_file
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("drivetrain.checkpointing.layout")  # its name before the layers, kept for log filters
 
 MANIFEST = "manifest.json"
 # 2: state trees may list several tensor files (tree format 2); format 1 is still read.

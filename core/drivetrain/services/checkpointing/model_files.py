@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError
 from .checksums import Recorder, Verifier, bytes_digest, file_digest
 from .io_pool import FileJobs
 from .paths import member_file

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 import torch
 
-from ..kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError
 from .checksums import Recorder, Verifier, new_hasher
 from .dtypes import SAFETENSORS_DTYPES
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..runtime.state import PartialState
+    from ...runtime.state import PartialState
 
 FIX = ("look at the rank the launcher names (stopped, hung or crashed), or raise the timeout if it was only busy "
        "(InitProcessGroupKwargs(timeout=...), or `drivetrain launch --timeout`)")

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("drivetrain.checkpointing.custom_state")  # its name before the layers, kept for log filters
 
 
 def custom_state_path(path: str | os.PathLike, index: int) -> Path:
@@ -17,7 +17,7 @@ def custom_state_path(path: str | os.PathLike, index: int) -> Path:
 def save_custom_state(obj: Any, path: str | os.PathLike, index: int = 0, save_on_each_node: bool = False) -> None:
     """Write ``obj.state_dict()`` to ``path/custom_checkpoint_<index>.pkl`` from the main process
     (each node's with ``save_on_each_node``)."""
-    from ..utils.other import save
+    from ..other import save
 
     target = custom_state_path(path, index)
     logger.info("saving the state of %s to %s", type(obj).__name__, target)

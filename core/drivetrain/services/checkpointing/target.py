@@ -20,7 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ..kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError
 from . import layout
 
 BESIDE = "beside"  # the temporary directory goes beside the target, for one atomic rename

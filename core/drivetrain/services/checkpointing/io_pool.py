@@ -24,7 +24,7 @@ _FILES_PER_THREAD = 4
 
 def io_threads() -> int:
     """Threads for checkpoint I/O: ``DRIVETRAIN_CHECKPOINT_THREADS``, else up to 4 (the cores here)."""
-    from ..kernel import environment
+    from ...kernel import environment
 
     threads = environment.read_int("CHECKPOINT_THREADS", default=None)
     if threads is None:

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from ..kernel.errors import ConfigError
+from ...kernel.errors import ConfigError
 
 
 def _mix(*numbers: int) -> int:

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 
-from ..kernel import environment
-from ..kernel.errors import CheckpointError
-from ..kernel.version import PLUGIN_API_VERSION, __version__
+from ...kernel import environment
+from ...kernel.errors import CheckpointError
+from ...kernel.version import PLUGIN_API_VERSION, __version__
 from . import checksums, commit, compatibility, layout, peers, target
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
 from .model_files import read_model_files_later, write_model_files
@@ -29,10 +29,10 @@ from .safetensors_io import read_safetensors, write_safetensors
 from .tree_io import load_tree_later, save_tree
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..facade.accelerator import Accelerator
-    from ..runtime.prepared import PreparedObjects
+    from ...facade.accelerator import Accelerator
+    from ...runtime.prepared import PreparedObjects
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("drivetrain.checkpointing.run_state")  # its name before the layers, kept for log filters
 KIND = "drivetrain-run-state"
 
 

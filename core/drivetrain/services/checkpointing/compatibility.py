@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from ..kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError
 
 
 def _describe(tensor: torch.Tensor) -> str:

@@ -9,8 +9,8 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from ..kernel.errors import ConfigError
-from ..runtime.state import PartialState
+from ...kernel.errors import ConfigError
+from ...runtime.state import PartialState
 
 from .mesh import data_parallel_share, shares_batches_across_peers
 from .progress import _PreparedLoader, _Progress
