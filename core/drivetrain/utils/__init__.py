@@ -62,7 +62,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "merge_dicts", "model_has_dtensor", "recursive_getattr", "save",
     ),
     "cli.launch_environment": ("PrepareForLaunch", "_filter_args", "prepare_multi_gpu_env",
-                                    "prepare_simple_launcher_cmd_env", "prepare_sagemager_args_inputs"),
+                               "prepare_simple_launcher_cmd_env", "prepare_sagemager_args_inputs"),
     "services.progress_bar": ("tqdm",),
     "services.memory": ("find_executable_batch_size", "release_memory"),
     "config": ("write_basic_config",),
