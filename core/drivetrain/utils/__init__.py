@@ -63,7 +63,9 @@ _NAMES: dict[str, tuple[str, ...]] = {
     ),
     "cli.launch_environment": ("PrepareForLaunch", "_filter_args", "prepare_multi_gpu_env",
                                "prepare_simple_launcher_cmd_env", "prepare_sagemager_args_inputs"),
-    "services.progress_bar": ("tqdm",),
+    # through the compat module: importing `drivetrain.utils.tqdm` as a module must happen before the
+    # function is filed here, or the import system would later put the module in its place
+    "utils.tqdm": ("tqdm",),
     "services.memory": ("find_executable_batch_size", "release_memory"),
     "config": ("write_basic_config",),
     "services.big_model.weights_loading": ("load_checkpoint_in_model", "load_state_dict"),
