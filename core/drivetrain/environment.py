@@ -1,4 +1,5 @@
-"""``drivetrain.environment`` is :mod:`drivetrain.kernel.environment`, the same module (its place before the layers)."""
+"""``drivetrain.environment`` is :mod:`drivetrain.kernel.environment`,
+the same module (its place before the layers)."""
 
 import sys
 

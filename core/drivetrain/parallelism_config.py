@@ -1,17 +1,8 @@
-"""Accelerate's ``accelerate.parallelism_config`` import path.
+"""``drivetrain.parallelism_config`` is :mod:`drivetrain.runtime.parallelism_config`,
+the same module (its place before the layers)."""
 
-``ParallelismConfig`` belongs to the strategy plugin that lays processes out on a device
-mesh; it contributes the name as ``parallelism_config.ParallelismConfig``.
-"""
+import sys
 
-from __future__ import annotations
+from .runtime import parallelism_config as _module
 
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    from .kernel.contributed import resolve_module_name
-
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return resolve_module_name("parallelism_config", name, also_top_level=True)
+sys.modules[__name__] = _module

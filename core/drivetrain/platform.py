@@ -1,68 +1,8 @@
-"""The device platform a run uses: what a platform plugin's factory returns.
+"""``drivetrain.platform`` is :mod:`drivetrain.runtime.device_platform`,
+the same module (its place before the layers)."""
 
-The core talks to devices only through this interface, so it never names one.
-"""
+import sys
 
-from __future__ import annotations
+from .runtime import device_platform as _module
 
-from typing import Any
-
-import torch
-
-
-class Platform:
-    """A kind of device. Subclasses override what differs from the CPU defaults below.
-
-    Attributes:
-        name: the platform's name (``"cpu"``), as in its ``PlatformSpec``.
-        device_type: the ``torch.device`` type of its devices (``"cpu"``, ``"cuda"``).
-        default_backend: the torch.distributed backend used when the user names none.
-    """
-
-    name = "cpu"
-    device_type = "cpu"
-    default_backend = "gloo"
-
-    def is_initialized(self) -> bool:
-        """Whether this process already started the device runtime (a forked child could not use it)."""
-        return False
-
-    def device_count(self) -> int:
-        """How many devices of this kind this machine has."""
-        return 1
-
-    def device_for(self, local_process_index: int) -> torch.device:
-        """The device a process with this local rank uses."""
-        return torch.device(self.device_type)
-
-    def set_device(self, device: torch.device) -> None:
-        """Make ``device`` this process's current device."""
-
-    def synchronize(self) -> None:
-        """Wait for all queued work on the current device."""
-
-    def empty_cache(self) -> None:
-        """Return cached memory to the device's allocator."""
-
-    def manual_seed_all(self, seed: int) -> None:
-        """Seed every device generator of this platform (the CPU one is seeded by the core)."""
-
-    def get_rng_state(self) -> Any:
-        """This process's device RNG state, or ``None`` when the platform has no own generator."""
-        return None
-
-    def set_rng_state(self, state: Any) -> None:
-        """Restore what :meth:`get_rng_state` returned."""
-
-    def memory_allocated(self) -> int | None:
-        """Bytes currently allocated on the current device, when the platform can tell."""
-        return None
-
-    def free_memory(self, index: int) -> int | None:
-        """Bytes free on device ``index`` of this platform, for device maps
-        (``get_max_memory``); ``None`` when its devices are the host's memory (the CPU)."""
-        return None
-
-    def supports_autocast(self, dtype: torch.dtype) -> bool:
-        """Whether ``torch.autocast(self.device_type, dtype)`` works here."""
-        return dtype in (torch.bfloat16, torch.float16)
+sys.modules[__name__] = _module

@@ -1,4 +1,5 @@
-"""``drivetrain.plugin_guard`` is :mod:`drivetrain.kernel.plugin_guard`, the same module (its place before the layers)."""
+"""``drivetrain.plugin_guard`` is :mod:`drivetrain.kernel.plugin_guard`,
+the same module (its place before the layers)."""
 
 import sys
 

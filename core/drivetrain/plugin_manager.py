@@ -1,4 +1,5 @@
-"""``drivetrain.plugin_manager`` is :mod:`drivetrain.kernel.plugin_manager`, the same module (its place before the layers)."""
+"""``drivetrain.plugin_manager`` is :mod:`drivetrain.kernel.plugin_manager`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.public_names`` is :mod:`drivetrain.kernel.contributed`, the same module (its place before the layers)."""
+"""``drivetrain.public_names`` is :mod:`drivetrain.kernel.contributed`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.registration`` is :mod:`drivetrain.kernel.registration`, the same module (its place before the layers)."""
+"""``drivetrain.registration`` is :mod:`drivetrain.kernel.registration`,
+the same module (its place before the layers)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``drivetrain.version`` is :mod:`drivetrain.kernel.version`, the same module (its place before the layers)."""
+"""``drivetrain.version`` is :mod:`drivetrain.kernel.version`,
+the same module (its place before the layers)."""
 
 import sys
 

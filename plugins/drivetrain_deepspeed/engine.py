@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import torch
 
-from drivetrain.plugin_api import AcceleratedOptimizer, AcceleratedScheduler, ConfigError, DrivetrainError
+from drivetrain.plugin_api import AcceleratedOptimizer, AcceleratedScheduler, ConfigError, DrivetrainError, prepared_objects
 
 from .autofill import Facts, fill_auto_values, fill_precision
 from .inputs import cast_inputs_to_engine_dtype
@@ -112,7 +112,7 @@ def _is_scheduler(obj: Any) -> bool:
 
 
 def _micro_batch_sizes(objects: Sequence[Any], accelerator: Any, world_size: int) -> list[int]:
-    loaders = [o for o in objects if isinstance(o, torch.utils.data.DataLoader)] or list(accelerator._dataloaders)
+    loaders = [o for o in objects if isinstance(o, torch.utils.data.DataLoader)] or list(prepared_objects(accelerator).dataloaders)
     sizes = []
     for loader in loaders:
         total = getattr(loader, "total_batch_size", None)

@@ -13,7 +13,7 @@ import sys
 
 
 def main() -> None:
-    from drivetrain.worker_lifetime import die_with_launcher
+    from drivetrain.runtime.worker_lifetime import die_with_launcher
 
     die_with_launcher()  # first: a launcher killed during start-up must not leave this process behind
     from torch.distributed.elastic.multiprocessing.errors import record
@@ -23,8 +23,8 @@ def main() -> None:
         if len(sys.argv) < 3 or sys.argv[1] not in ("--script", "--module"):
             raise SystemExit("usage: python -m drivetrain.cli.child (--script PATH | --module NAME) [ARGS...]")
         kind, target, arguments = sys.argv[1], sys.argv[2], sys.argv[3:]
-        from drivetrain.launchers import ERRORS_DIR_VARIABLE
-        from drivetrain.process_exits import note_worker_start
+        from drivetrain.services.launchers import ERRORS_DIR_VARIABLE
+        from drivetrain.runtime.process_exits import note_worker_start
 
         note_worker_start(os.environ.get(ERRORS_DIR_VARIABLE))  # so the launcher can tell who ended first
         sys.argv = [target, *arguments]
@@ -37,7 +37,7 @@ def main() -> None:
         except KeyboardInterrupt:  # Ctrl-C reaches every process: the launcher says it once
             raise SystemExit(130) from None
         except BaseException as exc:
-            from drivetrain.launchers import record_failure
+            from drivetrain.services.launchers import record_failure
 
             record_failure(exc)
             raise

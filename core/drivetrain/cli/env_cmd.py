@@ -49,7 +49,7 @@ def _plugin_lines(manager: Any) -> list[dict[str, str]]:
 
 def collect(config_file: str | None = None) -> dict[str, Any]:
     """The data of the report (also the ``--json`` output)."""
-    from ..detection import detect
+    from ..selection.detection import detect
     from ..kernel.errors import DrivetrainError
     from ..kernel.plugin_manager import get_plugin_manager
     from ..kernel.version import PLUGIN_API_VERSION, __version__
@@ -80,7 +80,7 @@ def collect(config_file: str | None = None) -> dict[str, Any]:
         "candidates": [c.to_json() for c in detection.candidates],
     }
     try:
-        from ..selection import requests_from_env, select
+        from ..selection.choice import requests_from_env, select
 
         selection = select(manager, requests_from_env(manager))
         report["run_choice"] = {

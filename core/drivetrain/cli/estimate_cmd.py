@@ -38,7 +38,7 @@ def add_parser(subparsers: Any) -> None:
 
 def build_empty_model(model_name: str, library_name: str | None = None, trust_remote_code: bool = False) -> Any:
     """The model ``model_name`` names, on the meta device."""
-    from ..big_modeling import init_empty_weights
+    from ..services.big_model.dispatch import init_empty_weights
 
     path = Path(model_name)
     if library_name is None:
@@ -84,7 +84,7 @@ def _transformers_model(path: Path, trust_remote_code: bool) -> Any:
 
 def estimate(model: Any, dtypes: list[str]) -> list[dict[str, Any]]:
     """Per dtype: bytes of the largest layer, of the whole model, and to train it with Adam."""
-    from ..utils.modeling import calculate_maximum_sizes
+    from ..services.big_model.modeling import calculate_maximum_sizes
 
     total, (largest, _) = calculate_maximum_sizes(model)
     rows = []

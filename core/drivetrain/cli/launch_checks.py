@@ -106,7 +106,7 @@ def check_choices(args: argparse.Namespace, given: set[str]) -> None:
                           "local rank such as 0:3,1:1")
     dynamo = getattr(args, "dynamo_backend", None)
     if dynamo is not None:
-        from ..enums import DynamoBackend
+        from ..selection.enums import DynamoBackend
 
         if str(dynamo).upper().replace("-", "_") not in DynamoBackend.names():
             where = _origin("dynamo_backend", given, config, "dynamo_config.dynamo_backend")

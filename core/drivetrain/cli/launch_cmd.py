@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from ..kernel import environment
 from ..kernel.errors import ConfigError, LaunchError
-from ..worker_lifetime import LAUNCHER_VARIABLE, launcher_identity
+from ..runtime.worker_lifetime import LAUNCHER_VARIABLE, launcher_identity
 from . import launch_checks
 
 # Options whose value the children read from a DRIVETRAIN_* variable.
@@ -174,7 +174,7 @@ def _installed_precisions(manager: Any) -> list[str]:
 
 def requests_for(args: argparse.Namespace, manager: Any) -> Any:
     """The run's choice as asked: command line, then environment variables, then the file."""
-    from ..selection import Requests, requests_from_config, requests_from_env
+    from ..selection.choice import Requests, requests_from_config, requests_from_env
 
     command_line = Requests(platform=args.platform, cpu=args.cpu or None, strategy=args.strategy,
                             mixed_precision=args.mixed_precision,
@@ -185,7 +185,7 @@ def requests_for(args: argparse.Namespace, manager: Any) -> Any:
 
 def _default_num_processes(args: argparse.Namespace, manager: Any, requests: Any) -> int:
     """One process per device of the chosen platform on each machine (one on the CPU)."""
-    from ..selection import CPU_PLATFORM, choose_platform
+    from ..selection.choice import CPU_PLATFORM, choose_platform
 
     machines = args.num_machines or 1
     candidate, _reason = choose_platform(manager, requests)
@@ -216,8 +216,8 @@ def _defaults(args: argparse.Namespace) -> None:
 
 def resolve_choice(args: argparse.Namespace, manager: Any, requests: Any = None) -> Any:
     """Make the run's choice once, for the whole job, and write it back into ``args``."""
-    from ..cluster import ClusterEnvironment
-    from ..selection import select
+    from ..kernel.cluster import ClusterEnvironment
+    from ..selection.choice import select
 
     requests = requests if requests is not None else requests_for(args, manager)
     job = ClusterEnvironment(name="launch", world_size=args.num_processes)

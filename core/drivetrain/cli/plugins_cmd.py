@@ -37,7 +37,7 @@ def listing(manager: PluginManager, detect: bool) -> dict[str, Any]:
     """The data behind ``plugins list``; its shape is versioned by ``schema_version``."""
     report = None
     if detect:
-        from ..detection import detect as run_detection
+        from ..selection.detection import detect as run_detection
 
         report = run_detection(manager)
         winners = [c.plugin for c in (report.platform, report.cluster_environment) if c]

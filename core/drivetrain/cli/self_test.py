@@ -89,7 +89,7 @@ def check_goes_first(views: list) -> None:
 def check_training(state) -> None:
     import torch
 
-    from ..accelerator import Accelerator
+    from ..facade.accelerator import Accelerator
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
@@ -106,7 +106,7 @@ def check_training(state) -> None:
 
 
 def main() -> int:
-    from drivetrain.state import PartialState
+    from drivetrain.runtime.state import PartialState
 
     state = PartialState()
     if state.is_main_process:

@@ -25,7 +25,7 @@ import yaml
 from ..kernel import environment
 from ..kernel.errors import ConfigError
 from ..kernel.plugin_manager import PluginManager, get_plugin_manager
-from ..selection import CPU_PLATFORM
+from ..selection.choice import CPU_PLATFORM
 from .schema import CORE_FIELDS, Owner, Schema, build_schema, coerce, is_empty, suggest
 
 CONFIG_NAME = "default_config.yaml"
@@ -396,7 +396,7 @@ def write_config(config: Config, path: str | os.PathLike | None = None) -> Path:
 
 def basic_config(mixed_precision: str = "no", manager: PluginManager | None = None) -> Config:
     """A config for this machine: one process per device of the detected platform."""
-    from ..selection import Requests, choose_platform
+    from ..selection.choice import Requests, choose_platform
 
     manager = manager or get_plugin_manager()
     candidate, _reason = choose_platform(manager, Requests())

@@ -102,7 +102,7 @@ def _parse(answer: str, kind: type) -> Any:
 def run_questionnaire(asker: Asker | None = None, manager: PluginManager | None = None) -> dict[str, Any]:
     """Ask every question that applies and return the config file's content (not yet written)."""
     from ..kernel.descriptors import resolve
-    from ..selection import CPU_PLATFORM, Requests, choose_platform, platform_for_distributed_type
+    from ..selection.choice import CPU_PLATFORM, Requests, choose_platform, platform_for_distributed_type
 
     asker = asker or Asker()
     manager = manager or get_plugin_manager()

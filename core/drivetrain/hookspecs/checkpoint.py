@@ -12,8 +12,8 @@ from ..kernel.descriptors import hookspec
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
 
-    from ..optimizer import AcceleratedOptimizer
-    from ..run import Run
+    from ..runtime.optimizer import AcceleratedOptimizer
+    from ..runtime.run import Run
 
 
 @hookspec(firstresult=True)

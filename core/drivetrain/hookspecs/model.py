@@ -12,9 +12,9 @@ from ..kernel.descriptors import hookspec
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
 
-    from ..accelerator import Accelerator
-    from ..kwargs_handlers import TorchDynamoPlugin
-    from ..run import Run
+    from ..facade.accelerator import Accelerator
+    from ..runtime.kwargs_handlers import TorchDynamoPlugin
+    from ..runtime.run import Run
 
 
 @hookspec(firstresult=True)

@@ -12,10 +12,10 @@ from ..kernel.descriptors import hookspec
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import datetime
 
-    from ..accelerator import Accelerator
-    from ..collectives import Collectives
+    from ..facade.accelerator import Accelerator
+    from ..runtime.collectives import Collectives
     from ..kernel.descriptors import PrecisionSpec
-    from ..run import Run
+    from ..runtime.run import Run
 
 
 @hookspec(firstresult=True)

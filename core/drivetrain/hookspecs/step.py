@@ -13,9 +13,9 @@ if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
     from torch.utils.data import DataLoader
 
-    from ..optimizer import AcceleratedOptimizer
-    from ..run import Run
-    from ..scheduler import AcceleratedScheduler
+    from ..runtime.optimizer import AcceleratedOptimizer
+    from ..runtime.run import Run
+    from ..runtime.scheduler import AcceleratedScheduler
 
 
 @hookspec(firstresult=True)

@@ -44,7 +44,7 @@ _LAZY_BY_MODULE: dict[str, tuple[str, ...]] = {
     "launching": ("CHILD_MODULE", "ERRORS_DIR_VARIABLE", "ExitWatcher", "describe_exit", "failure_summary",
                   "last_stderr_line", "prepare_multi_gpu_env", "recorded_failures"),
     "training": ("AcceleratedOptimizer", "AcceleratedScheduler", "GradientState", "PartialState",
-                 "convert_to_fp32", "recursively_apply"),
+                 "PreparedObjects", "convert_to_fp32", "prepared_objects", "recursively_apply"),
     "checkpoints": ("check_optimizer", "load_tree", "read_model_files", "safe_torch_load", "save_tree",
                     "write_model_files"),
     "modeling": ("dispatch_model", "load_checkpoint_in_model", "repeated_blocks", "resolve_device",

@@ -6,9 +6,9 @@ Nothing read from disk runs code: ``safe_torch_load`` is the only way a plugin r
 nested state through ``save_tree``/``load_tree`` (safetensors and JSON, no pickle).
 """
 
-from ..checkpointing.compatibility import check_optimizer
-from ..checkpointing.model_files import read_model_files, write_model_files
-from ..checkpointing.safe_load import safe_torch_load
-from ..checkpointing.tree_io import load_tree, save_tree
+from ..services.checkpointing.compatibility import check_optimizer
+from ..services.checkpointing.model_files import read_model_files, write_model_files
+from ..services.checkpointing.safe_load import safe_torch_load
+from ..services.checkpointing.tree_io import load_tree, save_tree
 
 __all__ = ["check_optimizer", "load_tree", "read_model_files", "safe_torch_load", "save_tree", "write_model_files"]

@@ -1,9 +1,9 @@
 """What a launcher plugin needs to start processes the way ``drivetrain launch`` does: the
 child entry point, the failure records the children leave, and how exits are described."""
 
-from ..launchers import CHILD_MODULE, ERRORS_DIR_VARIABLE, failure_summary, recorded_failures
-from ..process_exits import ExitWatcher, describe_exit, last_stderr_line
-from ..utils.launch import prepare_multi_gpu_env
+from ..services.launchers import CHILD_MODULE, ERRORS_DIR_VARIABLE, failure_summary, recorded_failures
+from ..runtime.process_exits import ExitWatcher, describe_exit, last_stderr_line
+from ..cli.launch_environment import prepare_multi_gpu_env
 
 __all__ = [
     "CHILD_MODULE", "ERRORS_DIR_VARIABLE", "ExitWatcher", "describe_exit", "failure_summary",

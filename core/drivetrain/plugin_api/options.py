@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..kwargs_handlers import KwargsHandler
+from ..runtime.kwargs_handlers import KwargsHandler
 
 __all__ = ["KwargsHandler", "bool_argument", "default_config_path"]
 

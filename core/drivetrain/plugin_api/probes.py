@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..utils.imports import absent_probe, is_package_available
-from ..utils.versions import compare_versions, is_torch_version
+from ..services.availability import absent_probe, is_package_available
+from ..selection.versions import compare_versions, is_torch_version
 
 __all__ = ["absent_probe", "compare_versions", "contributed", "is_package_available", "is_torch_version"]
 

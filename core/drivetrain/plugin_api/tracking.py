@@ -1,5 +1,5 @@
 """The base classes of a tracker plugin and the value conversions trackers share."""
 
-from ..tracking import GeneralTracker, LibraryRunTracker, flatten_config, images_by_key, is_number, plain_value
+from ..services.tracking import GeneralTracker, LibraryRunTracker, flatten_config, images_by_key, is_number, plain_value
 
 __all__ = ["GeneralTracker", "LibraryRunTracker", "flatten_config", "images_by_key", "is_number", "plain_value"]

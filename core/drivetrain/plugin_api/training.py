@@ -2,14 +2,16 @@
 
 The ``run`` argument of every run hook is the rest: ``run.platform``, ``run.options``,
 ``run.collectives`` (the run's all_gather, all_reduce, broadcast, barrier), ``run.state``.
+What the accelerator a hook is given has prepared: ``prepared_objects(accelerator)``.
 """
 
-from ..optimizer import AcceleratedOptimizer
-from ..scheduler import AcceleratedScheduler
-from ..state import GradientState, PartialState
+from ..runtime.optimizer import AcceleratedOptimizer
+from ..runtime.prepared import PreparedObjects, prepared_objects
+from ..runtime.scheduler import AcceleratedScheduler
+from ..runtime.state import GradientState, PartialState
 from ..tensors.nested import convert_to_fp32, recursively_apply
 
 __all__ = [
-    "AcceleratedOptimizer", "AcceleratedScheduler", "GradientState", "PartialState", "convert_to_fp32",
-    "recursively_apply",
+    "AcceleratedOptimizer", "AcceleratedScheduler", "GradientState", "PartialState", "PreparedObjects",
+    "convert_to_fp32", "prepared_objects", "recursively_apply",
 ]

@@ -29,9 +29,9 @@ from typing import Any, Callable
 
 import torch
 
-from ..collectives import REDUCTIONS
+from ..runtime.collectives import REDUCTIONS
 from ..kernel.errors import DistributedError
-from ..state import GradientState, PartialState
+from ..runtime.state import GradientState, PartialState
 from ..tensors.nested import (
     _leaves,
     _map_tensors,

@@ -1,49 +1,8 @@
-"""File names and launcher parameters Accelerate users refer to (``accelerate.utils.constants``).
+"""``drivetrain.utils.constants`` is :mod:`drivetrain.selection.constants`,
+the same module (its place before the layers)."""
 
-The names are those of Accelerate's checkpoint layout, which the ecosystem (and drivetrain's
-``save_model``) uses for model weights.
-"""
+import sys
 
-from __future__ import annotations
+from ..selection import constants as _module
 
-from ..kernel.contributed import contributed_getattr
-
-MODEL_NAME = "pytorch_model"
-SAFE_MODEL_NAME = "model"
-RNG_STATE_NAME = "random_states"
-OPTIMIZER_NAME = "optimizer"
-SCHEDULER_NAME = "scheduler"
-SAMPLER_NAME = "sampler"
-SCALER_NAME = "scaler.pt"
-PROFILE_PATTERN_NAME = "profile_{suffix}.json"
-WEIGHTS_NAME = f"{MODEL_NAME}.bin"
-WEIGHTS_PATTERN_NAME = "pytorch_model{suffix}.bin"
-WEIGHTS_INDEX_NAME = f"{WEIGHTS_NAME}.index.json"
-SAFE_WEIGHTS_NAME = f"{SAFE_MODEL_NAME}.safetensors"
-SAFE_WEIGHTS_PATTERN_NAME = "model{suffix}.safetensors"
-SAFE_WEIGHTS_INDEX_NAME = f"{SAFE_WEIGHTS_NAME}.index.json"
-
-#: The torch version from which the profiler records the device timeline of every platform.
-MITA_PROFILING_AVAILABLE_PYTORCH_VERSION = "2.1.0"
-
-#: Options of ``torchrun`` that ``drivetrain launch`` passes through to it.
-TORCH_LAUNCH_PARAMS = [
-    "nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf", "standalone",
-    "max_restarts", "monitor_interval", "start_method", "role", "module", "m", "no_python", "run_path",
-    "log_dir", "r", "redirects", "t", "tee", "node_rank", "master_addr", "master_port",
-]
-
-STR_OPERATION_TO_FUNC_NAMES = (">", ">=", "==", "!=", "<=", "<")
-
-
-def __getattr__(name: str) -> object:
-    # The multi-process distributed types come from the installed platforms and strategies,
-    # so the list is built when asked for, not written here.
-    if name == "TORCH_DISTRIBUTED_OPERATION_TYPES":
-        from ..enums import DistributedType
-
-        return [str(member) for member in DistributedType if str(member).startswith("MULTI_")]
-    return _contributed(name)
-
-
-_contributed = contributed_getattr(__name__)  # a plugin's name for this module: "utils.constants.<name>"
+sys.modules[__name__] = _module

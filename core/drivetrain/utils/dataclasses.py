@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..enums import (
+from ..selection.enums import (
     ComputeEnvironment,
     CustomDtype,
     DistributedType,
@@ -18,7 +18,7 @@ from ..enums import (
     RNGType,
     SageMakerDistributedType,
 )
-from ..kwargs_handlers import (
+from ..runtime.kwargs_handlers import (
     AutocastKwargs,
     DataLoaderConfiguration,
     GradientAccumulationPlugin,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..memory import find_executable_batch_size, release_memory, should_reduce_batch_size
+from ..services.memory import find_executable_batch_size, release_memory, should_reduce_batch_size
 from ..kernel.contributed import contributed_getattr
 
 __all__ = ["find_executable_batch_size", "release_memory", "should_reduce_batch_size"]

@@ -1,16 +1,8 @@
-"""Rich tracebacks when ``rich`` is installed (``accelerate.utils.rich``): importing this module
-installs them, as importing Accelerate's does."""
+"""``drivetrain.utils.rich`` is :mod:`drivetrain.services.rich_tracebacks`,
+the same module (its place before the layers)."""
 
-from __future__ import annotations
+import sys
 
-from .imports import is_rich_available
-from ..kernel.contributed import contributed_getattr
+from ..services import rich_tracebacks as _module
 
-if is_rich_available():
-    from rich.traceback import install
-
-    install(show_locals=False)
-
-
-# names a plugin contributes to this module (keys "utils.rich.<name>"), served on first access
-__getattr__ = contributed_getattr(__name__)
+sys.modules[__name__] = _module

@@ -1,0 +1,154 @@
+"""Helpers for starting processes (``accelerate.utils.launch``).
+
+They work on the arguments ``drivetrain launch`` parses; the environment of a child is the
+one ``drivetrain launch`` computes (the resolved choice, plugin options and launch
+variables), so a library that starts its own processes gives them the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable, Sequence
+
+from ..selection.enums import DistributedType
+from ..kernel.errors import LaunchError
+from ..services.launchers import CHILD_MODULE
+from ..kernel.contributed import contributed_getattr
+
+
+class PrepareForLaunch:
+    """Wraps a function for ``torch.multiprocessing.start_processes``: process ``index`` sets
+    the rank variables a launcher would have set, then calls ``launcher(*args)``.
+
+    Args:
+        launcher: the function to run in each process.
+        distributed_type: a multi-process ``DistributedType`` sets ``LOCAL_RANK``/``RANK``;
+            ``NO`` runs the function as it is.
+        debug: run the processes in the debug mode of ``debug_launcher`` (CPU, checks on).
+    """
+
+    def __init__(self, launcher: Callable[..., Any], distributed_type: str = "NO", debug: bool = False) -> None:
+        self.launcher = launcher
+        self.distributed_type = DistributedType(distributed_type)
+        self.debug = debug
+
+    def __call__(self, index: int, *args: Any) -> Any:
+        if self.debug:
+            world_size = int(os.environ.get("WORLD_SIZE", "1"))
+            os.environ.update(LOCAL_RANK=str(index), RANK=str(index), WORLD_SIZE=str(world_size),
+                              DRIVETRAIN_DEBUG_MODE="1")
+        elif self.distributed_type != DistributedType.NO:
+            processes_per_node = int(os.environ.get("NPROC", os.environ.get("LOCAL_WORLD_SIZE", "1")))
+            node_rank = int(os.environ.get("NODE_RANK", "0"))
+            os.environ["LOCAL_RANK"] = str(index)
+            os.environ["RANK"] = str(processes_per_node * node_rank + index)
+        os.environ["FORK_LAUNCHED"] = "1"
+        return self.launcher(*args)
+
+
+def _resolved(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` completed as ``drivetrain launch`` would: config file merged, defaults filled."""
+    from . import launch_cmd
+    from ..kernel.plugin_manager import get_plugin_manager
+
+    if getattr(args, "selection", None) is not None:
+        return args
+    manager = get_plugin_manager()
+    launch_cmd.merge_config(args)
+    requests = launch_cmd.requests_for(args, manager)
+    if args.num_processes is None:
+        args.num_processes = launch_cmd._default_num_processes(args, manager, requests)
+    launch_cmd._defaults(args)
+    args.selection = launch_cmd.resolve_choice(args, manager, requests)
+    return args
+
+
+def _child_command(args: argparse.Namespace) -> list[str]:
+    if getattr(args, "no_python", False):
+        return [args.training_script, *args.training_script_args]
+    mode = "--module" if getattr(args, "module", False) else "--script"
+    return [sys.executable, "-m", CHILD_MODULE, mode, args.training_script, *args.training_script_args]
+
+
+def prepare_simple_launcher_cmd_env(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of a single-process launch of ``args``."""
+    from .launch_cmd import child_environment
+
+    args = _resolved(args)
+    env = dict(os.environ)
+    env.update(child_environment(args, args.selection))
+    return _child_command(args), env
+
+
+def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:
+    """The environment of every process of a multi-process launch of ``args`` (the rank
+    variables are added by the elastic agent that starts them)."""
+    from .launch_cmd import child_environment
+
+    args = _resolved(args)
+    env = dict(os.environ)
+    env.update(child_environment(args, args.selection))
+    env.setdefault("OMP_NUM_THREADS", str(getattr(args, "num_cpu_threads_per_process", None) or 1))
+    return env
+
+
+def prepare_sagemager_args_inputs(sagemaker_config: Any, args: argparse.Namespace) -> tuple[argparse.Namespace,
+                                                                                             dict[str, Any]]:
+    """Accelerate's conversion of a launch into an Amazon SageMaker estimator's arguments.
+
+    drivetrain does not launch jobs on SageMaker (no plugin provides it), so this refuses
+    instead of returning arguments for a launch that cannot happen. Inside a SageMaker
+    training job, ``drivetrain launch`` runs like on any machine.
+    """
+    raise LaunchError("drivetrain cannot launch on Amazon SageMaker: start the job with SageMaker's own estimator "
+                      "and run `drivetrain launch` (or torchrun) inside it; set compute_environment: LOCAL_MACHINE")
+
+
+def _typed(value: str) -> Any:
+    """A script argument's value as the type it spells: ``True``/``False``, an int, a float, or text."""
+    if value in ("True", "False"):
+        return value == "True"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _convert_nargs_to_dict(nargs: Sequence[str]) -> dict[str, Any]:
+    """Training-script arguments (``["--epochs", "3", ...]``) as a dict of typed values, the form a
+    SageMaker estimator's hyperparameters take.
+
+    Raises:
+        ValueError: an option has no value (a ``store_true`` flag): hyperparameters need one.
+    """
+    result: dict[str, Any] = {}
+    items = list(nargs)
+    index = 0
+    while index < len(items):
+        item = items[index]
+        value = items[index + 1] if index + 1 < len(items) else None
+        if value is None or value.startswith("-") and not _is_number(value):
+            raise ValueError(f"option {item} has no value; SageMaker hyperparameters need one, "
+                             f"so write {item} True (or False) instead of a bare flag")
+        result[item.lstrip("-")] = _typed(value)
+        index += 2
+    return result
+
+
+def _is_number(text: str) -> bool:
+    return not isinstance(_typed(text), (str, bool))
+
+
+def _filter_args(args: argparse.Namespace, parser: argparse.ArgumentParser,
+                 default_args: Sequence[str] = ()) -> argparse.Namespace:
+    """The options of ``args`` that ``parser`` knows, others dropped, parser defaults filled in."""
+    known = vars(parser.parse_args(list(default_args)))
+    return argparse.Namespace(**{key: value for key, value in vars(args).items() if key in known})
+
+
+# names a plugin contributes to this module (keys "utils.launch.<name>"), served on first access
+__getattr__ = contributed_getattr("drivetrain.utils.launch")

@@ -1,0 +1,654 @@
+"""The ``Accelerator``: Accelerate's facade, one class whose every public member is a few calls
+to its collaborators and the run's plugins.
+
+Every public member is defined here, as a ``def`` or as an assignment in ``__init__``, except
+Accelerate's attributes of a backend, which the core does not name: those come through
+``__getattr__``, one look-up described in :mod:`drivetrain.backend_attributes`.
+
+Collaborators, each with one job: :mod:`.init_arguments` (the constructor's general
+arguments), :mod:`.backend_arguments` (its backend arguments), :mod:`.preparation` (what
+``prepare`` does per object), :mod:`.training_step` (backward, accumulation, clipping,
+unwrapping), :mod:`.checkpoint_calls` (saving, loading and telling of checkpoints),
+:mod:`.uneven_inputs`, and the process state (:mod:`.state`) and collectives
+(:mod:`.utils.operations`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import weakref
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from . import checkpoint_calls, init_arguments, preparation, training_step, uneven_inputs
+from ..selection.backend_arguments import positional_options, strategy_for_options, strategy_option_attributes
+from ..runtime.backend_attributes import backend_attribute
+from ..kernel.errors import CheckpointError, ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
+from ..runtime.kwargs_handlers import (
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    KwargsHandler,
+    ProfileKwargs,
+    ProjectConfiguration,
+    TorchDynamoPlugin,
+)
+from ..runtime.prepared import PreparedObjects
+from ..runtime.state import AcceleratorState, GradientState
+from ..services.other import remove_mixed_precision_forward  # noqa: F401  (its old home)
+
+
+class Accelerator:
+    """Prepare a model, its optimizer, scheduler and data for the run this process is in.
+
+    Arguments are Accelerate's, in Accelerate's order. A strategy plugin may accept more
+    keyword arguments (those its ``StrategySpec.accelerator_arguments`` names, such as
+    ``fsdp_plugin``); giving one selects that strategy. The ``_strategy_slot_N`` parameters
+    hold the places of Accelerate's backend arguments (``deepspeed_plugin`` to
+    ``megatron_lm_plugin`` after ``dataloader_config``, ``deepspeed_plugins`` and
+    ``parallelism_config`` at the end), so a positional call lands every argument where
+    Accelerate puts it; pass those by their Accelerate names (see ``backend_arguments``).
+
+    Accelerate's attributes of a backend (``deepspeed_plugin``, ``fsdp_plugin``, ``is_fsdp2``,
+    ``fp8_enabled``, ...) are not members: :meth:`__getattr__` finds them.
+    """
+
+    def __init__(
+        self,
+        device_placement: bool = True,
+        split_batches: bool = False,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int = 1,
+        cpu: bool = False,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        _strategy_slot_1: Any = None,
+        _strategy_slot_2: Any = None,
+        _strategy_slot_3: Any = None,
+        _strategy_slot_4: Any = None,
+        rng_types: Sequence[str] | None = None,
+        log_with: Any = None,
+        project_dir: str | os.PathLike | None = None,
+        project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+        step_scheduler_with_optimizer: bool = True,
+        kwargs_handlers: Sequence[KwargsHandler] | None = None,
+        dynamo_backend: str | None = None,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
+        _strategy_slot_5: Any = None,
+        _strategy_slot_6: Any = None,
+        **strategy_options: Any,
+    ) -> None:
+        strategy_options.update(positional_options(
+            (_strategy_slot_1, _strategy_slot_2, _strategy_slot_3, _strategy_slot_4, _strategy_slot_5,
+             _strategy_slot_6), strategy_options))
+        handlers = init_arguments.file_handlers(kwargs_handlers or ())
+        strategy = strategy_for_options(strategy_options)
+        self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, strategy=strategy,
+                                      dynamo_plugin=dynamo_plugin, _from_accelerator=True,
+                                      **init_arguments.state_arguments(handlers))
+        self.run = self.state.run
+        self.state._accelerator = weakref.ref(self)  # the state's newest Accelerator (checkpointing's functions)
+        self.run.handler_kwargs.update(handlers)
+        self.run.options.update(strategy_options)
+
+        self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
+        if project_dir is not None and project_config is not None:
+            self.project_configuration.set_directories(project_dir)
+        self.device_placement = device_placement
+        self.dataloader_config = dataloader_config or DataLoaderConfiguration(split_batches=split_batches)
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
+        self.gradient_state = GradientState(init_arguments.accumulation_plugin(gradient_accumulation_steps,
+                                                                                gradient_accumulation_plugin))
+        self.step = 0
+        self.flag_tensor: torch.Tensor | None = None
+
+        compile_with = init_arguments.dynamo_plugin(dynamo_backend, dynamo_plugin)
+        if compile_with is not None:
+            self.run.options["dynamo_plugin"] = self.state.dynamo_plugin = compile_with
+            self.run.activate_feature("compile")
+        scaler_kwargs = handlers.get("GradScalerKwargs", GradScalerKwargs()).to_kwargs()
+        # `False` from a strategy whose engine scales the loss itself means: no scaler at all
+        self.run.grad_scaler = self.run.call("drivetrain_make_grad_scaler", kwargs=scaler_kwargs) or None
+        self.scaler = self.run.grad_scaler
+
+        # What prepare() recorded, by kind (checkpointing and the step read them).
+        self._prepared = PreparedObjects()
+        # Checkpoints the commit thread put in place, told to plugins and trackers on this thread.
+        self._published_checkpoints: collections.deque[str] = collections.deque()
+        self.trackers = self._build_trackers(log_with)
+        self._configure_run()
+
+    _strategy_for_options = staticmethod(strategy_for_options)
+
+    # Accelerate's private names of the prepared lists, read by scripts and tests; the record is ``_prepared``.
+    _models = property(lambda self: self._prepared.models)
+    _optimizers = property(lambda self: self._prepared.optimizers)
+    _schedulers = property(lambda self: self._prepared.schedulers)
+    _dataloaders = property(lambda self: self._prepared.dataloaders)
+    _custom_objects = property(lambda self: self._prepared.custom_objects)
+    _save_model_state_pre_hook = property(lambda self: self._prepared.save_state_pre_hooks)
+    _load_model_state_pre_hook = property(lambda self: self._prepared.load_state_pre_hooks)
+
+    def _configure_run(self) -> None:
+        """Let the active plugins configure the run for this accelerator (and add attributes)."""
+        for extension in self.run.call("drivetrain_configure_run", accelerator=self):
+            if extension is not None and all(extension is not known for known in self.run.extensions):
+                self.run.extensions.append(extension)
+
+    def _build_trackers(self, log_with: Any) -> Any:
+        if not log_with:
+            return []
+        from ..services.tracking import Trackers
+
+        return Trackers(log_with, logging_dir=self.logging_dir, is_main_process=self.is_main_process, run=self.run)
+
+    # ------------------------------------------- Accelerate's attributes of a backend
+
+    def __getattr__(self, name: str) -> Any:
+        """Accelerate's attributes of a backend, which the core does not name.
+
+        Looks in the run's extension objects (``deepspeed_plugin``, ``fsdp_plugin``,
+        ``is_fsdp2``, ``fp8_enabled``, ... of the active plugins), then in contributed names:
+        the ``<backend>_plugin`` arguments installed strategies declare (the state's value,
+        ``None`` while unused) and the ``accelerator.Accelerator.<name>`` public names plugins
+        contribute (``is_fsdp2``: ``False`` while unused). See :mod:`drivetrain.backend_attributes`.
+        """
+        if "run" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return backend_attribute("accelerator.Accelerator", name, self.run, self._backend_argument,
+                                 owner=type(self).__name__)
+
+    def _backend_argument(self, name: str) -> Any:
+        if name not in strategy_option_attributes():
+            raise AttributeError(name)
+        return getattr(self.state, name)
+
+    def _extension_or(self, name: str, default: Any) -> Any:
+        """What the run's extensions answer for ``name`` (a strategy's device mesh), else ``default``."""
+        try:
+            return self.run.extension_attribute(name)
+        except AttributeError:
+            return default
+
+    # ---------------------------------------------------------- the process
+
+    @property
+    def device(self) -> torch.device:
+        return self.state.device
+
+    @property
+    def distributed_type(self):
+        return self.state.distributed_type
+
+    @property
+    def num_processes(self) -> int:
+        return self.state.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.state.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self.state.local_process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.state.is_main_process
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.state.is_local_main_process
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.state.is_last_process
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.state.use_distributed
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.state.mixed_precision
+
+    @property
+    def native_amp(self) -> bool:
+        """Whether torch's own mixed precision (fp16/bf16 autocast) is in use."""
+        return str(self.state.mixed_precision) in ("fp16", "bf16")
+
+    @property
+    def multi_device(self) -> bool:
+        """Several processes on accelerator devices (not CPU processes)."""
+        distributed = str(self.state.distributed_type)
+        return distributed.startswith("MULTI_") and distributed != "MULTI_CPU"
+
+    # ------------------------------------------------- composable parallelism
+    # A strategy that lays processes out on a device mesh answers these through its run
+    # extension; otherwise each process is its own data shard.
+
+    @property
+    def parallelism_config(self) -> Any:
+        return self._extension_or("parallelism_config", None)
+
+    @property
+    def torch_device_mesh(self) -> Any:
+        return self._extension_or("torch_device_mesh", None)
+
+    @property
+    def is_composable_parallelism_enabled(self) -> bool:
+        return bool(self._extension_or("is_composable_parallelism_enabled", False))
+
+    @property
+    def data_parallel_rank(self) -> int:
+        return self.run.data_parallel_rank
+
+    @property
+    def data_parallel_shard_rank(self) -> int:
+        return self._extension_or("data_parallel_shard_rank", 0)
+
+    @property
+    def tensor_parallel_rank(self) -> int:
+        return self._extension_or("tensor_parallel_rank", 0)
+
+    @property
+    def context_parallel_rank(self) -> int:
+        return self._extension_or("context_parallel_rank", 0)
+
+    @property
+    def pipeline_parallel_rank(self) -> int:
+        return self._extension_or("pipeline_parallel_rank", 0)
+
+    def maybe_context_parallel(self, buffers: list[Any] | None = None, buffer_seq_dims: list[int] | None = None,
+                               no_restore_buffers: set[Any] | None = None) -> contextlib.AbstractContextManager:
+        """Split ``buffers`` over the context-parallel processes inside the block (a no-op
+        when the run has no such dimension)."""
+        enter = self._extension_or("maybe_context_parallel", None)
+        if enter is None:
+            return contextlib.nullcontext()
+        return enter(buffers=buffers, buffer_seq_dims=buffer_seq_dims, no_restore_buffers=no_restore_buffers)
+
+    # ------------------------------------------------ the options it was built with
+
+    @property
+    def project_dir(self) -> str | None:
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        return self.project_configuration.logging_dir
+
+    @property
+    def save_iteration(self) -> int:
+        return self.project_configuration.iteration
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self.dataloader_config.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self.dataloader_config.even_batches = value
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return self.dataloader_config.use_seedable_sampler
+
+    @property
+    def non_blocking(self) -> bool:
+        return self.dataloader_config.non_blocking
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        return self.dataloader_config.use_stateful_dataloader
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        self.gradient_state.plugin_kwargs.update({"num_steps": steps})
+
+    @property
+    def sync_gradients(self) -> bool:
+        return self.gradient_state.sync_gradients
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self.gradient_state.sync_gradients = value
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        return any(getattr(opt, "step_was_skipped", False) for opt in self._prepared.optimizers)
+
+    # The kwargs handlers given in `kwargs_handlers` (`None` for a class not given).
+
+    @property
+    def autocast_handler(self) -> Any:
+        return self.run.handler_kwargs.get("AutocastKwargs")
+
+    @property
+    def ddp_handler(self) -> Any:
+        return self.run.handler_kwargs.get("DistributedDataParallelKwargs")
+
+    @property
+    def init_handler(self) -> Any:
+        return self.run.handler_kwargs.get("InitProcessGroupKwargs")
+
+    @property
+    def scaler_handler(self) -> Any:
+        return self.run.handler_kwargs.get("GradScalerKwargs")
+
+    @property
+    def profile_handler(self) -> Any:
+        return self.run.handler_kwargs.get("ProfileKwargs")
+
+    @property
+    def log_with(self) -> list[Any]:
+        """The trackers selected: their names, and the tracker objects given."""
+        choices = getattr(self.trackers, "_choices", [])  # no trackers: an empty list
+        return [choice.name if hasattr(choice, "spec") else choice for choice in choices]
+
+    @property
+    def should_save_model(self) -> bool:
+        """Whether this process writes model files; a strategy that shards the model over some
+        process-mesh dimensions and replicates it over others answers for itself."""
+        return bool(self._extension_or("should_save_model", True))
+
+    # ---------------------------------------------------------------- prepare
+
+    def prepare(self, *args: Any, device_placement: Sequence[bool] | None = None) -> Any:
+        """Prepare models, optimizers, schedulers and data loaders, in any order.
+
+        Returns them in the order given (a single object when one was given).
+        """
+        return preparation.prepare(self, args, device_placement)
+
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
+                      evaluation_mode: bool = False) -> torch.nn.Module:
+        """Place, convert, wrap and finalise a model through the active plugins."""
+        return preparation.prepare_model(self, model, device_placement, evaluation_mode)
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None) -> Any:
+        return preparation.prepare_optimizer(self, optimizer, device_placement)
+
+    def prepare_scheduler(self, scheduler: Any) -> Any:
+        return preparation.prepare_scheduler(self, scheduler)
+
+    def prepare_data_loader(self, data_loader: Any, device_placement: bool | None = None,
+                            slice_fn_for_dispatch: Callable | None = None) -> Any:
+        return preparation.prepare_data_loader(self, data_loader, device_placement, slice_fn_for_dispatch)
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        from ..services.data_loader import skip_first_batches
+
+        return skip_first_batches(dataloader, num_batches=num_batches)
+
+    # ------------------------------------------------------------ the step
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Backward for ``loss``, divided for gradient accumulation, through the active plugins."""
+        training_step.backward(self, loss, kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+        """Run backward without synchronising gradients across processes."""
+        context = self.run.call("drivetrain_no_sync", model=model)
+        with context if context is not None else contextlib.nullcontext():
+            yield
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """One micro-batch of gradient accumulation: gradients synchronise at the window's end."""
+        with training_step.accumulate(self, models):
+            yield
+
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> Iterator[None]:
+        """Synchronise in the next backward even inside ``no_sync``."""
+        context = self.run.call("drivetrain_sync_in_backward", model=model)
+        with context if context is not None else contextlib.nullcontext():
+            yield
+
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Divide fp16 gradients by the loss scale (once per step), before clipping."""
+        training_step.unscale_gradients(self, optimizer)
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2) -> torch.Tensor | None:
+        """Clip the gradient norm (after unscaling); returns the total norm.
+
+        ``None`` when the strategy clips inside its own step and measured no norm there.
+        """
+        return training_step.clip_grad_norm(self, parameters, max_norm, norm_type)
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """Clip each gradient to ``[-clip_value, clip_value]`` (after unscaling).
+
+        A strategy that cannot (its engine steps inside ``backward``, or its gradients are
+        sharded) raises before anything changes; use :meth:`clip_grad_norm_` there.
+        """
+        training_step.clip_grad_value(self, parameters, clip_value)
+
+    @property
+    def has_lomo_optimizer(self) -> bool:
+        """Whether a prepared optimizer is a LOMO one (its step happens inside backward)."""
+        return bool(training_step.lomo_optimizers(self._prepared.optimizers))
+
+    def lomo_backward(self, loss: Any, learning_rate: float) -> None:
+        """Backward and update in one pass, through each prepared LOMO optimizer's ``fused_backward``."""
+        training_step.lomo_backward(self._prepared.optimizers, loss, learning_rate)
+
+    @contextlib.contextmanager
+    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> Iterator[None]:
+        """Run the block in the run's mixed precision."""
+        handler = autocast_handler or self.run.handler_kwargs.get("AutocastKwargs") or AutocastKwargs()
+        context = self.run.call("drivetrain_autocast", kwargs=handler.to_kwargs())
+        with context if context is not None else contextlib.nullcontext():
+            yield
+
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
+                     keep_torch_compile: bool = True) -> torch.nn.Module:
+        """The user's module from inside a prepared one."""
+        return training_step.unwrap_model(self.run, model, keep_fp32_wrapper, keep_torch_compile)
+
+    # --------------------------------------------- process control and collectives
+
+    def wait_for_everyone(self) -> None:
+        """Barrier; also waits until the last ``save_state`` checkpoint is on disk, raising if it failed."""
+        checkpoint_calls.wait_for_everyone(self)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        self.state.print(*args, **kwargs)
+
+    def main_process_first(self):
+        return self.state.main_process_first()
+
+    def local_main_process_first(self):
+        return self.state.local_main_process_first()
+
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False):
+        return self.state.split_between_processes(inputs, apply_padding=apply_padding)
+
+    def on_main_process(self, function: Callable | None = None) -> Callable:
+        return self.state.on_main_process(function)
+
+    def on_local_main_process(self, function: Callable | None = None) -> Callable:
+        return self.state.on_local_main_process(function)
+
+    def on_last_process(self, function: Callable | None = None) -> Callable:
+        return self.state.on_last_process(function)
+
+    def on_process(self, function: Callable | None = None, process_index: int | None = None) -> Callable:
+        return self.state.on_process(function, process_index=process_index)
+
+    def on_local_process(self, function: Callable | None = None, local_process_index: int | None = None) -> Callable:
+        return self.state.on_local_process(function, local_process_index=local_process_index)
+
+    def gather(self, tensor: Any) -> Any:
+        from ..services.cross_process import gather
+
+        return gather(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        from ..services.cross_process import gather_for_metrics
+
+        return gather_for_metrics(input_data, use_gather_object=use_gather_object)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        from ..services.cross_process import reduce
+
+        return reduce(tensor, reduction=reduction, scale=scale)
+
+    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
+        from ..services.cross_process import pad_across_processes
+
+        return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
+    def set_trigger(self) -> None:
+        """Raise a flag on this process that :meth:`check_trigger` sees on every process."""
+        self.flag_tensor = torch.tensor(1, device=self.device)
+
+    def check_trigger(self) -> bool:
+        """Whether any process called :meth:`set_trigger` since the last check (collective)."""
+        flag = self.flag_tensor if self.flag_tensor is not None else torch.tensor(0, device=self.device)
+        if int(self.state.collectives.all_reduce(flag.clone(), "sum").item()) < 1:
+            return False
+        self.flag_tensor = torch.tensor(0, device=self.device)
+        return True
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(self, joinables: Sequence[Any], even_batches: bool | None = None) -> Iterator[None]:
+        """Let processes with fewer batches shadow the collectives of the others (torch's Join)."""
+        with uneven_inputs.join_uneven_inputs(self, joinables, even_batches):
+            yield
+
+    # ---------------------------------------------------------- checkpoints
+
+    def save(self, obj: Any, f: str | os.PathLike, safe_serialization: bool = False) -> None:
+        """Save ``obj`` on the main process (on each node's main one with ``save_on_each_node``)."""
+        checkpoint_calls.save(self, obj, f, safe_serialization)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Save and load these objects (anything with ``state_dict``/``load_state_dict``) with the state."""
+        invalid = [type(o).__name__ for o in objects if not (hasattr(o, "state_dict") and hasattr(o, "load_state_dict"))]
+        if invalid:
+            raise ConfigError(f"cannot checkpoint {invalid}: objects need state_dict() and load_state_dict()")
+        self._prepared.custom_objects.extend(objects)
+
+    def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True,
+                   **save_model_func_kwargs: Any) -> str:
+        """Save everything needed to resume exactly; returns the checkpoint directory.
+
+        Returns once every process has written its files; syncing them and renaming the
+        directory into place then overlaps training (``DRIVETRAIN_CHECKPOINT_BACKGROUND=0``
+        waits instead). The checkpoint appears only when complete and synced on every
+        process; a crash leaves the previous one intact. ``load_state``, the next
+        ``save_state``, ``wait_for_everyone`` and ``end_training`` wait for it first. With
+        automatic checkpoint naming, ``total_limit`` older ones are kept.
+        """
+        return checkpoint_calls.save_state(self, output_dir, safe_serialization, save_model_func_kwargs)
+
+    def load_state(self, input_dir: str | os.PathLike | None = None, load_kwargs: dict[str, Any] | None = None,
+                   **load_model_func_kwargs: Any) -> str:
+        """Restore a checkpoint written by :meth:`save_state` (the newest one when none is named).
+
+        ``load_model_func_kwargs`` go to the model's load function (``strict``, ``assign``;
+        a strategy's engine takes its own); ``map_location`` (here or in ``load_kwargs``)
+        places the tensors of registered objects. Every file is verified against its
+        checksum and every state checked against its object before anything changes.
+        """
+        return checkpoint_calls.load_state(self, input_dir, load_kwargs, load_model_func_kwargs)
+
+    def _on_checkpoint_saved(self, directory: os.PathLike) -> None:
+        """Called from the commit's thread once a checkpoint is in place, on the process that
+        published it; the notice waits for this object's next call on the training thread."""
+        self._published_checkpoints.append(os.fspath(directory))
+
+    def register_save_state_pre_hook(self, hook: Callable[..., None]) -> Any:
+        """Call ``hook(models, weights, output_dir)`` before saving; ``handle.remove()`` undoes it."""
+        return checkpoint_calls.register_pre_hook(self._prepared.save_state_pre_hooks, hook)
+
+    def register_load_state_pre_hook(self, hook: Callable[..., None]) -> Any:
+        """Call ``hook(models, input_dir)`` before loading; ``handle.remove()`` undoes it."""
+        return checkpoint_calls.register_pre_hook(self._prepared.load_state_pre_hooks, hook)
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        """The full state dict of a prepared model (gathered where the strategy shards it)."""
+        state = self.run.call("drivetrain_get_state_dict", model=model, unwrap=unwrap)
+        if state is None:
+            state = (self.unwrap_model(model, keep_fp32_wrapper=False) if unwrap else model).state_dict()
+        return state
+
+    def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
+                   safe_serialization: bool = True) -> None:
+        """Write the model's full weights (sharded above ``max_shard_size``) on the main process."""
+        checkpoint_calls.save_model(self, model, save_directory, max_shard_size, safe_serialization)
+
+    # ------------------------------------------------------------ memory and profiling
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Forget every prepared object and free device memory."""
+        from ..services.memory import release_memory
+
+        self._prepared.forget_prepared()
+        self.step = 0
+        return release_memory(*objects)
+
+    clear = free_memory
+
+    @contextlib.contextmanager
+    def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[Any]:
+        """Profile the block with ``torch.profiler``; writes a trace when asked."""
+        from ..runtime.profiling import build_profiler, export_trace
+
+        handler = profile_handler or self.run.handler_kwargs.get("ProfileKwargs") or ProfileKwargs()
+        with build_profiler(handler, self.run.platform.device_type) as profiler:
+            yield profiler
+        export_trace(profiler, handler, self.process_index)
+
+    def verify_device_map(self, model: torch.nn.Module) -> bool:
+        """Whether the model was dispatched across devices by a device map (big-model inference)."""
+        return any(getattr(m, "hf_device_map", None) and len(m.hf_device_map) > 1 for m in model.modules())
+
+    # ------------------------------------------------------------ trackers
+
+    def init_trackers(self, project_name: str, config: dict | None = None, init_kwargs: dict | None = None) -> None:
+        if self.trackers:
+            self.trackers.init_trackers(project_name, config=config, init_kwargs=init_kwargs or {})
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        if self.trackers:
+            return self.trackers.get_tracker(name, unwrap=unwrap)
+        from ..services.tracking import GeneralTracker
+
+        return GeneralTracker(_blank=True)
+
+    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict | None = None) -> None:
+        checkpoint_calls.tell_published_checkpoints(self)
+        if self.trackers:
+            self.trackers.log(values, step=step, log_kwargs=log_kwargs or {})
+
+    def end_training(self) -> None:
+        """Wait for the last checkpoint (trackers hear of it), then end the trackers."""
+        try:
+            self.wait_for_everyone()
+        finally:
+            if self.trackers:
+                self.trackers.end_training()
+
+    def __repr__(self) -> str:
+        return f"Accelerator(device={self.device}, processes={self.num_processes}, mixed_precision={self.mixed_precision})"

@@ -1,0 +1,196 @@
+"""Kwargs handlers: small dataclasses that customise one part of a run.
+
+``Accelerator(kwargs_handlers=[...])`` files each handler in ``run.handler_kwargs`` under its
+class name; the plugin that owns that part reads it. Handlers that concern no particular
+backend live here; a plugin contributes its own through ``drivetrain_public_names``.
+"""
+
+from __future__ import annotations
+
+import copy
+import numbers
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from typing import Any
+
+from ..kernel.errors import ConfigError
+
+
+class KwargsHandler:
+    """Base of every handler: ``to_kwargs()`` gives the values changed from the defaults."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(self.__dict__)
+
+    def to_kwargs(self) -> dict[str, Any]:
+        default = type(self)().to_dict()
+        return {key: value for key, value in self.to_dict().items() if default.get(key) != value}
+
+
+@dataclass
+class AutocastKwargs(KwargsHandler):
+    """Options of ``torch.autocast`` in mixed-precision forward passes."""
+
+    enabled: bool = True
+    cache_enabled: bool | None = None
+
+
+@dataclass
+class GradScalerKwargs(KwargsHandler):
+    """Options of the fp16 gradient scaler (``torch.amp.GradScaler``)."""
+
+    init_scale: float = 65536.0
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+    enabled: bool = True
+
+
+@dataclass
+class InitProcessGroupKwargs(KwargsHandler):
+    """Options of the process group: ``backend``, ``init_method`` and ``timeout``.
+
+    ``backend=None`` (the default) means the backend the run's platform declares for its
+    devices, and ``timeout=None`` the communication plugin's default. This differs from
+    Accelerate on purpose: Accelerate defaults ``backend`` to its GPU library's name, which
+    the core cannot assume (the platform is a plugin); pass a name to force one.
+    """
+
+    backend: str | None = None
+    init_method: str | None = None
+    timeout: timedelta | None = None
+
+    def to_kwargs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass
+class ProfileKwargs(KwargsHandler):
+    """Options of ``accelerator.profile()`` (``torch.profiler``)."""
+
+    activities: list[str] | None = None
+    schedule_option: dict[str, int] | None = None
+    on_trace_ready: Any = None
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    output_trace_dir: str | None = None
+
+
+@dataclass
+class GradientAccumulationPlugin(KwargsHandler):
+    """How gradient accumulation behaves (Accelerate's ``GradientAccumulationPlugin``).
+
+    ``num_steps=None`` (Accelerate's default) accumulates over one step, as ``1`` does.
+    """
+
+    num_steps: int | None = None
+    adjust_scheduler: bool = True
+    sync_with_dataloader: bool = True
+    sync_each_batch: bool = False
+
+    def to_kwargs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class DataLoaderConfiguration:
+    """How prepared data loaders shard and place batches."""
+
+    split_batches: bool = False
+    dispatch_batches: bool | None = None
+    even_batches: bool = True
+    use_seedable_sampler: bool = False
+    data_seed: int | None = None
+    non_blocking: bool = False
+    use_stateful_dataloader: bool = False
+
+
+@dataclass
+class ProjectConfiguration:
+    """Where a project writes checkpoints and logs, and how checkpoints are named and rotated."""
+
+    project_dir: str | None = None
+    logging_dir: str | None = None
+    automatic_checkpoint_naming: bool = False
+    total_limit: int | None = None
+    iteration: int = 0
+    save_on_each_node: bool = False
+
+    def set_directories(self, project_dir: str | None = None) -> None:
+        self.project_dir = project_dir
+        if self.logging_dir is None:
+            self.logging_dir = project_dir
+
+    def __post_init__(self) -> None:
+        self.set_directories(self.project_dir)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Checked on every assignment, so a limit set later is refused as one given at construction.
+        if name == "total_limit" and value is not None and (not _is_count(value) or value < 1):
+            raise ConfigError(f"ProjectConfiguration(total_limit={value!r}) would keep no checkpoint: pass a number "
+                              "of checkpoints to keep, 1 or more, or None to keep all")
+        if name == "iteration" and (not _is_count(value) or value < 0):
+            raise ConfigError(f"ProjectConfiguration(iteration={value!r}) cannot name a checkpoint (checkpoint_<N> "
+                              "counts from 0): pass 0 or more, e.g. the number after the newest checkpoint_<N>")
+        super().__setattr__(name, value)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+@dataclass
+class TorchDynamoPlugin(KwargsHandler):
+    """``torch.compile`` options for the prepared model.
+
+    An option left at ``None`` is read from the environment as ``drivetrain launch`` (or
+    ``accelerate launch``) sets it: ``DRIVETRAIN_DYNAMO_BACKEND`` (default ``"no"``),
+    ``_MODE`` (``"default"``), ``_USE_FULLGRAPH``, ``_USE_DYNAMIC`` (unset: torch decides)
+    and ``_USE_REGIONAL_COMPILATION``, each also read under its ``ACCELERATE_`` name.
+    """
+
+    backend: str | None = None
+    mode: str | None = None
+    fullgraph: bool | None = None
+    dynamic: bool | None = None
+    options: dict[str, Any] | None = None
+    disable: bool = False
+    use_regional_compilation: bool | None = None
+
+    def __post_init__(self) -> None:
+        from ..kernel import environment
+
+        if self.backend is None:
+            self.backend = environment.read("DYNAMO_BACKEND", default="no")
+        self.backend = str(getattr(self.backend, "value", self.backend)).lower()
+        if self.mode is None:
+            self.mode = environment.read_checked("DYNAMO_MODE", default="default")
+        elif str(self.mode) not in environment.DYNAMO_MODES:
+            raise ConfigError(f"TorchDynamoPlugin(mode={self.mode!r}) is not a torch.compile mode; use one of "
+                              f"{', '.join(environment.DYNAMO_MODES)}")
+        if self.fullgraph is None:
+            self.fullgraph = environment.read_bool("DYNAMO_USE_FULLGRAPH", default=False)
+        if self.use_regional_compilation is None:
+            self.use_regional_compilation = environment.read_bool("DYNAMO_USE_REGIONAL_COMPILATION", default=False)
+        if self.dynamic is None and environment.read("DYNAMO_USE_DYNAMIC") is not None:
+            self.dynamic = environment.read_bool("DYNAMO_USE_DYNAMIC")
+
+    def compile_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``torch.compile`` besides ``backend`` that these options set."""
+        kwargs: dict[str, Any] = {"fullgraph": self.fullgraph}
+        if self.mode and self.mode != "default":
+            kwargs["mode"] = self.mode
+        if self.dynamic is not None:
+            kwargs["dynamic"] = self.dynamic
+        if self.options:
+            kwargs["options"] = self.options
+        return kwargs
+
+
+__all__ = [
+    "KwargsHandler", "AutocastKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",
+    "GradientAccumulationPlugin", "DataLoaderConfiguration", "ProjectConfiguration", "TorchDynamoPlugin",
+]

@@ -1,0 +1,492 @@
+"""Process state shared by every object of a process: ``PartialState``, ``AcceleratorState``
+and ``GradientState``, API-compatible with Accelerate's.
+
+Each class keeps one shared dictionary (every instance sees the same state), initialised on
+first use: choosing the plugins, placing the device and joining the process group happen
+once per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from datetime import timedelta
+from typing import Any, Callable, Iterator
+
+from ..kernel import environment
+from ..selection.backend_arguments import positional_options, slot_names, strategy_option_attributes
+from .backend_attributes import backend_attribute
+from ..selection.enums import DistributedType
+from ..kernel.errors import ConfigError, DistributedError
+from ..kernel.plugin_manager import get_plugin_manager
+from .run import Run
+from ..selection.choice import Requests, requests_from_env, select
+from ..selection.backend_variables import requested_features
+
+logger = logging.getLogger("drivetrain.state")  # its name before the layers, kept for log filters
+
+DEFAULT_TIMEOUT = timedelta(minutes=30)
+
+
+def _timeout_from(value: Any) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    except (TypeError, ValueError):
+        seconds = None
+    if isinstance(value, bool) or seconds is None or not seconds > 0:
+        raise ConfigError(f"timeout must be a positive number of seconds or a timedelta, not {value!r}")
+    return timedelta(seconds=seconds)
+
+
+class PartialState:
+    """Where this process is: device, rank, number of processes, and how to coordinate.
+
+    Args:
+        cpu: force the CPU platform even when an accelerator is detected.
+        **kwargs: passed to the process group's creation: ``backend``, ``init_method``,
+            ``timeout`` (a ``timedelta`` or seconds). The timeout really applies: a
+            collective that a peer never joins fails after it.
+    """
+
+    _shared_state: dict[str, Any] = {}
+
+    def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
+        self.__dict__ = self._shared_state
+        if self.initialized:
+            if cpu and self.device.type != "cpu":
+                logger.warning("PartialState was already initialised on %s; cpu=True is ignored", self.device)
+            return
+        unknown = set(kwargs) - {"backend", "init_method", "timeout"}
+        if unknown:
+            raise ConfigError(f"unknown process-group option(s) {sorted(unknown)}; use backend, init_method or timeout "
+                              "(InitProcessGroupKwargs(...).to_kwargs())")
+        try:
+            self._initialize(cpu, kwargs)
+        except BaseException:
+            self._shared_state.clear()  # a failed start leaves nothing half made
+            raise
+
+    def _initialize(self, cpu: bool, kwargs: dict[str, Any]) -> None:
+        manager = get_plugin_manager()
+        requests = Requests(cpu=True if cpu else None).merged_over(requests_from_env(manager))
+        selection = select(manager, requests)
+        platform = manager.construct(selection.platform_plugin, selection.platform,
+                                     f"platform {selection.platform.name!r}")
+        run = Run(manager, selection, platform)
+        run.state = self
+        for feature in requested_features(manager):  # DRIVETRAIN_USE_<FEATURE>=1
+            run.activate_feature(feature)
+        self.platform = platform
+        self.cluster = selection.cluster
+        self.debug = environment.read_bool("DEBUG_MODE")
+        self.fork_launched = environment.read_bool("FORK_LAUNCHED")
+        self.device = platform.device_for(self.cluster.local_rank)
+        self.init_process_group_kwargs = dict(kwargs)
+        # What bounds every wait on a peer: collectives, and the checkpoint commit's waits.
+        self.collective_timeout = _timeout_from(kwargs.get("timeout")) or DEFAULT_TIMEOUT
+        if self.cluster.world_size > 1:
+            platform.set_device(self.device)
+            timeout = (_timeout_from(kwargs.get("timeout")) or _timeout_from(environment.read_checked("TIMEOUT"))
+                       or DEFAULT_TIMEOUT)
+            self.collective_timeout = timeout
+            joined = run.call("drivetrain_init_distributed", timeout=timeout, backend=kwargs.get("backend"),
+                              init_method=kwargs.get("init_method"))
+            if not joined:
+                raise DistributedError(
+                    f"{self.cluster.world_size} processes but no active plugin joined them "
+                    f"(drivetrain_init_distributed; active: {', '.join(run.active_plugins)}); see "
+                    "`drivetrain plugins list` and check DRIVETRAIN_BLOCK_PLUGINS"
+                )
+        self._mixed_precision = selection.mixed_precision
+        self.run = run  # last: `initialized` is true only once everything above worked
+        manager.mark_active(run.active_plugins)
+
+    # ------------------------------------------------------------- attributes
+
+    @property
+    def initialized(self) -> bool:
+        return "run" in self._shared_state
+
+    def __repr__(self) -> str:
+        return (
+            f"Distributed environment: {self.distributed_type}\n"
+            f"Num processes: {self.num_processes}\n"
+            f"Process index: {self.process_index}\n"
+            f"Local process index: {self.local_process_index}\n"
+            f"Device: {self.device}\n"
+        )
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        return DistributedType(self.run.selection.distributed_type)
+
+    @property
+    def num_processes(self) -> int:
+        return self.cluster.world_size
+
+    @property
+    def process_index(self) -> int:
+        return self.cluster.rank
+
+    @property
+    def local_process_index(self) -> int:
+        return self.cluster.local_rank
+
+    @property
+    def num_machines(self) -> int:
+        return self.cluster.num_nodes
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.num_processes > 1
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_process_index == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.process_index == self.num_processes - 1
+
+    @property
+    def mixed_precision(self) -> str:
+        return self._mixed_precision
+
+    @property
+    def backend(self) -> str | None:
+        return getattr(self.run.collectives, "backend", None)
+
+    @property
+    def collectives(self):
+        return self.run.collectives
+
+    # -------------------------------------------------------- coordination
+
+    def wait_for_everyone(self) -> None:
+        """Block until every process reaches this point."""
+        if self.num_processes > 1:
+            self.run.collectives.barrier()
+
+    def _goes_first(self, first: bool) -> Iterator[None]:
+        if not first:
+            self.wait_for_everyone()
+        yield
+        if first:
+            self.wait_for_everyone()
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """The main process runs the block first; the others run it after it finished."""
+        yield from self._goes_first(self.is_main_process)
+
+    @contextlib.contextmanager
+    def local_main_process_first(self) -> Iterator[None]:
+        """Like :meth:`main_process_first`, per machine."""
+        yield from self._goes_first(self.is_local_main_process)
+
+    def _only_when(self, condition: Callable[[], bool], function: Callable | None) -> Callable:
+        if function is None:  # used as @state.on_process(process_index=1)
+            return functools.partial(self._only_when, condition)
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if condition():
+                return function(*args, **kwargs)
+            return None
+
+        return wrapper
+
+    def on_main_process(self, function: Callable | None = None) -> Callable:
+        """Decorator: run ``function`` on the main process only."""
+        return self._only_when(lambda: self.is_main_process, function)
+
+    def on_local_main_process(self, function: Callable | None = None) -> Callable:
+        """Decorator: run ``function`` on each machine's main process only."""
+        return self._only_when(lambda: self.is_local_main_process, function)
+
+    def on_last_process(self, function: Callable | None = None) -> Callable:
+        """Decorator: run ``function`` on the last process only."""
+        return self._only_when(lambda: self.is_last_process, function)
+
+    def on_process(self, function: Callable | None = None, process_index: int | None = None) -> Callable:
+        """Decorator: run ``function`` on the process with global index ``process_index``."""
+        if process_index is None:
+            raise ConfigError("on_process needs process_index=N")
+        return self._only_when(lambda: self.process_index == process_index, function)
+
+    def on_local_process(self, function: Callable | None = None, local_process_index: int | None = None) -> Callable:
+        """Decorator: run ``function`` on the process with this local index on each machine."""
+        if local_process_index is None:
+            raise ConfigError("on_local_process needs local_process_index=N")
+        return self._only_when(lambda: self.local_process_index == local_process_index, function)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the local main process only."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+        """This process's share of ``inputs`` (list, tuple, dict of them, tensor, dataset).
+
+        Shares differ by at most one element; with ``apply_padding`` every process gets the
+        same number, the last element repeated, so the results can be gathered.
+        """
+        yield _split(inputs, self.num_processes, self.process_index, apply_padding)
+
+    # ----------------------------------------------------------- devices
+
+    def set_device(self) -> None:
+        """Make this process's device the current one of its platform."""
+        self.platform.set_device(self.device)
+
+    def destroy_process_group(self, group: Any = None) -> None:
+        """Leave the process group (call once at the end of a script that wants a clean exit).
+
+        In a worker forked by ``notebook_launcher``/``debug_launcher`` the default group is
+        left to the launcher, as in Accelerate.
+        """
+        if self.fork_launched and group is None:
+            return
+        collectives = self.run._collectives
+        if collectives is not None and hasattr(collectives, "destroy"):
+            collectives.destroy(group)
+        self.run.forget_collectives()
+
+    @classmethod
+    def _reset_state(cls, reset_partial_state: bool = True) -> None:
+        """Forget everything (tests, notebooks). The process group, if any, stays."""
+        if reset_partial_state:
+            cls._shared_state.clear()
+
+    @property
+    def default_device(self):
+        return self.platform.device_for(0)
+
+
+def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
+    if parts == 1:
+        return inputs
+    if isinstance(inputs, dict):
+        lengths = {key: len(value) for key, value in inputs.items() if hasattr(value, "__len__")}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"split_between_processes needs every value of the dict to have the same length, "
+                             f"got {lengths}")
+        return {key: _split(value, parts, index, apply_padding) for key, value in inputs.items()}
+    if not hasattr(inputs, "__len__") or isinstance(inputs, (str, bytes)):
+        return inputs  # nothing to split: every process gets it whole
+    length = len(inputs)
+    per_part, extra = divmod(length, parts)
+    start = index * per_part + min(index, extra)
+    end = min(start + per_part + (1 if index < extra else 0), length)
+    target = per_part + (1 if extra else 0)
+    if hasattr(inputs, "select") and not hasattr(inputs, "shape"):  # a datasets.Dataset
+        indices = list(range(start, end)) if start < length else [length - 1]
+        if apply_padding:
+            indices += [indices[-1]] * (target - len(indices))
+        return inputs.select(indices)
+    share = inputs[start:end] if start < length else inputs[-1:]
+    if apply_padding:
+        missing = target - len(share)
+        if missing > 0:
+            filler = share[-1:]
+            if hasattr(share, "shape"):
+                import torch
+
+                share = torch.cat([share, filler.repeat(missing, *([1] * (share.dim() - 1)))])
+            else:
+                share = share + type(share)(list(filler) * missing)
+    return share
+
+
+class AcceleratorState:
+    """``PartialState`` plus what an ``Accelerator`` adds: mixed precision, strategy, plugins.
+
+    Attributes of the process (device, ranks, ...) are read from the ``PartialState``.
+    """
+
+    _shared_state: dict[str, Any] = {}
+
+    def __init__(self, mixed_precision: str | None = None, cpu: bool = False, dynamo_plugin: Any = None,
+                 _strategy_slot_1: Any = None, _strategy_slot_2: Any = None, _strategy_slot_3: Any = None,
+                 _strategy_slot_4: Any = None, _strategy_slot_5: Any = None, _from_accelerator: bool = False, *,
+                 strategy: str | None = None, precision_backend: str | None = None, **kwargs: Any) -> None:
+        self.__dict__ = self._shared_state
+        # Accelerate's five backend arguments by position (named by `state.ACCELERATOR_STATE_SLOTS`)
+        slots = (_strategy_slot_1, _strategy_slot_2, _strategy_slot_3, _strategy_slot_4, _strategy_slot_5)
+        kwargs.update(positional_options(slots, kwargs, "AcceleratorState()", ("state", "ACCELERATOR_STATE_SLOTS")))
+        # Accelerate's AcceleratorState takes backend objects as `<name>_plugin=` keywords
+        # (their classes come from plugins); they are kept, by keyword, in `plugins`.
+        backend_names = set(slot_names("state", "ACCELERATOR_STATE_SLOTS", count=len(slots)) or ())
+        backend_plugins = {key: kwargs.pop(key) for key in list(kwargs)
+                           if key.endswith("_plugin") or key in backend_names}
+        if self.initialized:
+            if mixed_precision is not None and str(mixed_precision).lower() != self.mixed_precision:
+                raise ConfigError(
+                    f"AcceleratorState is already initialised with mixed_precision={self.mixed_precision!r}; "
+                    "create one Accelerator per process (or call AcceleratorState._reset_state() first)"
+                )
+            return
+        partial = PartialState(cpu, **kwargs)
+        self._partial = partial
+        run = partial.run
+        # Choose strategy and precision afresh for every new AcceleratorState (the arguments
+        # win over the environment): after _reset_state() a run must not keep the previous
+        # Accelerator's choice. Platform and cluster environment stay the process's.
+        requests = Requests(mixed_precision=None if mixed_precision is None else str(mixed_precision),
+                            strategy=strategy, precision_backend=precision_backend)
+        env_requests = requests_from_env(run.manager)
+        env_requests.platform = run.selection.platform.name
+        previous = run.selection
+        selection = select(run.manager, requests.merged_over(env_requests), cluster=previous.cluster)
+        selection.cluster_plugin, selection.reasons["cluster"] = previous.cluster_plugin, previous.reasons.get("cluster", "")
+        run.reselect(selection)
+        # What the previous Accelerator gave its plugins (strategy options, attributes such as
+        # `state.deepspeed_plugin`) belongs to that state, not to this one.
+        run.options.clear()
+        run.extensions.clear()
+        run.data_parallel = None
+        run.accelerator_state = self
+        self.dynamo_plugin = dynamo_plugin
+        self.plugins: dict[str, Any] = {key: value for key, value in backend_plugins.items() if value is not None}
+        self._initialized = True
+
+    @property
+    def initialized(self) -> bool:
+        return self._shared_state.get("_initialized", False)
+
+    def __getattr__(self, name: str) -> Any:
+        """Accelerate's attributes of a backend (``deepspeed_plugin``, ``is_fsdp2``) through
+        :func:`~drivetrain.backend_attributes.backend_attribute` (the run's extensions, then
+        contributed names); every other attribute (device, ranks, ...) from the ``PartialState``."""
+        if name.startswith("__") or "_partial" not in self._shared_state:
+            raise AttributeError(name)
+        partial = self._shared_state["_partial"]
+        try:
+            return backend_attribute("state.AcceleratorState", name, getattr(partial, "run", None),
+                                     self._backend_argument)
+        except AttributeError:
+            return getattr(partial, name)
+
+    def _backend_argument(self, name: str) -> Any:
+        """A backend object given by keyword; a declared ``<backend>_plugin`` is ``None`` otherwise."""
+        plugins = self._shared_state.get("plugins") or {}
+        if name in plugins:
+            return plugins[name]
+        if name in strategy_option_attributes():
+            return None
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        return repr(self._partial) + f"Mixed precision type: {self.mixed_precision}\n"
+
+    @property
+    def run(self) -> Run:
+        return self._partial.run
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.run.selection.mixed_precision
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        return DistributedType(self.run.selection.distributed_type)
+
+    @classmethod
+    def _reset_state(cls, reset_partial_state: bool = False) -> None:
+        cls._shared_state.clear()
+        if reset_partial_state:
+            PartialState._reset_state()
+
+
+class GradientState:
+    """Whether gradients are synchronised in this step, and where the data loader stands.
+
+    Shared by the ``Accelerator``, its data loaders and its scheduler.
+    """
+
+    _shared_state: dict[str, Any] = {}
+
+    def __init__(self, gradient_accumulation_plugin: Any = None) -> None:
+        self.__dict__ = self._shared_state
+        if not self.initialized:
+            self.sync_gradients = True
+            self.active_dataloader = None
+            self.dataloader_references: list[Any] = [None]
+            self.plugin_kwargs = {"num_steps": 1, "adjust_scheduler": True, "sync_with_dataloader": True,
+                                  "sync_each_batch": False}
+        if gradient_accumulation_plugin is not None:
+            self.plugin_kwargs = gradient_accumulation_plugin.to_kwargs()
+
+    @property
+    def initialized(self) -> bool:
+        return "sync_gradients" in self._shared_state
+
+    @property
+    def num_steps(self) -> int:
+        return self.plugin_kwargs.get("num_steps") or 1  # None: Accelerate's default, one step
+
+    @property
+    def adjust_scheduler(self) -> bool:
+        return self.plugin_kwargs.get("adjust_scheduler", True)
+
+    @property
+    def sync_with_dataloader(self) -> bool:
+        return self.plugin_kwargs.get("sync_with_dataloader", True)
+
+    @property
+    def sync_each_batch(self) -> bool:
+        return self.plugin_kwargs.get("sync_each_batch", False)
+
+    @property
+    def end_of_dataloader(self) -> bool:
+        return self.active_dataloader is not None and getattr(self.active_dataloader, "end_of_dataloader", False)
+
+    @property
+    def remainder(self) -> int:
+        return -1 if self.active_dataloader is None else getattr(self.active_dataloader, "remainder", -1)
+
+    @property
+    def in_dataloader(self) -> bool:
+        return self.active_dataloader is not None
+
+    def __getattr__(self, name: str) -> Any:
+        """Accelerate's attributes of a backend through
+        :func:`~drivetrain.backend_attributes.backend_attribute`: the run's extensions, then
+        contributed names (what an unused backend's attribute reads until a step sets it)."""
+        return backend_attribute("state.GradientState", name, PartialState._shared_state.get("run"))
+
+    def _set_sync_gradients(self, sync_gradients: bool) -> None:
+        self.sync_gradients = sync_gradients
+
+    def _add_dataloader(self, dataloader: Any) -> None:
+        self.active_dataloader = dataloader
+        self.dataloader_references.append(dataloader)
+
+    def _remove_dataloader(self, dataloader: Any) -> None:
+        if dataloader in self.dataloader_references:
+            self.dataloader_references.remove(dataloader)
+        self.active_dataloader = self.dataloader_references[-1]
+
+    def __repr__(self) -> str:
+        return (f"Sync Gradients: {self.sync_gradients}\nAt end of current dataloader: {self.end_of_dataloader}\n"
+                f"Extra samples added: {self.remainder}\nGradient accumulation plugin: {self.plugin_kwargs}\n")
+
+    @classmethod
+    def _reset_state(cls) -> None:
+        cls._shared_state.clear()
+
+
+def is_initialized() -> bool:
+    """Whether a ``PartialState`` exists in this process."""
+    return "run" in PartialState._shared_state
+
+
+__all__ = ["PartialState", "AcceleratorState", "GradientState", "is_initialized"]

@@ -1,0 +1,585 @@
+"""``save_state`` / ``load_state``: everything a run needs to continue exactly.
+
+The strategy plugin in use writes and reads its models and optimizers (the ``save state``
+hooks); the core writes the rest: schedulers, the grad scaler, data loader positions, RNG
+states of every process, registered objects, and gradients pending in an accumulation
+window. Loading reads and checks every file before changing anything, so a failed load
+leaves the run as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import torch
+
+from ...kernel import environment
+from ...kernel.errors import CheckpointError
+from ...kernel.version import PLUGIN_API_VERSION, __version__
+from . import checksums, commit, compatibility, layout, peers, target
+from .io_pool import FileJobs, shard_bytes, tensor_bytes
+from .model_files import read_model_files_later, write_model_files
+from .safetensors_io import read_safetensors, write_safetensors
+from .tree_io import load_tree_later, save_tree
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...facade.accelerator import Accelerator
+    from ...runtime.prepared import PreparedObjects
+
+logger = logging.getLogger("drivetrain.checkpointing.run_state")  # its name before the layers, kept for log filters
+KIND = "drivetrain-run-state"
+
+
+# ------------------------------------------------------------------ where
+
+
+def checkpoint_root(accelerator: Accelerator) -> Path:
+    if not accelerator.project_dir:
+        raise CheckpointError("automatic checkpoint naming needs a project directory: "
+                              "Accelerator(project_config=ProjectConfiguration(project_dir=...))")
+    return Path(accelerator.project_dir) / "checkpoints"
+
+
+def output_directory(accelerator: Accelerator, output_dir: str | os.PathLike | None) -> Path:
+    config = accelerator.project_configuration
+    if config.automatic_checkpoint_naming:
+        if output_dir is not None:
+            logger.warning("save_state(output_dir) is ignored with automatic_checkpoint_naming; saving under %s",
+                           checkpoint_root(accelerator))
+        return checkpoint_root(accelerator) / f"checkpoint_{config.iteration}"
+    if output_dir is None:
+        raise CheckpointError("save_state() needs an output directory, or "
+                              "ProjectConfiguration(automatic_checkpoint_naming=True, project_dir=...)")
+    return Path(output_dir)
+
+
+def input_directory(accelerator: Accelerator, input_dir: str | os.PathLike | None) -> Path:
+    if input_dir is not None:
+        path = Path(input_dir)
+        layout.recover(path)
+        return path
+    if not accelerator.project_configuration.automatic_checkpoint_naming:
+        raise CheckpointError("load_state() needs a directory, or automatic_checkpoint_naming=True to take "
+                              "the newest checkpoint")
+    found = layout.automatic_checkpoints(checkpoint_root(accelerator))
+    if not found:
+        raise CheckpointError(f"no complete checkpoint under {checkpoint_root(accelerator)}")
+    return found[-1][1]
+
+
+# ------------------------------------------------------------------- RNG
+
+
+def rng_state(platform: Any) -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "device": platform.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any], platform: Any) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state.get("device") is not None:
+        platform.set_rng_state(state["device"])
+
+
+# ------------------------------------------------------------------ save
+
+
+def _gradients(accelerator: Accelerator, prepared: PreparedObjects, skip: set[int]) -> dict[str, torch.Tensor]:
+    """Gradients accumulated in an unfinished window, by model index and name.
+
+    Models in ``skip`` were written by their strategy, which lays their parameters out its
+    own way (shards): their ``.grad`` cannot be restored by name, so they are left out and
+    loading warns that the window's gradients are lost.
+    """
+    grads = {}
+    for index, model in enumerate(prepared.models):
+        if index in skip:
+            continue
+        for name, parameter in accelerator.unwrap_model(model).named_parameters():
+            if parameter.grad is not None:
+                grads[f"{index}.{name}"] = parameter.grad
+    return grads
+
+
+def _write_this_process_files(accelerator: Accelerator, prepared: PreparedObjects, directory: Path,
+                              safe_serialization: bool,
+                              weights: list[Any] | None, options: dict[str, Any]) -> dict[str, str]:
+    """Write what this process owns into ``directory``; returns each file's name and checksum.
+
+    Strategy plugins write their models and optimizers first; the core then writes the
+    rest on a few threads, split into files small enough to keep every thread busy, hashing
+    each file as it writes it (the files plugins wrote are hashed afterwards, on the same
+    threads). Nothing is synced here: the commit does that (see ``commit.py``).
+    """
+    run, main = accelerator.run, accelerator.is_main_process
+    rank = accelerator.process_index
+    written: list[str] = []
+    model_states: list[tuple[int, dict[str, Any]]] = []
+    trees: list[tuple[str, Any]] = []
+    strategy_written: set[int] = set()
+    for index, model in enumerate(prepared.models):
+        if weights is not None and index >= len(weights):
+            continue  # a pre-hook took this model's weights out: it saves them itself
+        files = run.call("drivetrain_save_model_state", model=model, index=index, directory=str(directory),
+                         safe_serialization=safe_serialization, options=dict(options))
+        if files is None:
+            state = weights[index] if weights is not None else accelerator.get_state_dict(model, unwrap=True)
+            if main:
+                model_states.append((index, state))
+        else:
+            written += list(files)
+            strategy_written.add(index)
+    for index, optimizer in enumerate(prepared.optimizers):
+        files = run.call("drivetrain_save_optimizer_state", optimizer=optimizer, index=index, directory=str(directory))
+        if files is None:
+            if main:
+                trees.append((f"optimizer_{index}", optimizer.state_dict()))
+        else:
+            written += list(files)
+    if main:
+        for name, objects in (("scheduler", prepared.schedulers), ("dataloader", prepared.dataloaders),
+                              ("custom_checkpoint", prepared.custom_objects)):
+            trees += [(f"{name}_{index}", obj.state_dict()) for index, obj in enumerate(objects)
+                      if hasattr(obj, "state_dict")]
+        if accelerator.scaler is not None:
+            trees.append(("scaler", accelerator.scaler.state_dict()))
+        trees.append(("accelerator", {"step": accelerator.step, "sync_gradients": accelerator.sync_gradients,
+                                      "iteration": accelerator.project_configuration.iteration}))
+    trees.append((f"random_states_{rank}", rng_state(run.platform)))
+    grads = _gradients(accelerator, prepared, skip=strategy_written) if not accelerator.sync_gradients else {}
+    recorder = checksums.Recorder()
+    with FileJobs() as jobs:
+        plugin_files = {name: jobs.submit(checksums.file_digest, directory / name) for name in written}
+        total = sum(tensor_bytes(state) for _i, state in model_states) + sum(tensor_bytes(t) for _n, t in trees)
+        limit = shard_bytes(total, jobs.threads)
+        for index, state in model_states:
+            written += _write_model(state, directory, index, safe_serialization, jobs, limit, recorder)
+        for name, tree in trees:
+            written += save_tree(tree, directory / name, jobs=jobs, shard_bytes=limit, recorder=recorder)
+        if grads:
+            jobs.submit(write_safetensors, directory / f"gradients_{rank}.safetensors", grads, fsync=False,
+                        recorder=recorder)
+            written.append(f"gradients_{rank}.safetensors")
+    digests = {}
+    for name in written:
+        digest = plugin_files[name].result() if name in plugin_files else recorder.get(directory / name)
+        digests[name] = digest if digest is not None else checksums.file_digest(directory / name)
+    return digests
+
+
+def _write_model(state: dict[str, Any], directory: Path, index: int, safe_serialization: bool, jobs: FileJobs,
+                 limit: int, recorder: checksums.Recorder) -> list[str]:
+    subdir = f"model_{index}"
+    files = write_model_files(state, directory / subdir, max_shard_size=limit, safe_serialization=safe_serialization,
+                              fsync=False, jobs=jobs, recorder=recorder)
+    return [f"{subdir}/{name}" for name in files]
+
+
+def _publisher_rank(accelerator: Accelerator) -> int:
+    """The process that publishes this process's files: the main one, or its node's first."""
+    if accelerator.project_configuration.save_on_each_node:
+        return accelerator.process_index - accelerator.local_process_index
+    return 0
+
+
+def _manifest(accelerator: Accelerator, prepared: PreparedObjects, files: dict[str, str]) -> dict[str, Any]:
+    return {
+        "kind": KIND,
+        "drivetrain_version": __version__,
+        "plugin_api_version": PLUGIN_API_VERSION,
+        "plugins": {name: accelerator.run.manager.records[name].version for name in accelerator.run.active_plugins},
+        "distributed_type": str(accelerator.distributed_type),
+        "mixed_precision": accelerator.mixed_precision,
+        "world_size": accelerator.num_processes,
+        "counts": prepared.counts(),
+        "files": sorted(files),
+        "checksum_algorithm": checksums.ALGORITHM,
+        "checksums": dict(sorted(files.items())),
+    }
+
+
+def _publication(accelerator: Accelerator, prepared: PreparedObjects,
+                 results: list[tuple[list[str], Any, int]]) -> commit.Publication:
+    """What this process publishes: the files of every process that named it publisher."""
+    me, config = accelerator.process_index, accelerator.project_configuration
+    group = [rank for rank, (_files, _error, publisher) in enumerate(results) if publisher == me]
+    return commit.Publication(
+        manifest=_manifest(accelerator, prepared,
+                           {name: digest for rank in group for name, digest in results[rank][0].items()}),
+        other_ranks=[rank for rank in group if rank != me],
+        keep=config.total_limit if config.automatic_checkpoint_naming else None,
+        on_published=accelerator._on_checkpoint_saved,
+        timeout=_commit_timeout(accelerator),
+    )
+
+
+def _commit_timeout(accelerator: Accelerator) -> float:
+    """How long the publisher waits for the others' files: the run's collective timeout, as for
+    any wait on a peer, unless ``DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT`` gives the commit its own."""
+    own = environment.read_checked("CHECKPOINT_COMMIT_TIMEOUT")
+    return float(own) if own is not None else peers.timeout_seconds(accelerator.state)
+
+
+def agreed_directory(accelerator: Accelerator, directory: Path, action: str, token: Any = "") -> Any:
+    """Check that every process names the same checkpoint directory; returns the main process's ``token``.
+
+    One object gather (bounded by the process group's timeout): processes that each pass
+    their own directory (a ``tempfile.mkdtemp()`` per process) would otherwise each write
+    part of a checkpoint, or wait forever for each other's files.
+    """
+    if accelerator.num_processes == 1:
+        return token
+    gathered = peers.gather(accelerator.state, (str(directory), token), action)
+    paths = [path for path, _token in gathered]
+    if len(set(paths)) > 1:
+        shown = ", ".join(f"rank {rank}: {path}" for rank, path in enumerate(paths[:4]))
+        raise CheckpointError(f"{action} got a different directory on each process ({shown}{' ...' if len(paths) > 4 else ''}); "
+                              "pass the same path on every process (choose it on the main process and broadcast it)")
+    return gathered[0][1]
+
+
+def _target_plan(final: Path) -> tuple[str, str, str | None]:
+    """The main process's token, where the temporary directory goes, and why ``final`` is refused."""
+    try:
+        return layout.new_token(), target.placement(final), None
+    except CheckpointError as error:
+        return "", "", str(error)
+
+
+def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_dir: str | os.PathLike | None,
+                   safe_serialization: bool,
+                   weights: list[Any] | None, options: dict[str, Any] | None = None) -> Path:
+    """Write a checkpoint and start its commit; returns the directory it will have.
+
+    Returns once every process has written its files. The commit (sync, manifest, rename,
+    rotation) then runs in the background unless ``DRIVETRAIN_CHECKPOINT_BACKGROUND=0``;
+    :func:`finish_commit` waits for it. ``options`` go to the strategy's model-save hook.
+    """
+    finish_commit(accelerator)
+    final = output_directory(accelerator, output_dir).absolute()
+    config = accelerator.project_configuration
+    if config.automatic_checkpoint_naming and final.exists():
+        raise CheckpointError(f"checkpoint {final} already exists; set ProjectConfiguration(iteration=...) past it")
+    state = accelerator.state
+    token, where, problem = agreed_directory(accelerator, final, "save_state()", _target_plan(final))
+    if problem:
+        raise CheckpointError(problem)
+    temporary = target.temporary_dir(final, token, where)
+    publisher = _publisher_rank(accelerator)
+    problem = None
+    if publisher == accelerator.process_index:
+        try:
+            temporary.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            problem = (f"cannot save the state into {final}: creating {temporary} failed "
+                       f"({exc.strerror or exc}); choose a directory you can write to")
+    problems = [p for p in peers.gather(state, problem, f"saving {final}") if p]  # also the barrier before writing
+    if problems:
+        raise CheckpointError(problems[0])
+    error = None
+    try:
+        files = _write_this_process_files(accelerator, prepared, temporary, safe_serialization, weights, options or {})
+    except Exception as exc:  # reported to every process below, so nobody waits forever
+        files, error = {}, f"{type(exc).__name__}: {exc}"
+    results = peers.gather(state, (files, error, publisher), f"saving {final}")
+    failures = [(rank, err) for rank, (_f, err, _p) in enumerate(results) if err]
+    if failures:
+        if publisher == accelerator.process_index:
+            shutil.rmtree(temporary, ignore_errors=True)
+        peers.barrier(state, f"saving {final}")
+        details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
+        raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
+    publication = _publication(accelerator, prepared, results) if publisher == accelerator.process_index else None
+    plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=list(files),
+                             fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication)
+    background = environment.read_bool("CHECKPOINT_BACKGROUND", default=True)
+    commit.start(plan, background=background)
+    if config.automatic_checkpoint_naming:
+        config.iteration += 1
+    if not background:
+        finish_commit(accelerator)
+    return final
+
+
+def finish_commit(accelerator: Accelerator) -> None:
+    """Wait for the last save's commit; raise its failure on every process. Collective.
+
+    Every process has a pending commit from the same ``save_state`` call, so every process
+    takes part in the gather (which is also a barrier) or none does.
+    """
+    pending = commit.take_pending()
+    if pending is None:
+        return
+    errors = peers.gather(accelerator.state, pending.wait(), f"completing checkpoint {pending.final}")
+    failures = [(rank, error) for rank, error in enumerate(errors) if error]
+    if failures:
+        details = "; ".join(f"rank {rank}: {error}" for rank, error in failures)
+        raise CheckpointError(f"checkpoint {pending.final} was not completed and is not on disk (the previous one "
+                              f"is intact): {details}; fix the cause and save again")
+
+
+# ------------------------------------------------------------------ load
+
+
+def _count_problem(manifest: dict[str, Any], prepared: PreparedObjects) -> str | None:
+    counts = manifest.get("counts", {})
+    mine = {"models": len(prepared.models), "optimizers": len(prepared.optimizers),
+            "schedulers": len(prepared.schedulers)}
+    different = [f"{what}: checkpoint {counts.get(what, 0)}, prepared {n}" for what, n in mine.items()
+                 if counts.get(what, 0) != n]
+    return "; ".join(different) or None
+
+
+def _read_model_later(directory: Path, index: int, jobs: FileJobs | None = None,
+                      verifier: checksums.Verifier | None = None,
+                      manifest: dict[str, Any] | None = None) -> Callable[[], dict[str, torch.Tensor]]:
+    path = directory / f"model_{index}"
+    if not path.exists():
+        raise CheckpointError(f"{path} is missing: the checkpoint holds fewer models than were prepared")
+    if manifest is not None and path.is_dir() and not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        # a strategy's own format (sharded, engine checkpoints) that this run's strategy does not read
+        plugins = sorted((manifest.get("plugins") or {}))
+        raise CheckpointError(f"{path} holds no weight files the core reads: it was written in a strategy's own "
+                              f"format (plugins {plugins}); load it under that strategy (any layout of it), or "
+                              "convert it to full weights first (drivetrain merge-weights)")
+    return read_model_files_later(path, jobs, verifier)
+
+
+_MODEL_OPTIONS = ("strict", "assign", "map_location")
+_LOAD_OPTIONS = ("map_location", "weights_only", "mmap")
+
+
+def load_options(accelerator: Accelerator, model_options: dict[str, Any], load_kwargs: dict[str, Any] | None
+                 ) -> tuple[dict[str, Any], torch.device | str]:
+    """Check ``load_state``'s keyword arguments; returns the model ones and where object states go.
+
+    As in Accelerate, ``load_model_func_kwargs`` are for the model's load function
+    (``strict``, ``assign``; ``map_location`` places the other states) and ``load_kwargs``
+    are what ``torch.load`` would take. Nothing here is a pickle, so ``weights_only`` and
+    ``mmap`` change nothing; an unknown name is an error rather than silently dropped.
+    """
+    unknown = sorted(set(model_options) - set(_MODEL_OPTIONS))
+    if unknown and not accelerator.run.hook("drivetrain_load_model_state").get_hookimpls():
+        raise CheckpointError(f"load_state() got {unknown}, which loading a model does not take; it takes "
+                              f"{list(_MODEL_OPTIONS)} (and load_kwargs={{...}} for {list(_LOAD_OPTIONS)})")
+    load_kwargs = dict(load_kwargs or {})
+    unknown = sorted(set(load_kwargs) - set(_LOAD_OPTIONS))
+    if unknown:
+        raise CheckpointError(f"load_state(load_kwargs=...) got {unknown}; it takes {list(_LOAD_OPTIONS)}")
+    location = load_kwargs.get("map_location", model_options.get("map_location")) or "cpu"
+    if location == "on_device":
+        location = accelerator.device
+    if not isinstance(location, (str, torch.device)):
+        raise CheckpointError(f"map_location={location!r} is not supported: pass a device, 'cpu' or 'on_device'")
+    return model_options, location
+
+
+def _gather_failure(accelerator: Accelerator, error: str | None, what: str) -> None:
+    """Fail every process when any failed (a collective: every process calls it)."""
+    if accelerator.num_processes == 1:
+        return
+    errors = peers.gather(accelerator.state, error, what)
+    failures = [(rank, message) for rank, message in enumerate(errors) if message]
+    if failures:
+        rank, message = failures[0]
+        raise CheckpointError(message if rank == accelerator.process_index else
+                              f"{what} failed on process {rank}: {message}")
+
+
+def load_run_state(accelerator: Accelerator, prepared: PreparedObjects, input_dir: str | os.PathLike | None,
+                   strict: bool = True,
+                   options: dict[str, Any] | None = None, load_kwargs: dict[str, Any] | None = None) -> Path:
+    """Read a checkpoint, check all of it, then restore it into the prepared objects.
+
+    Phase 1 reads every file this process needs, verifies each against its checksum, and
+    checks every state against the object it is for; it ends with one gather, so a failure
+    on any process fails all of them before anything changed. Phase 2 copies. The caller has
+    waited for a pending commit (:func:`finish_commit`) already.
+    """
+    options = dict(options or {})
+    options.setdefault("strict", strict)
+    options, location = load_options(accelerator, options, load_kwargs)
+    directory = input_directory(accelerator, input_dir).absolute()
+    agreed_directory(accelerator, directory, "load_state()")
+    try:
+        read = _read_and_check(accelerator, prepared, directory, options, location)
+        error = None
+    except CheckpointError as exc:
+        read, error = None, str(exc)
+        if accelerator.num_processes == 1:
+            raise
+    _gather_failure(accelerator, error, f"loading {directory}")
+    assert read is not None
+    _check_strategy_states(accelerator, prepared, directory, read["manifest"], options)
+    _restore(accelerator, prepared, directory, read, options)
+    return directory
+
+
+def _check_strategy_states(accelerator: Accelerator, prepared: PreparedObjects, directory: Path,
+                           manifest: dict[str, Any],
+                           options: dict[str, Any]) -> None:
+    """Let strategy plugins check every model and optimizer they load, before any load.
+
+    Their checks may be collective (a sharded model's state dict), so they run once every
+    process has read and checked the rest, and agree on their outcome in turn.
+    """
+    hook = accelerator.run.hook("drivetrain_check_checkpoint")
+    if not hook.get_hookimpls():
+        return
+    error = None
+    try:
+        accelerator.run.call("drivetrain_check_checkpoint", models=list(prepared.models),
+                             optimizers=list(prepared.optimizers), directory=str(directory),
+                             manifest=manifest, options=dict(options))
+    except CheckpointError as exc:
+        error = str(exc)
+        if accelerator.num_processes == 1:
+            raise
+    _gather_failure(accelerator, error, f"loading {directory}")
+
+
+def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directory: Path, options: dict[str, Any],
+                    location: torch.device | str) -> dict[str, Any]:
+    manifest = layout.read_manifest(directory)
+    if manifest.get("kind") != KIND:
+        raise CheckpointError(f"{directory} is a {manifest.get('kind')!r} checkpoint, not a run state written by save_state")
+    problem = _count_problem(manifest, prepared)
+    if problem:
+        raise CheckpointError(f"{directory} does not match what was prepared ({problem}); prepare the same objects "
+                              "before load_state()")
+    verifier = checksums.Verifier.for_manifest(directory, manifest)
+    run, rank = accelerator.run, accelerator.process_index
+    resized = manifest.get("world_size") != accelerator.num_processes
+
+    # Read everything (files side by side on a few threads), verifying checksums as the bytes pass.
+    with FileJobs() as jobs:
+        pending_models: dict[int, Callable[[], dict[str, torch.Tensor]]] = {}
+        if not run.hook("drivetrain_load_model_state").get_hookimpls():
+            for index in range(len(prepared.models)):
+                pending_models[index] = _read_model_later(directory, index, jobs, verifier, manifest)
+        pending_trees: dict[str, Callable[[], Any]] = {}
+        for name, objects in (("optimizer", prepared.optimizers), ("scheduler", prepared.schedulers),
+                              ("dataloader", prepared.dataloaders),
+                              ("custom_checkpoint", prepared.custom_objects)):
+            for index, obj in enumerate(objects):
+                prefix = directory / f"{name}_{index}"
+                device = location if name == "custom_checkpoint" else "cpu"
+                if (prefix.with_suffix(".json")).exists():
+                    pending_trees[f"{name}_{index}"] = load_tree_later(prefix, device, jobs=jobs, verifier=verifier)
+                elif name == "custom_checkpoint":
+                    raise CheckpointError(f"{prefix}.json is missing: register the same objects before load_state()")
+        for name in ("scaler", "accelerator"):
+            if (directory / f"{name}.json").exists():
+                pending_trees[name] = load_tree_later(directory / name, jobs=jobs, verifier=verifier)
+        rng_prefix = directory / f"random_states_{rank}"
+        pending_rng = (load_tree_later(rng_prefix, jobs=jobs, verifier=verifier)
+                       if rng_prefix.with_suffix(".json").exists() else None)
+        grads_file = directory / f"gradients_{rank}.safetensors"
+        pending_grads = (jobs.submit(read_safetensors, grads_file, "cpu", verifier)
+                         if grads_file.exists() and not resized else None)
+        jobs.wait()
+        models = {index: finish() for index, finish in pending_models.items()}
+        trees = {key: finish() for key, finish in pending_trees.items()}
+        rng = pending_rng() if pending_rng is not None else None
+        grads = pending_grads.result() if pending_grads is not None else None
+        # The files only plugins read (sharded and engine checkpoints), split across processes.
+        for path in verifier.share_of_rest(rank, accelerator.num_processes):
+            jobs.submit(verifier.verify_file, path)
+        jobs.wait()
+
+    # Check every state against its object before anything is changed.
+    for key, tree in trees.items():
+        if key.startswith("dataloader_") and resized and isinstance(tree, dict) and tree.get("num_processes") not in (
+                None, accelerator.num_processes) and tree.get("batches_yielded", tree.get("_num_yielded", 0)):
+            raise CheckpointError(
+                f"{directory} was saved mid-epoch by {manifest['world_size']} processes; it cannot resume that epoch "
+                f"on {accelerator.num_processes}: resume with {manifest['world_size']} processes, or from a "
+                "checkpoint saved at an epoch boundary")
+    for index, state in models.items():
+        compatibility.check_model(state, accelerator.unwrap_model(prepared.models[index]),
+                                  f"{directory}/model_{index}", bool(options.get("strict", True)))
+    if not run.hook("drivetrain_load_optimizer_state").get_hookimpls():
+        for index, optimizer in enumerate(prepared.optimizers):
+            if f"optimizer_{index}" not in trees:
+                raise CheckpointError(f"{directory}/optimizer_{index}.json is missing")
+            compatibility.check_optimizer(trees[f"optimizer_{index}"], optimizer, f"{directory}/optimizer_{index}")
+    for name, objects in (("scheduler", prepared.schedulers), ("dataloader", prepared.dataloaders),
+                          ("custom_checkpoint", prepared.custom_objects)):
+        for index, obj in enumerate(objects):
+            if f"{name}_{index}" in trees and hasattr(obj, "state_dict"):
+                compatibility.check_tree(trees[f"{name}_{index}"], obj.state_dict(), f"{directory}/{name}_{index}")
+    if accelerator.scaler is not None and "scaler" in trees:
+        compatibility.check_tree(trees["scaler"], accelerator.scaler.state_dict(), f"{directory}/scaler")
+    if grads is not None:
+        for index, model in models.items():
+            own = dict(accelerator.unwrap_model(prepared.models[index]).named_parameters())
+            compatibility.check_tree({k.partition(".")[2]: v for k, v in grads.items() if k.startswith(f"{index}.")},
+                                     {k: p.detach() for k, p in own.items()}, f"{grads_file}")
+    if rng is not None:
+        compatibility.check_rng(rng, rng_state(run.platform), str(rng_prefix) + ".json")
+    return {"manifest": manifest, "models": models, "trees": trees, "rng": rng, "grads": grads}
+
+
+def _restore(accelerator: Accelerator, prepared: PreparedObjects, directory: Path, read: dict[str, Any],
+             options: dict[str, Any]) -> None:
+    """Copy what phase 1 read and checked. Strategy plugins go first: they check before they change."""
+    run, rank = accelerator.run, accelerator.process_index
+    manifest, models, trees, rng, grads = read["manifest"], read["models"], read["trees"], read["rng"], read["grads"]
+    left: list[int] = []
+    for index, model in enumerate(prepared.models):
+        if not run.call("drivetrain_load_model_state", model=model, index=index, directory=str(directory),
+                        manifest=manifest, options=dict(options)):
+            left.append(index)
+    optimizers_left: list[int] = []
+    for index, optimizer in enumerate(prepared.optimizers):
+        if not run.call("drivetrain_load_optimizer_state", optimizer=optimizer, index=index, directory=str(directory),
+                        manifest=manifest):
+            optimizers_left.append(index)
+    model_kwargs = {key: options[key] for key in ("strict", "assign") if key in options}
+    for index in left:
+        model = accelerator.unwrap_model(prepared.models[index])
+        state_dict = models.get(index)
+        if state_dict is None:  # a strategy is active but left this model to the core
+            state_dict = _read_model_later(directory, index, verifier=checksums.Verifier.for_manifest(directory, manifest))()
+            compatibility.check_model(state_dict, model, f"{directory}/model_{index}", bool(model_kwargs.get("strict", True)))
+        model.load_state_dict(state_dict, **model_kwargs)
+    for index in optimizers_left:
+        if f"optimizer_{index}" not in trees:
+            raise CheckpointError(f"{directory}/optimizer_{index}.json is missing")
+        prepared.optimizers[index].load_state_dict(trees[f"optimizer_{index}"])
+    for name, objects in (("scheduler", prepared.schedulers), ("dataloader", prepared.dataloaders),
+                          ("custom_checkpoint", prepared.custom_objects)):
+        for index, obj in enumerate(objects):
+            if f"{name}_{index}" in trees and hasattr(obj, "load_state_dict"):
+                obj.load_state_dict(trees[f"{name}_{index}"])
+    if accelerator.scaler is not None and "scaler" in trees:
+        accelerator.scaler.load_state_dict(trees["scaler"])
+    saved = trees.get("accelerator", {})
+    accelerator.step = int(saved.get("step", 0))
+    if "sync_gradients" in saved:
+        accelerator.gradient_state._set_sync_gradients(bool(saved["sync_gradients"]))
+    if grads is not None:
+        for index, model in enumerate(prepared.models):
+            for name, parameter in accelerator.unwrap_model(model).named_parameters():
+                if f"{index}.{name}" in grads:
+                    parameter.grad = grads[f"{index}.{name}"].to(parameter.device)
+    elif not saved.get("sync_gradients", True):
+        logger.warning("%s was saved inside a gradient-accumulation window and its gradients cannot be restored "
+                       "here; the resumed run will not match an uninterrupted one exactly", directory)
+    if rng is not None:
+        set_rng_state(rng, run.platform)
+    else:
+        logger.warning("%s holds no RNG state for process %d; random draws will differ from the original run",
+                       directory, rank)
+    config = accelerator.project_configuration
+    match = layout.AUTOMATIC_NAME.match(directory.name)
+    if config.automatic_checkpoint_naming and match:
+        config.iteration = int(match.group(1)) + 1

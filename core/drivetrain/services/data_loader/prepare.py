@@ -1,0 +1,318 @@
+"""``prepare_data_loader`` and ``skip_first_batches``: a user's loader rebuilt for this process."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
+
+from ...kernel.errors import ConfigError
+from ...runtime.state import PartialState
+
+from .mesh import data_parallel_share, shares_batches_across_peers
+from .progress import _PreparedLoader, _Progress
+from .sharding import (
+    BatchSamplerShard,
+    IterableDatasetShard,
+    SeedableRandomSampler,
+    SkipBatchSampler,
+    SkipDataLoader,
+    _Unbatched,
+)
+from .transport import DataLoaderDispatcher, DataLoaderShard
+
+
+# DataLoader arguments copied from the user's loader to the prepared one (the sampling ones
+# are replaced, ``generator`` becomes the loader's own).
+_SAMPLING_ARGUMENTS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last", "generator")
+
+
+def _loader_arguments(dataloader: DataLoader) -> dict[str, Any]:
+    names = [name for name in inspect.signature(DataLoader.__init__).parameters if name != "self"]
+    return {name: getattr(dataloader, name) for name in names
+            if name not in _SAMPLING_ARGUMENTS and hasattr(dataloader, name)}
+
+
+class DataLoaderAdapter:
+    """Wraps a data loader (a ``torch`` ``DataLoader`` or a stateful one, such as
+    ``torchdata``'s ``StatefulDataLoader``) and behaves as it: attributes, iteration and
+    length come from the wrapped loader, and ``isinstance`` checks see its class.
+
+    Args:
+        dataset: the dataset of the loader to build.
+        use_stateful_dataloader: build ``torchdata.stateful_dataloader.StatefulDataLoader``
+            (its position is saved by its own ``state_dict``).
+        batch_sampler: passed on to the loader.
+        **kwargs: the other ``DataLoader`` arguments.
+    """
+
+    def __init__(self, dataset: Any, use_stateful_dataloader: bool = False, batch_sampler: Any = None,
+                 **kwargs: Any) -> None:
+        self.use_stateful_dataloader = use_stateful_dataloader
+        if use_stateful_dataloader:
+            try:
+                from torchdata.stateful_dataloader import StatefulDataLoader
+            except ImportError:
+                raise ConfigError("use_stateful_dataloader=True needs torchdata 0.8 or newer: "
+                                  "pip install 'torchdata>=0.8'") from None
+            self.base_dataloader = StatefulDataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+        else:
+            self.base_dataloader = DataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+        if hasattr(self.base_dataloader, "state_dict"):
+            self.dl_state_dict = self.base_dataloader.state_dict()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "base_dataloader":
+            raise AttributeError(name)
+        return getattr(self.base_dataloader, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.base_dataloader)
+
+    def __len__(self) -> int:
+        return len(self.base_dataloader)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.dl_state_dict
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.base_dataloader.load_state_dict(state_dict)
+
+    def _update_state_dict(self) -> None:
+        # a stateful loader's position, taken where a batch was handed to the user
+        if hasattr(self.base_dataloader, "state_dict"):
+            self.dl_state_dict = self.base_dataloader.state_dict()
+
+    @property
+    def __class__(self) -> type:  # type: ignore[override]
+        # `isinstance(prepared, DataLoader)` holds, as for the loader it wraps
+        return self.base_dataloader.__class__
+
+
+# ----------------------------------------------------------------------- prepare
+
+
+def get_sampler(dataloader: DataLoader) -> Any:
+    """The sampler of indices behind ``dataloader`` (inside its batch sampler, if any)."""
+    if isinstance(dataloader.sampler, BatchSampler):
+        return dataloader.sampler.sampler
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    return getattr(batch_sampler, "sampler", None) if batch_sampler is not None else dataloader.sampler
+
+
+def _base_seed(sampler: Any, data_seed: int | None) -> int:
+    if data_seed is not None:
+        return int(data_seed)
+    generator = getattr(sampler, "generator", None)
+    if isinstance(generator, torch.Generator):
+        return generator.initial_seed()
+    return torch.initial_seed()
+
+
+def _own_shuffling(sampler: Any, use_seedable_sampler: bool, seed: int, generators: list[torch.Generator],
+                   seedable: list[SeedableRandomSampler]) -> Any:
+    """A copy of ``sampler`` that shuffles with a generator the loader seeds per epoch."""
+    if use_seedable_sampler and type(sampler) is RandomSampler:
+        replacement = SeedableRandomSampler(data_source=sampler.data_source, replacement=sampler.replacement,
+                                            num_samples=sampler._num_samples, data_seed=seed)
+        seedable.append(replacement)
+        return replacement
+    if isinstance(sampler, SeedableRandomSampler):
+        seedable.append(sampler)
+        return sampler
+    if hasattr(sampler, "generator"):
+        replacement = copy.copy(sampler)
+        replacement.generator = torch.Generator()
+        generators.append(replacement.generator)
+        return replacement
+    return sampler
+
+
+def _rebuild_batch_sampler(batch_sampler: Any, use_seedable_sampler: bool, seed: int,
+                           generators: list[torch.Generator], seedable: list[SeedableRandomSampler]) -> Any:
+    if type(batch_sampler) is BatchSampler:
+        sampler = _own_shuffling(batch_sampler.sampler, use_seedable_sampler, seed, generators, seedable)
+        return BatchSampler(sampler, batch_sampler.batch_size, batch_sampler.drop_last)
+    rebuilt = batch_sampler
+    if hasattr(batch_sampler, "generator") or hasattr(getattr(batch_sampler, "sampler", None), "generator"):
+        rebuilt = copy.copy(batch_sampler)
+        if hasattr(rebuilt, "generator"):
+            rebuilt.generator = torch.Generator()
+            generators.append(rebuilt.generator)
+        if hasattr(getattr(rebuilt, "sampler", None), "generator"):
+            rebuilt.sampler = _own_shuffling(rebuilt.sampler, use_seedable_sampler, seed, generators, seedable)
+    return rebuilt
+
+
+def prepare_data_loader(
+    dataloader: DataLoader,
+    device: Any = None,
+    num_processes: int | None = None,
+    process_index: int | None = None,
+    split_batches: bool = False,
+    put_on_device: bool = False,
+    rng_types: list[str] | None = None,
+    dispatch_batches: bool | None = None,
+    even_batches: bool = True,
+    slice_fn_for_dispatch: Callable | None = None,
+    use_seedable_sampler: bool = False,
+    data_seed: int | None = None,
+    non_blocking: bool = False,
+    use_stateful_dataloader: bool = False,
+    torch_device_mesh: Any = None,
+) -> DataLoader:
+    """A loader that yields only this process's share of ``dataloader``'s data.
+
+    Args:
+        dataloader: the loader to split; every process must build the same one.
+        device: where batches go when ``put_on_device``.
+        num_processes: how many processes share the data (default: the run's).
+        process_index: this process's index (default: the run's).
+        split_batches: cut each batch of ``dataloader`` across the processes (the observed
+            batch size stays the same; it must be a multiple of ``num_processes``), instead of
+            giving each process whole batches (the observed batch size is multiplied by
+            ``num_processes``).
+        put_on_device: move batches (nested lists, tuples and dicts of tensors) to ``device``.
+        rng_types: generators synchronised from process 0 at the start of each pass:
+            ``"torch"``, ``"generator"`` (an iterable dataset's ``generator``) or the
+            platform's name.
+        dispatch_batches: the main process reads and sends out every batch. Default: on for
+            an iterable dataset whose batches go to a device, off otherwise.
+        even_batches: complete the last batches with samples from the start so every
+            process gets as many batches of the same size (``gather_for_metrics`` drops the
+            repeated samples again); off: some processes get fewer.
+        slice_fn_for_dispatch: how a dispatched batch is cut (see :class:`DataLoaderDispatcher`).
+        use_seedable_sampler: replace a ``RandomSampler`` with a :class:`SeedableRandomSampler`.
+        data_seed: the shuffling seed (default: the initial seed of the loader's generator, or
+            of torch).
+        non_blocking: asynchronous copies to the device.
+        use_stateful_dataloader: accepted for compatibility: every prepared loader can save and
+            restore its position with ``state_dict``/``load_state_dict``.
+        torch_device_mesh: a ``DeviceMesh`` of the run's processes: when ``num_processes`` and
+            ``process_index`` are not given, the share is this process's place among the
+            mesh's data-parallel dimensions (named ``dp...``), so tensor- and context-parallel
+            peers read the same batches. Dispatching (``dispatch_batches``) is by process and
+            refuses a mesh with model-parallel dimensions.
+    """
+    if dispatch_batches is None:
+        dispatch_batches = bool(put_on_device) and isinstance(dataloader.dataset, IterableDataset)
+    if dispatch_batches and not put_on_device:
+        raise ConfigError("dispatch_batches=True sends batches to the processes' devices and needs "
+                          "put_on_device=True (or set dispatch_batches=False)")
+    if torch_device_mesh is not None:
+        if dispatch_batches and shares_batches_across_peers(torch_device_mesh):
+            raise ConfigError("dispatch_batches=True sends each process its own slice, which model-parallel peers of "
+                              "torch_device_mesh cannot share; pass dispatch_batches=False")
+        if num_processes is None and process_index is None:
+            process_index, num_processes = data_parallel_share(torch_device_mesh)
+    if num_processes is None or process_index is None:
+        state = PartialState()
+        num_processes = state.num_processes if num_processes is None else num_processes
+        process_index = state.process_index if process_index is None else process_index
+    dataset = dataloader.dataset
+    iterable = isinstance(dataset, IterableDataset)
+    batch_size = dataloader.batch_size
+    if batch_size is None and dataloader.batch_sampler is not None:
+        batch_size = getattr(dataloader.batch_sampler, "batch_size", None)
+    if isinstance(dataloader.sampler, BatchSampler):
+        batch_size = dataloader.sampler.batch_size
+    if split_batches and batch_size is not None and batch_size % num_processes != 0:
+        raise ConfigError(f"split_batches=True needs a batch size that is a multiple of the number of processes; "
+                          f"got batch size {batch_size} for {num_processes} processes")
+
+    arguments = _loader_arguments(dataloader)
+    arguments["torch_device_mesh"] = torch_device_mesh  # kept by the prepared loader, as Accelerate's is
+    placement = device if put_on_device else None
+    sampler = get_sampler(dataloader)
+    seed = _base_seed(sampler, data_seed)
+    generators: list[torch.Generator] = []
+    seedable: list[SeedableRandomSampler] = []
+    followers: list[Any] = [dataset] if hasattr(dataset, "set_epoch") else []
+
+    if iterable:
+        progress = _Progress(seed, num_processes, process_index, generators, seedable, followers,
+                             agree_on_seed=False)
+        synchronized = getattr(dataset, "generator", None)
+        if dispatch_batches:
+            return DataLoaderDispatcher(
+                dataset, split_batches=split_batches, use_stateful_dataloader=use_stateful_dataloader,
+                _drop_last=dataloader.drop_last, _non_blocking=non_blocking, slice_fn=slice_fn_for_dispatch,
+                device=placement, even_batches=even_batches, _progress=progress, batch_size=dataloader.batch_size,
+                drop_last=dataloader.drop_last, **arguments)
+        shard_dataset = dataset
+        per_process = batch_size
+        if num_processes > 1:
+            shard_dataset = IterableDatasetShard(dataset, batch_size=batch_size or 1, drop_last=dataloader.drop_last,
+                                                 num_processes=num_processes, process_index=process_index,
+                                                 split_batches=split_batches, even_batches=even_batches)
+            progress.epoch_followers = [shard_dataset]
+            if batch_size is not None and split_batches:
+                per_process = batch_size // num_processes
+        return DataLoaderShard(
+            shard_dataset, device=placement, rng_types=rng_types,
+            synchronized_generator=synchronized if isinstance(synchronized, torch.Generator) else None,
+            use_stateful_dataloader=use_stateful_dataloader, _drop_last=dataloader.drop_last,
+            _non_blocking=non_blocking, _progress=progress, batch_size=per_process, drop_last=dataloader.drop_last,
+            **arguments)
+
+    # Map-style dataset: shard the batch sampler.
+    sampler_is_batch_sampler = isinstance(dataloader.sampler, BatchSampler)
+    unbatched = dataloader.batch_sampler is None and not sampler_is_batch_sampler
+    if sampler_is_batch_sampler:
+        inner = _rebuild_batch_sampler(dataloader.sampler, use_seedable_sampler, seed, generators, seedable)
+    elif unbatched:
+        inner = BatchSampler(_own_shuffling(dataloader.sampler, use_seedable_sampler, seed, generators, seedable),
+                             1, False)
+    else:
+        inner = _rebuild_batch_sampler(dataloader.batch_sampler, use_seedable_sampler, seed, generators, seedable)
+    for part in (getattr(inner, "sampler", None), inner):
+        if part is not None and hasattr(part, "set_epoch") and not isinstance(part, SeedableRandomSampler):
+            followers.append(part)
+    progress = _Progress(seed, num_processes, process_index, generators, seedable, followers,
+                         agree_on_seed=not dispatch_batches and bool(generators or seedable))
+    shards = 1 if dispatch_batches else num_processes
+    shard = BatchSamplerShard(inner, num_processes=shards, process_index=0 if dispatch_batches else process_index,
+                              split_batches=split_batches and not dispatch_batches,
+                              even_batches=even_batches)
+    if sampler_is_batch_sampler:
+        sampling = {"sampler": shard, "batch_size": None}
+    elif unbatched:
+        sampling = {"sampler": _Unbatched(shard), "batch_size": None}
+    else:
+        sampling = {"batch_sampler": shard}
+    if dispatch_batches:
+        return DataLoaderDispatcher(
+            dataset, split_batches=split_batches, use_stateful_dataloader=use_stateful_dataloader,
+            _drop_last=dataloader.drop_last or bool(getattr(inner, "drop_last", False)), _non_blocking=non_blocking,
+            slice_fn=slice_fn_for_dispatch, device=placement, even_batches=even_batches, _progress=progress,
+            _shard_sampler=shard, **sampling, **arguments)
+    return DataLoaderShard(
+        dataset, device=placement, rng_types=rng_types, synchronized_generator=None,
+        use_stateful_dataloader=use_stateful_dataloader, _drop_last=dataloader.drop_last, _non_blocking=non_blocking,
+        _progress=progress, _shard_sampler=shard, **sampling, **arguments)
+
+
+def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
+    """A loader like ``dataloader`` that leaves out its first ``num_batches`` batches.
+
+    For a prepared loader, the new one shares the original's position and shuffling: it plays
+    the epoch the original would play next (the restored one after ``load_state_dict``,
+    whose own offset it replaces) from batch ``num_batches`` on, without loading the skipped
+    batches of a map-style dataset; once it has run through, the original continues with the
+    following epoch. A plain ``DataLoader`` gets a plain loader that skips at every pass.
+    """
+    if isinstance(dataloader, _PreparedLoader):
+        construction = dict(dataloader._construction)
+        return type(dataloader)(skip_batches=num_batches, **construction)
+    dataset = dataloader.dataset
+    arguments = _loader_arguments(dataloader)
+    arguments["generator"] = dataloader.generator
+    if isinstance(dataset, IterableDataset) or dataloader.batch_sampler is None:
+        return SkipDataLoader(dataset, skip_batches=num_batches, batch_size=dataloader.batch_size,
+                              sampler=None if isinstance(dataset, IterableDataset) else dataloader.sampler,
+                              drop_last=dataloader.drop_last, **arguments)
+    return DataLoader(dataset, batch_sampler=SkipBatchSampler(dataloader.batch_sampler, skip_batches=num_batches),
+                      **arguments)

@@ -1,0 +1,223 @@
+"""Where a prepared loader stands: epoch, batches handed out, shuffling seed; and the
+contract with ``GradientState`` (``DataLoaderStateMixin``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from ...kernel.errors import ConfigError
+from ...runtime.state import GradientState, PartialState
+from ..cross_process import broadcast_object_list
+
+from .sharding import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler, _mix
+
+logger = logging.getLogger("drivetrain.data_loader.progress")  # its name before the layers, kept for log filters
+
+STATE_FORMAT = 1
+
+
+# ------------------------------------------------------------- position and seeds
+
+
+class _Progress:
+    """Where a prepared loader stands and how it shuffles; shared with the loaders that
+    :func:`skip_first_batches` derives from it, so they all advance one position."""
+
+    def __init__(self, seed: int, num_processes: int, process_index: int, generators: list[torch.Generator],
+                 seedable: list[SeedableRandomSampler], epoch_followers: list[Any], agree_on_seed: bool) -> None:
+        self.epoch = 0
+        self.batches_yielded = 0
+        # True: the next pass plays ``epoch`` from batch ``batches_yielded`` (fresh start, or
+        # restored / set position). False: a pass of ``epoch`` began, the next one is epoch + 1.
+        self.fresh = True
+        self.seed = seed
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.generators = generators
+        self.seedable = seedable
+        self.epoch_followers = epoch_followers
+        self.seed_agreed = not agree_on_seed
+        self.loader_generator = torch.Generator()
+
+    def agree_on_seed(self) -> None:
+        """Adopt process 0's seed (once, the first time the loader is iterated)."""
+        if self.seed_agreed:
+            return
+        self.seed_agreed = True
+        state = PartialState()
+        collectives = state.collectives
+        # Every process holds a loader sharded as the run shards data (by process, or by
+        # data-parallel rank when peers share batches), so all of them join the broadcast.
+        if collectives.world_size > 1 and self.num_processes in (collectives.world_size, state.run.data_parallel_size):
+            self.seed = broadcast_object_list([self.seed])[0]
+
+    def begin_pass(self) -> tuple[int, int]:
+        """Start a pass: returns (epoch, batches to skip) and seeds everything for the epoch."""
+        if not self.fresh:
+            self.epoch += 1
+            self.batches_yielded = 0
+        self.fresh = False
+        skip = self.batches_yielded
+        self.apply_epoch(self.epoch)
+        return self.epoch, skip
+
+    def apply_epoch(self, epoch: int) -> None:
+        for generator in self.generators:
+            generator.manual_seed(self.seed + epoch)
+        for sampler in self.seedable:
+            sampler.initial_seed = self.seed
+            sampler.set_epoch(epoch)
+        for follower in self.epoch_followers:
+            follower.set_epoch(epoch)
+        self.loader_generator.manual_seed(_mix(self.seed, epoch, self.process_index))
+
+    def finish_pass(self) -> None:
+        self.epoch += 1
+        self.batches_yielded = 0
+        self.fresh = True
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch or not self.fresh:
+            self.epoch, self.batches_yielded, self.fresh = epoch, 0, True
+        self.apply_epoch(epoch)
+
+
+class DataLoaderStateMixin:
+    """The contract between a data loader and :class:`~drivetrain.state.GradientState`.
+
+    A loader calls :meth:`begin` when a pass starts and :meth:`end` when it stops; in
+    between, ``GradientState`` knows a loader is running, so gradients synchronise on its
+    last batch (``end_of_dataloader``), and ``remainder`` says how many samples of that last
+    batch are real (``-1``: unknown or none padded).
+    """
+
+    end_of_dataloader: bool = False
+    remainder: int = -1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        cls.end_of_dataloader = False
+        cls.remainder = -1
+        super().__init_subclass__(**kwargs)
+
+    def reset(self) -> None:
+        self.end_of_dataloader = False
+        self.remainder = -1
+
+    def begin(self) -> None:
+        self.reset()
+        self.remainder = self._last_batch_real_samples()
+        if not hasattr(self, "gradient_state"):
+            self.gradient_state = GradientState()
+        self.gradient_state._add_dataloader(self)
+
+    def end(self) -> None:
+        self.gradient_state._remove_dataloader(self)
+
+    def _last_batch_real_samples(self) -> int:
+        return -1
+
+
+class _PreparedLoader(DataLoaderStateMixin):
+    """What both prepared loaders share: the end-of-data signal, position and epoch."""
+
+    _progress: _Progress
+    _shard_sampler: BatchSamplerShard | None
+    skip_batches: int
+
+    def _init_state(self, progress: _Progress, skip_batches: int, drop_last: bool, non_blocking: bool,
+                    use_stateful_dataloader: bool, construction: dict[str, Any], torch_device_mesh: Any,
+                    shard_sampler: Any, iteration: int) -> None:
+        """What both loaders keep beyond ``DataLoader``'s own state; ends at epoch ``iteration``."""
+        self.torch_device_mesh = torch_device_mesh
+        self._shard_sampler = shard_sampler
+        construction["_progress"] = progress
+        self.gradient_state = GradientState()
+        self.end_of_dataloader = False
+        self.remainder = -1
+        self._progress = progress
+        self.skip_batches = skip_batches
+        self._drop_last = drop_last
+        self._non_blocking = non_blocking
+        self.use_stateful_dataloader = use_stateful_dataloader
+        self._construction = construction  # how to build a sibling (skip_first_batches)
+        if iteration:
+            self.set_epoch(iteration)
+
+    def __len__(self) -> int:
+        return max(DataLoader.__len__(self) - self.skip_batches, 0)
+
+    # --- epochs and position
+    @property
+    def iteration(self) -> int:
+        """The epoch of the pass in progress (or of the next one)."""
+        return self._progress.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Play epoch ``epoch`` next (its shuffle); forwarded to samplers and datasets that
+        have ``set_epoch``."""
+        self._progress.set_epoch(epoch)
+
+    def _begin_pass(self) -> int:
+        """Seeds and epoch for a new pass; returns how many batches to leave out first."""
+        progress = self._progress
+        progress.agree_on_seed()
+        _epoch, resume = progress.begin_pass()
+        if self.skip_batches:  # an explicit skip_first_batches replaces a restored position
+            progress.batches_yielded = self.skip_batches
+            return self.skip_batches
+        return resume
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position: epoch, batches already handed out in it, and the shuffling seed."""
+        progress = self._progress
+        return {
+            "format": STATE_FORMAT,
+            "epoch": progress.epoch,
+            "batches_yielded": progress.batches_yielded,
+            "seed": progress.seed,
+            "total_batch_size": self.total_batch_size,
+            "num_processes": progress.num_processes,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from a saved position: the next pass resumes at the next unseen batch."""
+        missing = {"epoch", "batches_yielded", "seed"} - set(state_dict)
+        if missing:
+            raise ConfigError(f"not a drivetrain data loader state (missing {sorted(missing)}); it was saved by "
+                              f"another kind of data loader")
+        if state_dict.get("format", STATE_FORMAT) > STATE_FORMAT:
+            raise ConfigError(f"this data loader state has format {state_dict['format']}, newer than this "
+                              f"drivetrain reads ({STATE_FORMAT}); upgrade drivetrain")
+        progress = self._progress
+        batches = int(state_dict["batches_yielded"])
+        saved_total = state_dict.get("total_batch_size")
+        total = self.total_batch_size
+        if saved_total and total and saved_total != total:
+            samples = batches * saved_total
+            batches = samples // total
+            if samples % total:
+                logger.warning("the data loader state was saved with %d samples per step and this loader has %d; "
+                               "resuming after %d batches (%d samples were seen, %d are replayed)",
+                               saved_total, total, batches, samples, samples - batches * total)
+        progress.epoch = int(state_dict["epoch"])
+        progress.batches_yielded = batches
+        progress.fresh = True
+        progress.seed = int(state_dict["seed"])
+        progress.seed_agreed = True
+        progress.apply_epoch(progress.epoch)
+
+    @property
+    def total_batch_size(self) -> int | None:
+        raise NotImplementedError
+
+    @property
+    def total_dataset_length(self) -> int | None:
+        dataset = self.dataset.dataset if isinstance(self.dataset, IterableDatasetShard) else self.dataset
+        try:
+            return len(dataset)
+        except (TypeError, NotImplementedError):
+            return None

@@ -1,0 +1,512 @@
+"""Experiment tracking: the base class trackers subclass, and the set of trackers a run logs to.
+
+Tracker plugins register :class:`~drivetrain.plugin_api.TrackerSpec` descriptors; the
+:class:`Trackers` facade turns the user's ``log_with`` into tracker objects through those
+registrations only, so the core never names a tracker library.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from typing import Any, Iterator
+
+from ..kernel.errors import ConfigError
+
+logger = logging.getLogger("drivetrain.tracking")  # its name before the layers, kept for log filters
+
+#: The ``log_with`` value that selects every tracker whose plugin is usable here.
+ALL_TRACKERS = "all"
+
+
+class GeneralTracker:
+    """A connection to one experiment tracker, with Accelerate's contract.
+
+    A subclass sets three class attributes and implements the methods its backend supports:
+
+    Attributes:
+        name: the name users pass to ``log_with``.
+        requires_logging_directory: the constructor takes ``logging_dir``.
+        main_process_only: log from the main process only (the default). Set it to
+            ``False`` for trackers that collect from every process themselves.
+
+    The constructor takes ``run_name`` (the project name given to ``init_trackers``), then
+    ``logging_dir`` when required (or when the run has one and the constructor accepts a
+    ``logging_dir`` keyword), then the user's ``init_kwargs`` for this tracker. It must not
+    contact the backend: :meth:`start` does, on the processes that log.
+
+    ``GeneralTracker(_blank=True)`` is a stand-in whose methods do nothing: what
+    ``get_tracker`` returns on a process that does not log.
+    """
+
+    name: str = ""
+    requires_logging_directory: bool = False
+    main_process_only: bool = True
+
+    def __init__(self, _blank: bool = False) -> None:
+        self._blank = _blank
+        if _blank:
+            return
+        missing = [attr for attr in ("name", "requires_logging_directory") if not hasattr(type(self), attr)]
+        if missing or not type(self).name:
+            raise NotImplementedError(
+                f"{type(self).__name__} must define the class attributes 'name' and "
+                "'requires_logging_directory'"
+            )
+
+    @property
+    def is_blank(self) -> bool:
+        """``True`` for the do-nothing stand-in of a process that does not log."""
+        return getattr(self, "_blank", False)
+
+    @property
+    def tracker(self) -> Any:
+        """The backend's own run object (a run, a writer, an experiment ...)."""
+        return None
+
+    def start(self) -> None:
+        """Open the run on the backend. Called once, on each process that logs."""
+
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        """Record the run's hyper-parameters."""
+
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Record scalar (and other) values at ``step``."""
+
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Record images, where the backend supports them."""
+        if not self.is_blank:
+            raise NotImplementedError(f"the {self.name} tracker cannot log images")
+
+    def log_table(self, table_name: str, columns: list[str] | None = None, data: list[list[Any]] | None = None,
+                  dataframe: Any = None, step: int | None = None, **kwargs: Any) -> None:
+        """Record a table, where the backend supports them."""
+        if not self.is_blank:
+            raise NotImplementedError(f"the {self.name} tracker cannot log tables")
+
+    def on_checkpoint(self, event: str, directory: str) -> None:
+        """Be told that a checkpoint was saved or loaded (``event`` is ``"save"``/``"load"``)."""
+
+    def finish(self) -> None:
+        """Flush and close the run."""
+
+    def __repr__(self) -> str:
+        if self.is_blank:
+            return "GeneralTracker(_blank=True)"
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class LibraryRunTracker(GeneralTracker):
+    """Base of trackers that open one run object of their library in :meth:`start`.
+
+    Keeps the constructor's arguments (``run_name``, ``logging_dir``, the user's init kwargs)
+    and exposes the library's run as ``tracker``; subclasses set ``self.run`` in ``start``.
+    """
+
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        self.run_name = run_name
+        self.logging_dir = os.fspath(logging_dir) if logging_dir is not None else None
+        self.init_kwargs = kwargs
+        self.run: Any = None
+
+    @property
+    def tracker(self) -> Any:
+        return self.run
+
+
+def images_by_key(values: dict[str, Any], make: Any) -> dict[str, Any]:
+    """``{key: make(image)}``, or a list of them where a value is a list of images."""
+    return {key: [make(v) for v in value] if isinstance(value, (list, tuple)) else make(value)
+            for key, value in values.items()}
+
+
+def plain_value(value: Any) -> Any:
+    """A one-element tensor or array (or a numpy scalar) as a Python number; anything else as is.
+
+    Tracker plugins call it on logged values so users may log ``loss`` without ``.item()``.
+    """
+    item = getattr(value, "item", None)
+    if callable(item) and not isinstance(value, (str, bytes)):
+        size = getattr(value, "numel", None)
+        count = size() if callable(size) else getattr(value, "size", 1)
+        if count == 1:
+            try:
+                return item()
+            except (TypeError, ValueError, RuntimeError):
+                return value
+    return value
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` (after :func:`plain_value`) is a real number a tracker can plot."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def flatten_config(values: dict[str, Any], separator: str = "/", prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 0.1}}`` as ``{"optim/lr": 0.1}``, for backends with flat parameters."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{separator}{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            flat.update(flatten_config(value, separator, name))
+        else:
+            flat[name] = plain_value(value)
+    return flat
+
+
+def _choice_name(item: Any) -> str:
+    """The lower-case name of a ``log_with`` entry given as a string or a string enum member."""
+    value = getattr(item, "value", item)
+    text = str.__str__(value) if isinstance(value, str) else str(value)
+    return text.strip().lower()
+
+
+def _accepts_keyword(factory: Any, keyword: str) -> bool:
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == keyword and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in parameters)
+
+
+class _Choice:
+    """One registered tracker the user selected: its spec, its plugin, how it was chosen."""
+
+    def __init__(self, plugin: str, spec: Any, explicit: bool) -> None:
+        self.plugin = plugin
+        self.spec = spec
+        self.explicit = explicit
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+class Trackers:
+    """The experiment trackers of one run; what ``Accelerator(log_with=...)`` holds.
+
+    Args:
+        log_with: ``None``, a tracker name, ``"all"``, a ``LoggerType`` member, a
+            :class:`GeneralTracker` instance, or a list mixing these. Names are matched,
+            case-insensitively, against the trackers that plugins register
+            (``drivetrain_register_trackers``); ``"all"`` means every tracker of a usable
+            plugin (those needing a logging directory are left out, with a warning, when the
+            run has none).
+        logging_dir: where trackers that write files put them (``project_dir`` or
+            ``ProjectConfiguration(logging_dir=...)``).
+        is_main_process: whether this process is the main one. Trackers whose class says
+            ``main_process_only`` are created, started and logged to on the main process
+            only; elsewhere :meth:`get_tracker` returns ``GeneralTracker(_blank=True)``.
+        run: the :class:`drivetrain.run.Run` of this process, if any: the plugins of the
+            chosen trackers are made active in it.
+        manager: the plugin manager to resolve names with (default: the run's, or the
+            process-wide one).
+
+    Choices are checked here, when the ``Accelerator`` is built, so that a typo or a missing
+    library fails before training starts. Nothing of a tracker library is imported until
+    :meth:`init_trackers`.
+
+    Iterating yields the tracker objects that log on this process (after
+    ``init_trackers``); the object is true when anything was selected.
+    """
+
+    def __init__(self, log_with: Any, logging_dir: str | os.PathLike | None = None, is_main_process: bool = True,
+                 run: Any = None, manager: Any = None) -> None:
+        self.logging_dir = os.fspath(logging_dir) if logging_dir is not None else None
+        self.is_main_process = is_main_process
+        self.run = run
+        if manager is None and run is not None:
+            manager = run.manager
+        if manager is None:
+            from ..kernel.plugin_manager import get_plugin_manager
+
+            manager = get_plugin_manager()
+        self.manager = manager
+        self._choices: list[_Choice | GeneralTracker] = self._select(log_with)
+        self._trackers: list[GeneralTracker] = []
+        self._finished = False
+        if run is not None:
+            plugins = [c.plugin for c in self._choices if isinstance(c, _Choice) and c.plugin is not None]
+            if plugins:
+                run.activate(*dict.fromkeys(plugins))
+
+    # ------------------------------------------------------------- selection
+
+    def _registered(self) -> dict[str, tuple[str, Any]]:
+        """Tracker name -> (plugin name, spec); the first registration of a name wins."""
+        found: dict[str, tuple[str, Any]] = {}
+        for plugin, spec in self.manager.registrations("drivetrain_register_trackers"):
+            found.setdefault(spec.name.lower(), (plugin, spec))
+        return found
+
+    def _select(self, log_with: Any) -> list[_Choice | GeneralTracker]:
+        if log_with is None:
+            return []
+        items = list(log_with) if isinstance(log_with, (list, tuple, set)) else [log_with]
+        registered = self._registered()
+        chosen: list[_Choice | GeneralTracker] = []
+        want_all = False
+        for item in items:
+            if isinstance(item, GeneralTracker):
+                chosen.append(item)
+            elif isinstance(item, str):
+                name = _choice_name(item)
+                if name == ALL_TRACKERS:
+                    want_all = True
+                elif name not in [c.name.lower() for c in chosen]:
+                    chosen.append(self._explicit_choice(name, registered))
+            elif item is not None:
+                raise ConfigError(
+                    f"log_with accepts tracker names, '{ALL_TRACKERS}' and GeneralTracker instances, not "
+                    f"{type(item).__name__} ({item!r})"
+                )
+        if want_all:
+            for name, (plugin, spec) in registered.items():
+                if name in [c.name.lower() for c in chosen] or not self.manager.records[plugin].usable:
+                    continue
+                if spec.requires_logging_directory and self.logging_dir is None:
+                    logger.warning("log_with='all' leaves out the %r tracker: it needs project_dir or "
+                                   "ProjectConfiguration(logging_dir=...)", spec.name)
+                    continue
+                chosen.append(_Choice(plugin, spec, explicit=False))
+        return chosen
+
+    def _explicit_choice(self, name: str, registered: dict[str, tuple[str, Any]]) -> _Choice:
+        user_class = _USER_TRACKERS.get(name)
+        if user_class is not None:  # a class given to register_tracker_class: no plugin behind it
+            if user_class.requires_logging_directory and self.logging_dir is None:
+                raise ConfigError(f"the {name!r} tracker writes files and needs a directory: pass "
+                                  "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...)")
+            return _Choice(None, _UserTrackerSpec(user_class), explicit=True)
+        if name not in registered:
+            record = self.manager.records.get(name)
+            if record is not None and not record.usable and record.reason:
+                raise ConfigError(f"tracker {name!r} cannot be used: plugin {name!r} is {record.status}: "
+                                  f"{record.reason}")
+            known = ", ".join(sorted(registered)) or "none"
+            raise ConfigError(f"unknown tracker {name!r} in log_with; installed trackers: {known} "
+                              f"(or '{ALL_TRACKERS}'); see `drivetrain plugins list`")
+        plugin, spec = registered[name]
+        record = self.manager.records[plugin]
+        if not record.usable:
+            fix = f" ({record.install})" if record.install and record.install not in record.reason else ""
+            raise ConfigError(f"tracker {name!r} cannot be used: plugin {plugin!r} is {record.status}: "
+                              f"{record.reason}{fix}")
+        if spec.requires_logging_directory and self.logging_dir is None:
+            raise ConfigError(f"the {name!r} tracker writes files and needs a directory: pass "
+                              "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...)")
+        return _Choice(plugin, spec, explicit=True)
+
+    @property
+    def names(self) -> list[str]:
+        """The names of the selected trackers, in order."""
+        return [c.name for c in self._choices]
+
+    # ------------------------------------------------------------- the run
+
+    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
+                      init_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        """Create and start every tracker that logs on this process, then store ``config``.
+
+        ``init_kwargs`` maps a tracker name to the keyword arguments of its constructor
+        (``{"<name>": {"tags": [...]}}``). Calling it again finishes the previous trackers.
+        """
+        if self._trackers and not self._finished:
+            self.end_training()
+        init_kwargs = init_kwargs or {}
+        self._trackers, self._finished = [], False
+        created = [(choice, self._create(choice, project_name, init_kwargs)) for choice in self._choices]
+        for choice, tracker in created:
+            if tracker is None:
+                continue
+            try:
+                tracker.start()
+            except Exception as exc:
+                if not isinstance(choice, _Choice) or choice.explicit:
+                    raise
+                logger.warning("log_with='all' leaves out the %r tracker: it failed to start: %s: %s",
+                               choice.name, type(exc).__name__, exc)
+                continue
+            self._trackers.append(tracker)
+        if config is not None:
+            for tracker in self._trackers:
+                tracker.store_init_configuration(config)
+
+    def _logs_here(self, tracker_class: Any) -> bool:
+        return self.is_main_process or not getattr(tracker_class, "main_process_only", True)
+
+    def _create(self, choice: _Choice | GeneralTracker, project_name: str,
+                init_kwargs: dict[str, dict[str, Any]]) -> GeneralTracker | None:
+        if isinstance(choice, GeneralTracker):
+            return choice if self._logs_here(choice) else None
+        try:
+            factory = choice.spec.factory if choice.plugin is None else \
+                self.manager.resolve_factory(choice.plugin, choice.spec, f"tracker {choice.name!r}")
+        except Exception as exc:
+            if choice.explicit:
+                raise
+            logger.warning("log_with='all' leaves out the %r tracker: %s", choice.name, exc)
+            return None
+        if not self._logs_here(factory):
+            return None
+        kwargs = dict(init_kwargs.get(choice.name, {}))
+        try:
+            if choice.spec.requires_logging_directory or getattr(factory, "requires_logging_directory", False):
+                return factory(project_name, self.logging_dir, **kwargs)
+            wants_dir = "logging_dir" not in kwargs and _accepts_keyword(factory, "logging_dir")
+            if self.logging_dir is not None and wants_dir:
+                kwargs["logging_dir"] = self.logging_dir
+            return factory(project_name, **kwargs)
+        except Exception as exc:
+            if choice.explicit:
+                raise
+            logger.warning("log_with='all' leaves out the %r tracker: %s: %s", choice.name, type(exc).__name__, exc)
+            return None
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker called ``name`` (its backend object with ``unwrap=True``).
+
+        On a process where that tracker does not log, a ``GeneralTracker(_blank=True)``
+        whose methods do nothing.
+        """
+        wanted = _choice_name(name)
+        for tracker in self._trackers:
+            if tracker.name.lower() == wanted:
+                return tracker.tracker if unwrap else tracker
+        if wanted in [n.lower() for n in self.names]:
+            return GeneralTracker(_blank=True)
+        raise ConfigError(f"{name!r} is not one of this run's trackers: {', '.join(self.names) or 'none'}")
+
+    def log(self, values: dict[str, Any], step: int | None = None,
+            log_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        """Log ``values`` at ``step`` to every tracker of this process.
+
+        ``log_kwargs`` maps a tracker name to extra keyword arguments of its ``log``.
+        """
+        log_kwargs = log_kwargs or {}
+        for tracker in self._trackers:
+            tracker.log(values, step=step, **log_kwargs.get(tracker.name, {}))
+
+    def on_checkpoint(self, event: str, directory: str | os.PathLike) -> None:
+        """Tell every tracker that a checkpoint was saved (``"save"``) or loaded (``"load"``).
+
+        A tracker that fails is logged, not raised: a checkpoint is never lost to a tracker.
+        """
+        for tracker in self._trackers:
+            try:
+                tracker.on_checkpoint(event, os.fspath(directory))
+            except Exception as exc:
+                logger.warning("the %r tracker could not record checkpoint %s of %s: %s: %s",
+                               tracker.name, event, os.fspath(directory), type(exc).__name__, exc)
+
+    def end_training(self) -> None:
+        """Finish every tracker (once; later calls do nothing), the last started first.
+
+        Several tracker libraries wrap ``sys.stdout`` or hooks while their run is open;
+        closing them in the reverse order of opening unwinds those wrappers cleanly.
+        """
+        if self._finished:
+            return
+        self._finished = True
+        errors = []
+        for tracker in reversed(self._trackers):
+            try:
+                tracker.finish()
+            except Exception as exc:  # finish the others first, then report
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    # ------------------------------------------------------------- container manners
+
+    def __iter__(self) -> Iterator[GeneralTracker]:
+        return iter(self._trackers)
+
+    def __len__(self) -> int:
+        return len(self._trackers)
+
+    def __bool__(self) -> bool:
+        return bool(self._choices)
+
+    def __repr__(self) -> str:
+        return f"Trackers({self.names!r}, started={[t.name for t in self._trackers]!r})"
+
+
+# ------------------------------------------------------------ Accelerate's module functions
+
+
+#: Tracker classes registered in this process with :func:`register_tracker_class`, by name.
+_USER_TRACKERS: dict[str, type] = {}
+
+
+class _UserTrackerSpec:
+    """What a registered tracker class stands for, in the shape of a ``TrackerSpec``."""
+
+    def __init__(self, tracker_class: type) -> None:
+        self.name = tracker_class.name
+        self.factory = tracker_class
+        self.requires_logging_directory = tracker_class.requires_logging_directory
+
+
+def register_tracker_class(tracker_class: type) -> type:
+    """Make ``log_with="<tracker_class.name>"`` select a ``GeneralTracker`` subclass in this
+    process, without writing a plugin; returns the class, so it works as a decorator.
+
+    A plugin (``drivetrain_register_trackers``) is the way to offer a tracker to every script;
+    this is for one script's own tracker.
+    """
+    if not (isinstance(tracker_class, type) and issubclass(tracker_class, GeneralTracker)):
+        raise ConfigError(f"register_tracker_class takes a GeneralTracker subclass, not {tracker_class!r}")
+    name = _choice_name(getattr(tracker_class, "name", ""))
+    if not name:
+        raise ConfigError(f"{tracker_class.__name__} needs a class attribute 'name' to be registered")
+    _USER_TRACKERS[name] = tracker_class
+    return tracker_class
+
+
+def get_available_trackers() -> list[str]:
+    """The names of the trackers usable here: those whose plugin is usable (its library
+    installed), and those registered with :func:`register_tracker_class`."""
+    from ..kernel.plugin_manager import get_plugin_manager
+
+    names = [spec.name for _plugin, spec in
+             get_plugin_manager().registrations("drivetrain_register_trackers", usable_only=True)]
+    return names + [name for name in _USER_TRACKERS if name not in names]
+
+
+def filter_trackers(log_with: Any, logging_dir: str | os.PathLike | None = None) -> list[Any]:
+    """What ``log_with`` selects here: tracker names (and the ``GeneralTracker`` objects given).
+
+    ``"all"`` keeps the usable trackers (those needing a directory only with ``logging_dir``);
+    an unknown or unusable name fails with the reason, as ``Accelerator(log_with=...)`` does.
+    """
+    selected = Trackers(log_with, logging_dir=logging_dir)
+    return [choice if isinstance(choice, GeneralTracker) else choice.name for choice in selected._choices]
+
+
+def on_main_process(function: Any) -> Any:
+    """Decorator for tracker methods: run only on the main process when the tracker's
+    ``main_process_only`` says so (elsewhere the call does nothing)."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "main_process_only", False):
+            from ..runtime.state import PartialState
+
+            if not PartialState().is_main_process:
+                return None
+        return function(self, *args, **kwargs)
+
+    return wrapper
+
+
+def __getattr__(name: str) -> Any:
+    # tracker classes (``WandBTracker``) come from the plugins that own them
+    from ..kernel.contributed import resolve_module_name
+
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return resolve_module_name("tracking", name)
