@@ -16,4 +16,6 @@ __version__ = "0.1.0"
 #: 1.6: role objects are built for each run and keep its state (``Run.role("strategy")``); an
 #: extension may name what it ``exposes``; ``drivetrain_adopt_precision``: a precision asks the
 #: strategy to apply it in its engine.
-PLUGIN_API_VERSION = "1.6"
+#: 1.7: ``prepared_objects(accelerator)``: what an accelerator has prepared, read by plugins
+#: instead of the facade's private lists.
+PLUGIN_API_VERSION = "1.7"
