@@ -211,7 +211,7 @@ def test_the_kernel_imports_no_torch() -> None:
     assert not heavy, "\n".join(heavy)
 
 
-@pytest.mark.parametrize("module", [
+COMPAT_PATHS = [
     "drivetrain.plugin_api.descriptors", "drivetrain.errors", "drivetrain.version", "drivetrain.environment",
     "drivetrain.plugin_guard", "drivetrain.plugin_manager", "drivetrain.registration", "drivetrain.public_names",
     "drivetrain.accelerator", "drivetrain.state", "drivetrain.platform", "drivetrain.logging", "drivetrain.run",
@@ -222,8 +222,10 @@ def test_the_kernel_imports_no_torch() -> None:
     "drivetrain.inference", "drivetrain.launchers", "drivetrain.local_sgd", "drivetrain.utils.modeling",
     "drivetrain.utils.offload", "drivetrain.utils.device_map", "drivetrain.utils.weights_loading",
     "drivetrain.utils.random", "drivetrain.utils.imports", "drivetrain.utils.other", "drivetrain.utils.launch",
-])  # not drivetrain.utils.tqdm: importing it as a module makes `drivetrain.utils.tqdm` the module, not the function
+]  # not drivetrain.utils.tqdm: importing it as a module makes `drivetrain.utils.tqdm` the module, not the function
 
+
+@pytest.mark.parametrize("module", COMPAT_PATHS)
 
 def test_compat_paths_are_the_moved_modules(module: str) -> None:
     import importlib
@@ -245,3 +247,21 @@ def test_a_moved_package_and_its_submodules_are_the_moved_ones(old: str, new: st
         moved = importlib.import_module(f"{new}.{path.stem}")
         assert importlib.import_module(f"{old}.{path.stem}") is moved
         assert getattr(importlib.import_module(old), path.stem) is moved
+
+
+def test_each_compat_path_imports_first_in_a_fresh_interpreter() -> None:
+    # In this process most modules are loaded already; a compat path imported before its
+    # package's other modules (``import drivetrain.enums`` as a script's first line) once
+    # recursed in the selection package's lazy names. One interpreter, drivetrain unloaded
+    # before each import.
+    import subprocess
+    import sys
+
+    code = ("import importlib, sys\n"
+            f"for name in {COMPAT_PATHS!r}:\n"
+            "    for loaded in [m for m in sys.modules if m == 'drivetrain' or m.startswith('drivetrain.')]:\n"
+            "        del sys.modules[loaded]\n"
+            "    importlib.import_module(name)\n"
+            "print('IMPORTED', len(" + repr(COMPAT_PATHS) + "))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "IMPORTED" in result.stdout, result.stderr[-3000:]

@@ -12,14 +12,20 @@ use; the core imports :mod:`drivetrain.selection.choice`.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from typing import Any
 
 
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
-    from . import choice
-
+    # ``from .selection import enums`` asks this function before it imports the submodule, and
+    # so does ``from . import choice`` below: a submodule is imported as itself (through
+    # import_module, which does not come back here), never looked up on the choice module.
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    choice = importlib.import_module(f"{__name__}.choice")
     try:
         return getattr(choice, name)
     except AttributeError:
