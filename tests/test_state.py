@@ -155,6 +155,17 @@ def test_accelerator_state_forwards_and_keeps_backend_plugins():
         AcceleratorState(mixed_precision="fp16")
 
 
+def test_resetting_only_the_partial_state_makes_the_next_accelerator_state_afresh():
+    marker = object()
+    old = AcceleratorState(mixed_precision="bf16", fsdp_plugin=marker)
+    old_run = old.run
+    PartialState._reset_state()  # what scripts call between runs, leaving AcceleratorState alone
+    assert not object.__new__(AcceleratorState).initialized  # looked at without building one
+    state = AcceleratorState(mixed_precision="no")  # no "already initialised" error: that run is gone
+    assert state.run is PartialState().run and state.run is not old_run
+    assert state.mixed_precision == "no" and state.fsdp_plugin is None and state.initialized
+
+
 def test_gradient_state():
     state = GradientState()
     assert state.sync_gradients and not state.end_of_dataloader and state.remainder == -1

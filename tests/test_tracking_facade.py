@@ -168,7 +168,8 @@ def test_missing_library_names_the_install_command(manager):
 
 
 def test_a_tracker_that_writes_files_needs_a_directory(manager):
-    with pytest.raises(ConfigError, match="project_dir=.*logging_dir="):
+    # Accelerate's wording first: scripts and log filters match on it
+    with pytest.raises(ConfigError, match="^Logging with `needsdir` requires a `logging_dir`: .*project_dir=.*logging_dir="):
         Trackers("needsdir", logging_dir=None)
 
 
@@ -224,6 +225,68 @@ def test_the_chosen_plugins_become_active_in_the_run(manager):
     run = FakeRun()
     Trackers(["recorder", "needsdir", "broken"], logging_dir=".", run=run)
     assert run.activated == ["recorders", "flaky"]
+
+
+@pytest.fixture
+def tracker_registry(monkeypatch):
+    """The process's registered tracker classes and removed plugin names, empty for the test."""
+    import drivetrain.tracking as tracking
+
+    monkeypatch.setattr(tracking, "_USER_TRACKERS", {})
+    monkeypatch.setattr(tracking, "_REMOVED_PLUGIN_TRACKERS", set())
+    return tracking
+
+
+def test_logger_type_to_class_maps_the_plugins_tracker_names_to_their_classes(manager, tracker_registry):
+    classes = tracker_registry.LOGGER_TYPE_TO_CLASS
+    # every registered tracker, usable or not (Accelerate lists its classes whatever is installed)
+    assert sorted(classes) == ["broken", "everyrank", "fancy", "needsdir", "recorder"]
+    assert classes["recorder"] is Recorder and classes["NeedsDir"] is NeedsDir
+    assert "nothing" not in classes and 3 not in classes
+    with pytest.raises(KeyError):
+        classes["nothing"]
+
+
+def test_deleting_a_name_unselects_it_and_restoring_a_copy_gives_it_back_to_its_plugin(manager, tracker_registry):
+    classes = tracker_registry.LOGGER_TYPE_TO_CLASS
+    saved = dict(classes)
+    classes.clear()
+    assert len(classes) == 0
+    with pytest.raises(ConfigError, match="unknown tracker 'recorder'"):
+        Trackers("recorder")
+    classes.update(saved)
+    assert dict(classes) == saved
+    run = type("FakeRun", (), {"manager": manager, "activate": lambda self, *names: self.names.extend(names)})()
+    run.names = []
+    Trackers("recorder", run=run)
+    assert run.names == ["recorders"]  # selected through its plugin again, not as a script's class
+
+
+def test_register_tracker_class_needs_both_attributes_and_warns_when_it_replaces(manager, tracker_registry):
+    from drivetrain.tracking import register_tracker_class
+
+    class NoDirectoryFlag(GeneralTracker):
+        name = "noflag"
+
+    class NoName(GeneralTracker):
+        requires_logging_directory = False
+
+    for bad in (NoDirectoryFlag, NoName):
+        with pytest.raises(ConfigError, match="needs a class attribute"):
+            register_tracker_class(bad)
+
+    class Shadow(Recorder):  # inherits both attributes from a tracker class: that counts
+        pass
+
+    with pytest.warns(UserWarning, match="replaces the tracker registered as 'recorder'"):
+        register_tracker_class(Shadow)
+    assert tracker_registry.LOGGER_TYPE_TO_CLASS["recorder"] is Shadow
+    trackers = Trackers("recorder")
+    trackers.init_trackers("proj")
+    assert isinstance(trackers.get_tracker("recorder"), Shadow)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        register_tracker_class(Shadow)  # the same class again: nothing to warn about
 
 
 def test_plain_value_turns_one_element_tensors_and_arrays_into_numbers():
@@ -303,6 +366,8 @@ def test_discovering_and_selecting_trackers_imports_no_tracker_library():
         "from drivetrain.tracking import Trackers\n"
         "manager = PluginManager(env={}).load()\n"
         "Trackers('all', logging_dir='unused', manager=manager)\n"
+        "from drivetrain.tracking import LOGGER_TYPE_TO_CLASS\n"
+        "assert 'tensorboard' in LOGGER_TYPE_TO_CLASS and 'wandb' in list(LOGGER_TYPE_TO_CLASS)\n"
         "libraries = ('torch', 'tensorboard', 'wandb', 'mlflow', 'comet_ml', 'aim', 'clearml', 'dvclive',\n"
         "             'trackio', 'swanlab')\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & set(libraries)))\n"

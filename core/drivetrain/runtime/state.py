@@ -327,6 +327,8 @@ class AcceleratorState:
         backend_names = set(slot_names("state", "ACCELERATOR_STATE_SLOTS", count=len(slots)) or ())
         backend_plugins = {key: kwargs.pop(key) for key in list(kwargs)
                            if key.endswith("_plugin") or key in backend_names}
+        if self._shared_state.get("_initialized") and not self.initialized:
+            self._shared_state.clear()  # its PartialState was reset: nothing of the old run is kept
         if self.initialized:
             if mixed_precision is not None and str(mixed_precision).lower() != self.mixed_precision:
                 raise ConfigError(
@@ -356,11 +358,16 @@ class AcceleratorState:
         run.accelerator_state = self
         self.dynamo_plugin = dynamo_plugin
         self.plugins: dict[str, Any] = {key: value for key, value in backend_plugins.items() if value is not None}
+        self._run = run
         self._initialized = True
 
     @property
     def initialized(self) -> bool:
-        return self._shared_state.get("_initialized", False)
+        """Set up, for the process's current run: ``PartialState._reset_state()`` alone (as
+        scripts and tests call it) leaves an ``AcceleratorState`` of a run that is gone, which a
+        new ``Accelerator`` builds afresh."""
+        return (self._shared_state.get("_initialized", False)
+                and PartialState._shared_state.get("run") is self._shared_state.get("_run"))
 
     def __getattr__(self, name: str) -> Any:
         """Accelerate's attributes of a backend (``deepspeed_plugin``, ``is_fsdp2``) through

@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import warnings
+from collections.abc import MutableMapping
 from typing import Any, Iterator
 
 from ..kernel.errors import ConfigError
@@ -163,6 +165,12 @@ def _choice_name(item: Any) -> str:
     return text.strip().lower()
 
 
+def _needs_directory(name: str) -> str:
+    # Accelerate's wording: scripts and log filters match "Logging with `<name>` requires a `logging_dir`"
+    return (f"Logging with `{name}` requires a `logging_dir`: pass Accelerator(project_dir=...) or "
+            "ProjectConfiguration(logging_dir=...)")
+
+
 def _accepts_keyword(factory: Any, keyword: str) -> bool:
     try:
         parameters = inspect.signature(factory).parameters.values()
@@ -238,7 +246,8 @@ class Trackers:
         """Tracker name -> (plugin name, spec); the first registration of a name wins."""
         found: dict[str, tuple[str, Any]] = {}
         for plugin, spec in self.manager.registrations("drivetrain_register_trackers"):
-            found.setdefault(spec.name.lower(), (plugin, spec))
+            if spec.name.lower() not in _REMOVED_PLUGIN_TRACKERS:
+                found.setdefault(spec.name.lower(), (plugin, spec))
         return found
 
     def _select(self, log_with: Any) -> list[_Choice | GeneralTracker]:
@@ -277,8 +286,7 @@ class Trackers:
         user_class = _USER_TRACKERS.get(name)
         if user_class is not None:  # a class given to register_tracker_class: no plugin behind it
             if user_class.requires_logging_directory and self.logging_dir is None:
-                raise ConfigError(f"the {name!r} tracker writes files and needs a directory: pass "
-                                  "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...)")
+                raise ConfigError(_needs_directory(name))
             return _Choice(None, _UserTrackerSpec(user_class), explicit=True)
         if name not in registered:
             record = self.manager.records.get(name)
@@ -295,8 +303,7 @@ class Trackers:
             raise ConfigError(f"tracker {name!r} cannot be used: plugin {plugin!r} is {record.status}: "
                               f"{record.reason}{fix}")
         if spec.requires_logging_directory and self.logging_dir is None:
-            raise ConfigError(f"the {name!r} tracker writes files and needs a directory: pass "
-                              "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...)")
+            raise ConfigError(_needs_directory(name))
         return _Choice(plugin, spec, explicit=True)
 
     @property
@@ -440,6 +447,9 @@ class Trackers:
 #: Tracker classes registered in this process with :func:`register_tracker_class`, by name.
 _USER_TRACKERS: dict[str, type] = {}
 
+#: Names of plugin trackers deleted from ``LOGGER_TYPE_TO_CLASS``: ``log_with`` no longer finds them.
+_REMOVED_PLUGIN_TRACKERS: set[str] = set()
+
 
 class _UserTrackerSpec:
     """What a registered tracker class stands for, in the shape of a ``TrackerSpec``."""
@@ -450,19 +460,107 @@ class _UserTrackerSpec:
         self.requires_logging_directory = tracker_class.requires_logging_directory
 
 
+class TrackerClasses(MutableMapping):
+    """Accelerate's ``LOGGER_TYPE_TO_CLASS``: tracker name -> ``GeneralTracker`` subclass.
+
+    The names are those the tracker plugins register and those given to
+    :func:`register_tracker_class`. The plugins are asked on first use, not when this module
+    is imported, and a plugin's class is imported only when it is looked up, so reading the
+    names imports no tracker library. Writing to the mapping is what registering does: a
+    class set under a name is what ``log_with="<name>"`` then selects, and a deleted name is
+    no longer selectable.
+    """
+
+    def _plugin_specs(self) -> dict[str, tuple[str, Any]]:
+        from ..kernel.plugin_manager import get_plugin_manager
+
+        found: dict[str, tuple[str, Any]] = {}
+        for plugin, spec in get_plugin_manager().registrations("drivetrain_register_trackers"):
+            found.setdefault(spec.name.lower(), (plugin, spec))
+        return found
+
+    def _plugin_class(self, name: str) -> type | None:
+        entry = self._plugin_specs().get(name)
+        if entry is None:
+            return None
+        from ..kernel.plugin_manager import get_plugin_manager
+
+        return get_plugin_manager().resolve_factory(entry[0], entry[1], f"tracker {name!r}")
+
+    def __getitem__(self, name: str) -> type:
+        key = _choice_name(name)
+        if key in _USER_TRACKERS:
+            return _USER_TRACKERS[key]
+        if key in _REMOVED_PLUGIN_TRACKERS or key not in self._plugin_specs():
+            raise KeyError(name)
+        return self._plugin_class(key)
+
+    def __setitem__(self, name: str, tracker_class: type) -> None:
+        key = _choice_name(name)
+        _REMOVED_PLUGIN_TRACKERS.discard(key)
+        # putting a plugin's own class back (a saved copy restored) leaves the name to its plugin
+        if key in self._plugin_specs() and tracker_class is self._plugin_class(key):
+            _USER_TRACKERS.pop(key, None)
+        else:
+            _USER_TRACKERS[key] = tracker_class
+
+    def __delitem__(self, name: str) -> None:
+        key = _choice_name(name)
+        if key not in self:
+            raise KeyError(name)
+        _USER_TRACKERS.pop(key, None)
+        if key in self._plugin_specs():
+            _REMOVED_PLUGIN_TRACKERS.add(key)
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        key = _choice_name(name)
+        return key in _USER_TRACKERS or (key not in _REMOVED_PLUGIN_TRACKERS and key in self._plugin_specs())
+
+    def __iter__(self) -> Iterator[str]:
+        names = [name for name in self._plugin_specs() if name not in _REMOVED_PLUGIN_TRACKERS]
+        return iter(names + [name for name in _USER_TRACKERS if name not in names])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"LOGGER_TYPE_TO_CLASS({list(self)!r})"
+
+
+LOGGER_TYPE_TO_CLASS = TrackerClasses()
+
+
+def _defines(tracker_class: type, attribute: str) -> bool:
+    """Whether a subclass of ``GeneralTracker`` sets ``attribute`` itself (the base's default does not count)."""
+    return any(attribute in vars(klass) for klass in tracker_class.__mro__
+               if klass is not GeneralTracker and issubclass(klass, GeneralTracker))
+
+
 def register_tracker_class(tracker_class: type) -> type:
     """Make ``log_with="<tracker_class.name>"`` select a ``GeneralTracker`` subclass in this
     process, without writing a plugin; returns the class, so it works as a decorator.
 
-    A plugin (``drivetrain_register_trackers``) is the way to offer a tracker to every script;
-    this is for one script's own tracker.
+    The class must set ``name`` and ``requires_logging_directory``; registering over a name
+    that is already taken (a plugin's tracker included) warns and replaces it. A plugin
+    (``drivetrain_register_trackers``) is the way to offer a tracker to every script; this is
+    for one script's own tracker.
     """
     if not (isinstance(tracker_class, type) and issubclass(tracker_class, GeneralTracker)):
         raise ConfigError(f"register_tracker_class takes a GeneralTracker subclass, not {tracker_class!r}")
     name = _choice_name(getattr(tracker_class, "name", ""))
-    if not name:
+    if not name or not _defines(tracker_class, "name"):
         raise ConfigError(f"{tracker_class.__name__} needs a class attribute 'name' to be registered")
+    if not _defines(tracker_class, "requires_logging_directory"):
+        raise ConfigError(f"{tracker_class.__name__} needs a class attribute 'requires_logging_directory' "
+                          "(True when its constructor takes logging_dir) to be registered")
+    if name in LOGGER_TYPE_TO_CLASS and LOGGER_TYPE_TO_CLASS[name] is not tracker_class:
+        warnings.warn(f"register_tracker_class replaces the tracker registered as {name!r} "
+                      f"({LOGGER_TYPE_TO_CLASS[name].__name__}) with {tracker_class.__name__}", UserWarning,
+                      stacklevel=2)
     _USER_TRACKERS[name] = tracker_class
+    _REMOVED_PLUGIN_TRACKERS.discard(name)
     return tracker_class
 
 
