@@ -245,3 +245,15 @@ def test_a_moved_package_and_its_submodules_are_the_moved_ones(old: str, new: st
         moved = importlib.import_module(f"{new}.{path.stem}")
         assert importlib.import_module(f"{old}.{path.stem}") is moved
         assert getattr(importlib.import_module(old), path.stem) is moved
+
+
+def test_a_compat_path_imports_first_in_a_fresh_interpreter() -> None:
+    # In this process the layer modules are already imported; a user's first import is not so
+    # lucky: the layer package must import its submodule, not look the name up among its own.
+    import subprocess
+    import sys
+
+    code = ("import drivetrain.utils.constants as c, drivetrain.selection.constants as s; "
+            "assert c is s; import drivetrain.selection; assert drivetrain.selection.Requests")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -18,7 +18,14 @@ from typing import Any
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
-    from . import choice
+    # Not ``from . import choice``: that import asks this module for ``choice`` first, which
+    # comes back here; and a submodule not yet imported (``constants``) is imported, not looked up.
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    choice = importlib.import_module(f"{__name__}.choice")
 
     try:
         return getattr(choice, name)
