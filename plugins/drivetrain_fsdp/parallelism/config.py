@@ -47,6 +47,13 @@ ENV = {
 }
 #: Fields the layout passes through to the sequence-parallel backend's handler.
 SP_HANDLER_FIELDS = ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation")
+#: The earliest versions in which torch (and transformers' ``tp_plan``) offer what a layout needs:
+#: tensor parallelism (``parallelize_module`` with transformers' plans) and context parallelism
+#: (``torch.distributed.tensor.experimental.context_parallel``). Accelerate's names for them,
+#: contributed as ``utils.constants.<name>``.
+BETA_TP_AVAILABLE_PYTORCH_VERSION = "2.3.0"
+BETA_TP_AVAILABLE_TRANSFORMERS_VERSION = "4.52.0"
+BETA_CP_AVAILABLE_PYTORCH_VERSION = "2.6.0"
 #: Who runs sequence parallelism (``sp_size > 1``): DeepSpeed's Ulysses, under the deepspeed strategy.
 SP_BACKENDS = ("deepspeed",)
 
