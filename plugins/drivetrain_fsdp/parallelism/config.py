@@ -108,7 +108,9 @@ class TorchContextParallelConfig:
     def __post_init__(self) -> None:
         strategy = str(self.cp_comm_strategy).strip().lower()
         if strategy not in CP_COMM_STRATEGIES:
-            raise ConfigError(f"cp_comm_strategy {self.cp_comm_strategy!r} is not one of {list(CP_COMM_STRATEGIES)}")
+            # the text starts as Accelerate's does: users' log filters and tests match on it
+            raise ConfigError(f"Invalid cp_comm_strategy: {self.cp_comm_strategy}; use one of "
+                              f"{list(CP_COMM_STRATEGIES)}")
         self.cp_comm_strategy = strategy
 
 
