@@ -81,3 +81,32 @@ def test_layerwise_casting_stores_low_and_computes_high():
     out = model(x)  # bf16 weights against fp32 inputs would fail: computed in fp32
     assert out.dtype == torch.float32
     assert model[2].weight.dtype == torch.bfloat16
+
+
+class _Scaled(nn.Module):
+    # a parameter held directly, not by a layer: its precision is not a layer's weight to cast
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(4))
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) * self.scale
+
+
+def test_layerwise_casting_casts_only_convolutions_and_linear_layers():
+    model = nn.Sequential(_Scaled(), nn.Conv1d(1, 1, 1))
+    attach_layerwise_casting_hooks(model, storage_dtype=torch.float16, compute_dtype=torch.float32)
+    assert model[0].scale.dtype == torch.float32
+    assert model[0].proj.weight.dtype == torch.float16 and model[1].weight.dtype == torch.float16
+    assert not hasattr(model[0], "_hf_hook")
+    assert model[0](torch.ones(2, 4)).dtype == torch.float32
+
+
+def test_layerwise_casting_skips_by_dotted_name_and_by_class():
+    model = nn.ModuleList([_Scaled(), nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4))])
+    attach_layerwise_casting_hooks(model, storage_dtype=torch.float16, compute_dtype=torch.float32,
+                                   skip_modules_pattern=r"^0\.proj$", skip_modules_classes=(nn.Sequential,))
+    assert model[0].proj.weight.dtype == torch.float32  # by name
+    assert model[2][0].weight.dtype == torch.float32  # inside a skipped class
+    assert model[1].weight.dtype == torch.float16

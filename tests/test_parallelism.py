@@ -62,8 +62,11 @@ def test_handlers_need_their_dimension(clean_env):
 
     with pytest.raises(ConfigError, match="cp_handler was given but cp_size is 1"):
         ParallelismConfig(cp_handler=TorchContextParallelConfig())
-    with pytest.raises(ConfigError, match="cp_comm_strategy 'ring' is not one of"):
+    with pytest.raises(ConfigError, match=r"^Invalid cp_comm_strategy: ring; use one of \['allgather', 'alltoall'\]$"):
         TorchContextParallelConfig(cp_comm_strategy="ring")
+    clean_env.setenv("PARALLELISM_CONFIG_CP_COMM_STRATEGY", "ring")
+    with pytest.raises(ConfigError, match="^Invalid cp_comm_strategy: ring;"):
+        ParallelismConfig(cp_size=2)  # the variable is checked as the argument is
 
 
 def test_sizes_must_cover_the_processes(clean_env):

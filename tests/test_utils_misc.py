@@ -70,6 +70,28 @@ def test_torch_distributed_operation_types_come_from_the_installed_plugins():
     assert all(name.startswith("MULTI_") for name in TORCH_DISTRIBUTED_OPERATION_TYPES)
 
 
+def test_feature_versions_at_accelerates_constants_path_come_from_the_plugins_that_own_them():
+    from packaging.version import Version
+
+    from drivetrain.utils import constants
+    from drivetrain_deepspeed import sequence_parallel
+    from drivetrain_fsdp.parallelism import config
+
+    for name in ("BETA_TP_AVAILABLE_PYTORCH_VERSION", "BETA_TP_AVAILABLE_TRANSFORMERS_VERSION",
+                 "BETA_CP_AVAILABLE_PYTORCH_VERSION"):
+        assert getattr(constants, name) is getattr(config, name)
+    assert constants.BETA_SP_AVAILABLE_DEEPSPEED_VERSION is sequence_parallel.BETA_SP_AVAILABLE_DEEPSPEED_VERSION
+    # usable where Accelerate users put them: is_torch_version(">=", ...), compare_versions(...)
+    assert Version(constants.BETA_CP_AVAILABLE_PYTORCH_VERSION) >= Version(constants.BETA_TP_AVAILABLE_PYTORCH_VERSION)
+
+
+def test_upcasting_layers_are_the_convolutions_and_linear_layers():
+    from drivetrain.utils.constants import SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING as layers
+
+    assert isinstance(torch.nn.Linear(2, 2), layers) and isinstance(torch.nn.ConvTranspose2d(1, 1, 1), layers)
+    assert not isinstance(torch.nn.LayerNorm(2), layers) and not isinstance(torch.nn.Embedding(2, 2), layers)
+
+
 def test_data_loader_state_mixin_tells_gradient_state():
     from drivetrain import GradientState
     from drivetrain.data_loader import DataLoaderShard, DataLoaderStateMixin

@@ -169,6 +169,8 @@ def drivetrain_public_names():
         **{f"utils.{name}": f"drivetrain_deepspeed.helpers:{name}" for name in (
             "compile_regions_deepspeed", "map_pytorch_optim_to_deepspeed", "prepare_deepspeed_cmd_env")},
         "utils.DeepSpeedSequenceParallelConfig": "drivetrain_deepspeed.sequence_parallel:DeepSpeedSequenceParallelConfig",
+        "utils.constants.BETA_SP_AVAILABLE_DEEPSPEED_VERSION":
+            "drivetrain_deepspeed.sequence_parallel:BETA_SP_AVAILABLE_DEEPSPEED_VERSION",
     }
 
 

@@ -33,6 +33,9 @@ ENV = {
     "sp_seq_length_is_variable": "PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE",
     "sp_attn_implementation": "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION",
 }
+#: The earliest DeepSpeed with the Ulysses pieces used here (``UlyssesSPAttentionHF``,
+#: ``UlyssesSPDataLoaderAdapter``); Accelerate's name, contributed as ``utils.constants.<name>``.
+BETA_SP_AVAILABLE_DEEPSPEED_VERSION = "0.18.2"
 #: eager attention builds a full 4-D mask from the local slice; Ulysses needs position ids instead.
 UNSUPPORTED_ATTENTION = ("eager", "paged|eager")
 

@@ -36,6 +36,15 @@ TORCH_LAUNCH_PARAMS = [
 STR_OPERATION_TO_FUNC_NAMES = (">", ">=", "==", "!=", "<=", "<")
 
 
+def supported_layers_for_upcasting() -> tuple[type, ...]:
+    """The layer classes whose weights ``attach_layerwise_casting_hooks`` stores in a low dtype:
+    convolutions and linear layers, whose weights only multiply the input. Other layers (norms,
+    embeddings) keep their dtype. Built on first use, so importing this module needs no torch."""
+    from torch import nn
+
+    return (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Linear)
+
+
 def __getattr__(name: str) -> object:
     # The multi-process distributed types come from the installed platforms and strategies,
     # so the list is built when asked for, not written here.
@@ -43,6 +52,8 @@ def __getattr__(name: str) -> object:
         from .enums import DistributedType
 
         return [str(member) for member in DistributedType if str(member).startswith("MULTI_")]
+    if name == "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING":
+        return supported_layers_for_upcasting()
     return _contributed(name)
 
 

@@ -47,6 +47,13 @@ ENV = {
 }
 #: Fields the layout passes through to the sequence-parallel backend's handler.
 SP_HANDLER_FIELDS = ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation")
+#: The earliest versions in which torch (and transformers' ``tp_plan``) offer what a layout needs:
+#: tensor parallelism (``parallelize_module`` with transformers' plans) and context parallelism
+#: (``torch.distributed.tensor.experimental.context_parallel``). Accelerate's names for them,
+#: contributed as ``utils.constants.<name>``.
+BETA_TP_AVAILABLE_PYTORCH_VERSION = "2.3.0"
+BETA_TP_AVAILABLE_TRANSFORMERS_VERSION = "4.52.0"
+BETA_CP_AVAILABLE_PYTORCH_VERSION = "2.6.0"
 #: Who runs sequence parallelism (``sp_size > 1``): DeepSpeed's Ulysses, under the deepspeed strategy.
 SP_BACKENDS = ("deepspeed",)
 
@@ -101,7 +108,9 @@ class TorchContextParallelConfig:
     def __post_init__(self) -> None:
         strategy = str(self.cp_comm_strategy).strip().lower()
         if strategy not in CP_COMM_STRATEGIES:
-            raise ConfigError(f"cp_comm_strategy {self.cp_comm_strategy!r} is not one of {list(CP_COMM_STRATEGIES)}")
+            # the text starts as Accelerate's does: users' log filters and tests match on it
+            raise ConfigError(f"Invalid cp_comm_strategy: {self.cp_comm_strategy}; use one of "
+                              f"{list(CP_COMM_STRATEGIES)}")
         self.cp_comm_strategy = strategy
 
 

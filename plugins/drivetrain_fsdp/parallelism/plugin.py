@@ -128,5 +128,8 @@ def drivetrain_public_names():
              for name in ("ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig",
                           "TorchTensorParallelPlugin")}
     names["parallelism_config.ParallelismConfig"] = "drivetrain_fsdp.parallelism.config:ParallelismConfig"
+    names.update({f"utils.constants.{name}": f"drivetrain_fsdp.parallelism.config:{name}" for name in (
+        "BETA_TP_AVAILABLE_PYTORCH_VERSION", "BETA_TP_AVAILABLE_TRANSFORMERS_VERSION",
+        "BETA_CP_AVAILABLE_PYTORCH_VERSION")})
     names["utils.get_model_tp_size"] = "drivetrain_fsdp.parallelism.model_info:get_model_tp_size"
     return names

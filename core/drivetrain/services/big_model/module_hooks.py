@@ -21,6 +21,7 @@ from torch import nn
 
 from .modeling import HOST, META, named_module_tensors, resolve_device, set_module_tensor_to_device
 from .offload import PrefixedDataset
+from ...selection.constants import supported_layers_for_upcasting
 from ...tensors.nested import find_device, send_to_device
 
 __all__ = [
@@ -468,10 +469,6 @@ class LayerwiseCastingHook(ModelHook):
         return output
 
 
-# Layers whose weights feed normalisation statistics or embeddings lookups: kept as they are.
-_DEFAULT_SKIP_CLASSES = (nn.Embedding, nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d)
-
-
 def attach_layerwise_casting_hooks(module: nn.Module, storage_dtype: torch.dtype, compute_dtype: torch.dtype,
                                    skip_modules_pattern: str | tuple[str, ...] | None = None,
                                    skip_modules_classes: tuple[type[nn.Module], ...] | None = None,
@@ -479,17 +476,22 @@ def attach_layerwise_casting_hooks(module: nn.Module, storage_dtype: torch.dtype
     """Store the weights of ``module``'s layers in ``storage_dtype`` (say ``torch.float8_e4m3fn``)
     and compute in ``compute_dtype``: each layer is cast up for its forward and back after.
 
-    Layers matching ``skip_modules_pattern`` (regular expressions on the module name) or of a
-    class in ``skip_modules_classes`` keep their dtype.
+    Only the layers of ``SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING`` (convolutions and linear
+    layers) are cast; norms, embeddings and parameters held directly by other modules keep
+    their dtype, as their precision matters beyond one product. Layers matching
+    ``skip_modules_pattern`` (regular expressions searched in the module's dotted name) or of a
+    class in ``skip_modules_classes`` are left alone, with everything inside them.
     """
     patterns = (skip_modules_pattern,) if isinstance(skip_modules_pattern, str) else tuple(skip_modules_pattern or ())
-    classes = tuple(skip_modules_classes) if skip_modules_classes is not None else _DEFAULT_SKIP_CLASSES
+    skipped = tuple(skip_modules_classes or ())
+    castable = supported_layers_for_upcasting()
 
     def visit(name: str, current: nn.Module) -> None:
-        if (patterns and any(re.search(p, name) for p in patterns)) or isinstance(current, classes):
+        if (patterns and any(re.search(p, name) for p in patterns)) or (skipped and isinstance(current, skipped)):
             return
-        if any(True for _ in current.parameters(recurse=False)):
+        if isinstance(current, castable):
             add_hook_to_module(current, LayerwiseCastingHook(storage_dtype, compute_dtype, non_blocking), append=True)
+            return
         for child_name, child in current.named_children():
             visit(f"{name}.{child_name}" if name else child_name, child)
 
