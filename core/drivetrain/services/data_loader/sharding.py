@@ -14,6 +14,8 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from ...kernel.errors import ConfigError
 
+from .stateful import StatefulVariants
+
 
 def _mix(*numbers: int) -> int:
     """A 63-bit seed from several integers (stable across runs and processes)."""
@@ -342,12 +344,14 @@ class SkipBatchSampler(BatchSampler):
         return max(len(self.batch_sampler) - self.skip_batches, 0)
 
 
-class SkipDataLoader(DataLoader):
-    """A ``DataLoader`` that leaves out its first ``skip_batches`` batches at every pass."""
+class SkipDataLoader(StatefulVariants, DataLoader):
+    """A ``DataLoader`` that leaves out its first ``skip_batches`` batches at every pass
+    (with ``use_stateful_dataloader=True``, a torchdata ``StatefulDataLoader``)."""
 
     def __init__(self, dataset: Any, skip_batches: int = 0, use_stateful_dataloader: bool = False, **kwargs: Any) -> None:
         super().__init__(dataset, **kwargs)
         self.skip_batches = skip_batches
+        self.use_stateful_dataloader = use_stateful_dataloader
 
     def __iter__(self) -> Iterator[Any]:
         for number, batch in enumerate(super().__iter__()):

@@ -102,7 +102,7 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
                             _non_blocking=_non_blocking, _shard_sampler=_shard_sampler, **kwargs)
         if _progress is None:
             _progress = _Progress(torch.initial_seed(), 1, 0, [], [], [], agree_on_seed=False)
-        kwargs["generator"] = _progress.loader_generator
+        kwargs["generator"] = _progress.loader_generator_for(kwargs.get("generator"), use_stateful_dataloader)
         super().__init__(dataset, **kwargs)
         self.device = device
         self.rng_types = rng_types
@@ -168,8 +168,10 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
             current = next(iterator)
         except StopIteration:
             self.end_of_dataloader = True
+            self._handed_out(None)
             progress.finish_pass()
             return
+        read = self._snapshot()
         while True:
             if device is not None:
                 current = _send(current, device, non_blocking, [])
@@ -178,11 +180,15 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
             except StopIteration:
                 self.end_of_dataloader = True
                 progress.batches_yielded += 1
+                self._handed_out(read)
                 yield current
                 break
             progress.batches_yielded += 1
+            self._handed_out(read)
+            read = self._snapshot()
             yield current
             current = upcoming
+        self._handed_out(None)
         progress.finish_pass()
 
 
@@ -229,7 +235,7 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
         if _progress is None:
             _progress = _Progress(torch.initial_seed(), state.num_processes, state.process_index, [], [], [],
                                   agree_on_seed=False)
-        kwargs["generator"] = _progress.loader_generator
+        kwargs["generator"] = _progress.loader_generator_for(kwargs.get("generator"), use_stateful_dataloader)
         super().__init__(dataset, **kwargs)
         self.split_batches = split_batches
         self.slice_fn = slice_fn or slice_tensors
@@ -314,10 +320,12 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
                 self._fetch(iterator)
         first = None
         current, have_current = self._fetch(iterator) if main else (None, False)
+        read = self._snapshot() if main else None
         while True:
             message = None
             if main:
                 upcoming, have_upcoming = self._fetch(iterator) if have_current else (None, False)
+                read_upcoming = self._snapshot() if have_current else None
                 if first is None and have_current:
                     first = current
                 payload, real = self._share(current, first, not have_upcoming) if have_current else (None, 0)
@@ -339,11 +347,13 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
                 self.remainder = real
             if piece is not None:
                 progress.batches_yielded += 1
+                self._handed_out(read)
                 yield piece
             if is_last:
                 break
             if main:
-                current, have_current = upcoming, have_upcoming
+                current, have_current, read = upcoming, have_upcoming, read_upcoming
+        self._handed_out(None)
         progress.finish_pass()
 
     def _receive(self, batch: Any, structure: Any) -> Any:
