@@ -13,7 +13,7 @@ from ...kernel.errors import ConfigError
 from ...runtime.state import PartialState
 
 from .mesh import data_parallel_share, shares_batches_across_peers
-from .progress import _PreparedLoader, _Progress
+from .progress import _PreparedLoader, _Progress, epoch_followers
 from .sharding import (
     BatchSamplerShard,
     IterableDatasetShard,
@@ -268,8 +268,9 @@ def prepare_data_loader(
                              1, False)
     else:
         inner = _rebuild_batch_sampler(dataloader.batch_sampler, use_seedable_sampler, seed, generators, seedable)
-    for part in (getattr(inner, "sampler", None), inner):
-        if part is not None and hasattr(part, "set_epoch") and not isinstance(part, SeedableRandomSampler):
+    # the rebuilt batch sampler and the user's own (a custom one reads its epoch when iterated)
+    for part in epoch_followers(None, dataloader.sampler, dataloader.batch_sampler) + epoch_followers(None, None, inner):
+        if not isinstance(part, SeedableRandomSampler) and not any(part is seen for seen in followers):
             followers.append(part)
     progress = _Progress(seed, num_processes, process_index, generators, seedable, followers,
                          agree_on_seed=not dispatch_batches and bool(generators or seedable))

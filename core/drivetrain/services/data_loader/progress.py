@@ -98,6 +98,16 @@ class _Progress:
         self.apply_epoch(epoch)
 
 
+def epoch_followers(dataset: Any, sampler: Any = None, batch_sampler: Any = None) -> list[Any]:
+    """What :meth:`_Progress.apply_epoch` tells the epoch: the dataset, the batch sampler and
+    the samplers that have ``set_epoch`` (each once)."""
+    found: list[Any] = []
+    for part in (dataset, batch_sampler, getattr(batch_sampler, "sampler", None), sampler):
+        if part is not None and hasattr(part, "set_epoch") and not any(part is seen for seen in found):
+            found.append(part)
+    return found
+
+
 class DataLoaderStateMixin:
     """The contract between a data loader and :class:`~drivetrain.state.GradientState`.
 

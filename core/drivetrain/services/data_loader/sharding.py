@@ -124,12 +124,13 @@ class BatchSamplerShard(BatchSampler):
             raise ConfigError(f"process_index={process_index} is not in range(num_processes={num_processes})")
         if split_batches and self.batch_size is not None and self.batch_size % num_processes != 0:
             raise ConfigError(
-                f"split_batches=True needs a batch size that is a multiple of the number of processes; "
+                f"split_batches=True needs a batch size that is a round multiple of the number of processes; "
                 f"got batch size {self.batch_size} for {num_processes} processes (make it a multiple, "
                 f"or use split_batches=False)")
-        if self.batch_size is None and even_batches and num_processes > 1:
-            raise ConfigError("this batch sampler has no batch_size, so batches cannot be evened out across "
-                              "processes; use even_batches=False (DataLoaderConfiguration(even_batches=False))")
+        if split_batches and self.batch_size is None and even_batches and num_processes > 1:
+            raise ConfigError("split_batches=True with even_batches=True cuts every batch into equal pieces, which "
+                              "needs a batch sampler with a batch_size; this one has none: use split_batches=False "
+                              "or even_batches=False")
         self._skip_next = 0
 
     @property
@@ -188,8 +189,11 @@ class BatchSamplerShard(BatchSampler):
     def _round_robin(self, source: Iterator[list[int]]) -> Iterator[list[int]]:
         n, me, size = self.num_processes, self.process_index, self.batch_size
         start: list[int] = []  # the first indices of the epoch, to complete the last round
+        first_batches: list[list[int]] = []  # without a batch size, the last round is completed by batches
         pending: list[list[int]] = []
         for batch in source:
+            if size is None and len(first_batches) < n:
+                first_batches.append(batch)
             if size is not None and len(start) < n * size:
                 start.extend(batch[: n * size - len(start)])
             pending.append(batch)
@@ -202,7 +206,11 @@ class BatchSamplerShard(BatchSampler):
             pending = []
         if not pending or self.drop_last:
             return
-        if self.even_batches:
+        if self.even_batches and size is None:
+            # batches of varying size: a process left out of the last round gets one of the
+            # epoch's first batches (cycled), so every process gets as many batches
+            yield pending[me] if me < len(pending) else first_batches[(me - len(pending)) % len(first_batches)]
+        elif self.even_batches:
             yield self._even_share(pending, start)
         elif me < len(pending):
             yield pending[me]
@@ -269,7 +277,7 @@ class IterableDatasetShard(IterableDataset):
                  process_index: int = 0, split_batches: bool = False, even_batches: bool = True) -> None:
         if split_batches and batch_size > 1 and batch_size % num_processes != 0:
             raise ConfigError(
-                f"split_batches=True needs a batch size that is a multiple of the number of processes; "
+                f"split_batches=True needs a batch size that is a round multiple of the number of processes; "
                 f"got batch size {batch_size} for {num_processes} processes")
         self.dataset = dataset
         self.batch_size = batch_size

@@ -27,7 +27,7 @@ from ...tensors.nested import (
 from ..rng import synchronize_rng_states
 
 from .mesh import shares_batches_across_peers
-from .progress import _PreparedLoader, _Progress
+from .progress import _PreparedLoader, _Progress, epoch_followers
 from .sharding import BatchSamplerShard, IterableDatasetShard
 
 
@@ -55,6 +55,12 @@ def _batch_size(batch: Any) -> int:
     for leaf in _tensors_of(batch):
         return leaf.shape[0] if leaf.dim() else 1
     return find_batch_size(batch)  # raises with the reason
+
+
+def _built_followers(dataset: Any, kwargs: dict[str, Any]) -> list[Any]:
+    """A loader built directly (not by ``prepare_data_loader``) passes its epoch to its own
+    dataset and samplers."""
+    return epoch_followers(dataset, kwargs.get("sampler"), kwargs.get("batch_sampler"))
 
 
 def _tensors_of(data: Any) -> Iterator[torch.Tensor]:
@@ -101,7 +107,8 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
                             use_stateful_dataloader=use_stateful_dataloader, _drop_last=_drop_last,
                             _non_blocking=_non_blocking, _shard_sampler=_shard_sampler, **kwargs)
         if _progress is None:
-            _progress = _Progress(torch.initial_seed(), 1, 0, [], [], [], agree_on_seed=False)
+            _progress = _Progress(torch.initial_seed(), 1, 0, [], [], _built_followers(dataset, kwargs),
+                                  agree_on_seed=False)
         kwargs["generator"] = _progress.loader_generator_for(kwargs.get("generator"), use_stateful_dataloader)
         super().__init__(dataset, **kwargs)
         self.device = device
@@ -233,8 +240,8 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
                               "torch_device_mesh cannot share; use DataLoaderShard (dispatch_batches=False)")
         state = PartialState()
         if _progress is None:
-            _progress = _Progress(torch.initial_seed(), state.num_processes, state.process_index, [], [], [],
-                                  agree_on_seed=False)
+            _progress = _Progress(torch.initial_seed(), state.num_processes, state.process_index, [], [],
+                                  _built_followers(dataset, kwargs), agree_on_seed=False)
         kwargs["generator"] = _progress.loader_generator_for(kwargs.get("generator"), use_stateful_dataloader)
         super().__init__(dataset, **kwargs)
         self.split_batches = split_batches
@@ -244,6 +251,17 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
         self.state = state
         self._init_state(_progress, skip_batches, _drop_last, _non_blocking, use_stateful_dataloader, construction,
                          torch_device_mesh, _shard_sampler, iteration)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the process state holds the environment, which does not pickle; it is the
+        # process's own, so an unpickled loader takes the state of the process it is in
+        kept = self.__dict__.copy()
+        kept.pop("state", None)
+        return kept
+
+    def __setstate__(self, kept: dict[str, Any]) -> None:
+        self.__dict__.update(kept)
+        self.state = PartialState()
 
     @property
     def total_batch_size(self) -> int | None:
