@@ -78,7 +78,10 @@ def test_round_robin_uneven_and_drop_last():
 def test_split_batches():
     assert shards(8, 4, 2, split_batches=True) == [[[0, 1], [4, 5]], [[2, 3], [6, 7]]]
     assert shards(10, 4, 2, split_batches=True) == [[[0, 1], [4, 5], [8, 9]], [[2, 3], [6, 7], [0, 1]]]
-    assert shards(10, 4, 2, split_batches=True, even_batches=False) == [[[0, 1], [4, 5], [8]], [[2, 3], [6, 7], [9]]]
+    # a short last batch is cut like a full one: the later processes get what is left
+    assert shards(10, 4, 2, split_batches=True, even_batches=False) == [[[0, 1], [4, 5], [8, 9]], [[2, 3], [6, 7]]]
+    assert [len(BatchSamplerShard(BatchSampler(range(10), 4, False), 2, i, split_batches=True, even_batches=False))
+            for i in range(2)] == [3, 2]
     assert shards(9, 4, 2, split_batches=True, even_batches=False) == [[[0, 1], [4, 5], [8]], [[2, 3], [6, 7]]]
     assert shards(10, 4, 2, split_batches=True, drop_last=True) == [[[0, 1], [4, 5]], [[2, 3], [6, 7]]]
     with pytest.raises(ConfigError, match="multiple of the number of processes"):

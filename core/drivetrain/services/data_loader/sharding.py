@@ -158,7 +158,8 @@ class BatchSamplerShard(BatchSampler):
                 return batches
             samples, size = self._samples_per_epoch(), self.batch_size
             last = samples % size if samples is not None and size else 0
-            return batches - 1 if last and self.process_index * math.ceil(last / n) >= last else batches
+            share = size // n if size else 0
+            return batches - 1 if last and self.process_index * share >= last else batches
         rounds, extra = divmod(batches, n)
         if extra == 0 or self.drop_last:
             return rounds
@@ -230,6 +231,10 @@ class BatchSamplerShard(BatchSampler):
                 share = size // n
             elif self.even_batches:
                 batch = fill_round(batch, size, start)
+                share = size // n
+            elif size is not None:
+                # a short last batch is cut as a full one would be: the first processes get
+                # full pieces and the later ones what is left, possibly nothing
                 share = size // n
             else:
                 share = math.ceil(len(batch) / n)

@@ -88,8 +88,8 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
             (``synchronized_generator``) and the platform's name.
         synchronized_generator: the generator ``"generator"`` refers to.
         skip_batches: batches to leave out at the start of every pass.
-        use_stateful_dataloader: accepted for compatibility; every prepared loader has
-            ``state_dict``/``load_state_dict``.
+        use_stateful_dataloader: build the loader as a torchdata ``StatefulDataLoader``
+            (its ``state_dict`` is then torchdata's, see :mod:`.stateful`).
         torch_device_mesh: the run's ``DeviceMesh``, kept as ``torch_device_mesh`` (the share
             this loader reads was decided when it was built, see :func:`prepare_data_loader`).
         iteration: the epoch to start at (as :meth:`set_epoch`).
