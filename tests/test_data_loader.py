@@ -78,7 +78,10 @@ def test_round_robin_uneven_and_drop_last():
 def test_split_batches():
     assert shards(8, 4, 2, split_batches=True) == [[[0, 1], [4, 5]], [[2, 3], [6, 7]]]
     assert shards(10, 4, 2, split_batches=True) == [[[0, 1], [4, 5], [8, 9]], [[2, 3], [6, 7], [0, 1]]]
-    assert shards(10, 4, 2, split_batches=True, even_batches=False) == [[[0, 1], [4, 5], [8]], [[2, 3], [6, 7], [9]]]
+    # a short last batch is cut like a full one: the later processes get what is left
+    assert shards(10, 4, 2, split_batches=True, even_batches=False) == [[[0, 1], [4, 5], [8, 9]], [[2, 3], [6, 7]]]
+    assert [len(BatchSamplerShard(BatchSampler(range(10), 4, False), 2, i, split_batches=True, even_batches=False))
+            for i in range(2)] == [3, 2]
     assert shards(9, 4, 2, split_batches=True, even_batches=False) == [[[0, 1], [4, 5], [8]], [[2, 3], [6, 7]]]
     assert shards(10, 4, 2, split_batches=True, drop_last=True) == [[[0, 1], [4, 5]], [[2, 3], [6, 7]]]
     with pytest.raises(ConfigError, match="multiple of the number of processes"):
@@ -128,17 +131,32 @@ def test_the_fast_path_for_plain_batch_samplers_matches_the_general_one(length, 
             assert batches(fast) == batches(general) == expected[1:]
 
 
-def test_no_batch_size_needs_uneven_batches():
+def test_batch_samplers_without_a_batch_size_are_evened_out_by_whole_batches():
     class Buckets:
+        def __init__(self, buckets, drop_last=False):
+            self.buckets, self.drop_last = buckets, drop_last
+
         def __iter__(self):
-            return iter([[0, 1, 2], [3], [4, 5]])
+            return iter(self.buckets)
 
         def __len__(self):
-            return 3
+            return len(self.buckets)
 
-    with pytest.raises(ConfigError, match="even_batches=False"):
-        BatchSamplerShard(Buckets(), 2, 0)
-    assert batches(BatchSamplerShard(Buckets(), 2, 1, even_batches=False)) == [[3]]
+    five = [[0, 1, 2], [3], [4, 5], [6, 7], [8]]
+    # a process left out of the short last round gets the epoch's first batches, cycled
+    assert [batches(BatchSamplerShard(Buckets(five), 3, i)) for i in range(3)] == [
+        [[0, 1, 2], [6, 7]], [[3], [8]], [[4, 5], [0, 1, 2]]]
+    assert [batches(BatchSamplerShard(Buckets([[0, 1]]), 3, i)) for i in range(3)] == [[[0, 1]]] * 3
+    assert [len(BatchSamplerShard(Buckets(five), 3, i)) for i in range(3)] == [2, 2, 2]
+    assert batches(BatchSamplerShard(Buckets(five, drop_last=True), 2, 1)) == [[3], [6, 7]]
+    assert batches(BatchSamplerShard(Buckets(five), 2, 1, even_batches=False)) == [[3], [6, 7]]
+    with pytest.raises(ConfigError, match="split_batches=True .* batch_size"):
+        BatchSamplerShard(Buckets(five), 2, 0, split_batches=True)
+
+
+def test_split_batches_error_names_the_batch_size_rule():
+    with pytest.raises(ConfigError, match="round multiple of the number of processes; got batch size 3 for 2"):
+        BatchSamplerShard(BatchSampler(range(20), 3, False), 2, 0, split_batches=True)
 
 
 # --------------------------------------------------------------- IterableDatasetShard
@@ -433,3 +451,85 @@ def test_reading_a_random_sampler_at_once_gives_its_own_order():
         ours = RandomSampler(range(length), generator=torch.Generator().manual_seed(5))
         theirs = RandomSampler(range(length), generator=torch.Generator().manual_seed(5))
         assert _all_indices(ours) == list(theirs)
+
+
+# ------------------------------------------------------------- epochs of samplers
+
+
+class EpochBatchSampler(BatchSampler):
+    """A custom batch sampler that reads its epoch when iterated."""
+
+    def __init__(self, sampler, batch_size):
+        super().__init__(sampler, batch_size, False)
+        self.epoch = 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+
+def test_set_epoch_reaches_the_users_batch_sampler_and_its_sampler():
+    data = list(range(16))
+    sampler = SeedableRandomSampler(data)
+    custom = EpochBatchSampler(sampler, 4)
+    loader = prepare_data_loader(DataLoader(data, batch_sampler=custom), num_processes=1, process_index=0)
+    loader.set_epoch(3)
+    assert custom.epoch == 3
+
+
+@pytest.mark.parametrize("dispatch", [False, True])
+def test_a_directly_built_loader_passes_its_epoch_to_its_samplers_after_a_skip(dispatch):
+    from drivetrain.data_loader import DataLoaderDispatcher
+
+    data = list(range(16))
+    sampler = SeedableRandomSampler(data)
+    custom = EpochBatchSampler(sampler, 4)
+    loader = (DataLoaderDispatcher if dispatch else DataLoaderShard)(data, batch_sampler=custom)
+    loader.set_epoch(2)
+    resumed = skip_first_batches(loader, 1)
+    next(iter(resumed))
+    assert (resumed.iteration, custom.epoch, sampler.epoch) == (2, 2, 2)
+
+
+# ------------------------------------------------------ use_stateful_dataloader=True
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_loaders_are_torchdata_loaders_with_its_state(num_workers):
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    from drivetrain.data_loader import DataLoaderDispatcher
+
+    data = list(range(40))
+    reference = stateful.StatefulDataLoader(data, batch_size=4, num_workers=num_workers,
+                                            generator=torch.Generator().manual_seed(1))
+    loaders = [cls(data, batch_size=4, num_workers=num_workers, generator=torch.Generator().manual_seed(1),
+                   use_stateful_dataloader=True) for cls in (DataLoaderShard, DataLoaderDispatcher, SkipDataLoader)]
+    for loader in [reference, *loaders]:
+        assert isinstance(loader, stateful.StatefulDataLoader)
+        for index, _ in enumerate(loader):
+            if index == 2:  # three batches handed out; a prepared loader has read a fourth
+                break
+    expected = reference.state_dict()
+    for loader in loaders:
+        assert loader.state_dict() == expected and loader.base_dataloader is loader
+        resumed = type(loader)(data, batch_size=4, num_workers=num_workers, use_stateful_dataloader=True)
+        resumed.load_state_dict(expected)
+        assert [batch.tolist()[0] for batch in resumed] == list(range(12, 40, 4))
+    assert GradientState().active_dataloader is None
+
+
+def test_stateful_prepared_loaders_skip_and_pickle():
+    import pickle
+
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    for dispatch in (False, True):
+        loader = prepare_data_loader(DataLoader(list(range(16)), batch_size=4), num_processes=1, process_index=0,
+                                     put_on_device=dispatch, dispatch_batches=dispatch, use_stateful_dataloader=True)
+        skipped = skip_first_batches(loader, 2)
+        assert isinstance(loader, stateful.StatefulDataLoader) and isinstance(skipped, stateful.StatefulDataLoader)
+        assert [batch.tolist() for batch in skipped] == [[8, 9, 10, 11], [12, 13, 14, 15]]
+        copy = pickle.loads(pickle.dumps(loader))
+        assert isinstance(copy, type(loader)) and [batch.tolist()[0] for batch in copy] == [0, 4, 8, 12]
+    plain = prepare_data_loader(DataLoader(list(range(8)), batch_size=2), num_processes=1, process_index=0)
+    assert not isinstance(plain, stateful.StatefulDataLoader) and "epoch" in plain.state_dict()
+    with pytest.raises(AttributeError):
+        DataLoaderShard.base_dataloader  # noqa: B018 (an instance's, not the class's)

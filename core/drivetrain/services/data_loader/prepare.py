@@ -13,7 +13,7 @@ from ...kernel.errors import ConfigError
 from ...runtime.state import PartialState
 
 from .mesh import data_parallel_share, shares_batches_across_peers
-from .progress import _PreparedLoader, _Progress
+from .progress import _PreparedLoader, _Progress, epoch_followers
 from .sharding import (
     BatchSamplerShard,
     IterableDatasetShard,
@@ -22,6 +22,7 @@ from .sharding import (
     SkipDataLoader,
     _Unbatched,
 )
+from .stateful import stateful_dataloader_class
 from .transport import DataLoaderDispatcher, DataLoaderShard
 
 
@@ -53,12 +54,7 @@ class DataLoaderAdapter:
                  **kwargs: Any) -> None:
         self.use_stateful_dataloader = use_stateful_dataloader
         if use_stateful_dataloader:
-            try:
-                from torchdata.stateful_dataloader import StatefulDataLoader
-            except ImportError:
-                raise ConfigError("use_stateful_dataloader=True needs torchdata 0.8 or newer: "
-                                  "pip install 'torchdata>=0.8'") from None
-            self.base_dataloader = StatefulDataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+            self.base_dataloader = stateful_dataloader_class()(dataset, batch_sampler=batch_sampler, **kwargs)
         else:
             self.base_dataloader = DataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
         if hasattr(self.base_dataloader, "state_dict"):
@@ -189,8 +185,9 @@ def prepare_data_loader(
         data_seed: the shuffling seed (default: the initial seed of the loader's generator, or
             of torch).
         non_blocking: asynchronous copies to the device.
-        use_stateful_dataloader: accepted for compatibility: every prepared loader can save and
-            restore its position with ``state_dict``/``load_state_dict``.
+        use_stateful_dataloader: the prepared loader is a torchdata ``StatefulDataLoader`` and
+            its ``state_dict`` torchdata's (without it, every prepared loader still saves and
+            restores its position, in drivetrain's own format).
         torch_device_mesh: a ``DeviceMesh`` of the run's processes: when ``num_processes`` and
             ``process_index`` are not given, the share is this process's place among the
             mesh's data-parallel dimensions (named ``dp...``), so tensor- and context-parallel
@@ -268,8 +265,9 @@ def prepare_data_loader(
                              1, False)
     else:
         inner = _rebuild_batch_sampler(dataloader.batch_sampler, use_seedable_sampler, seed, generators, seedable)
-    for part in (getattr(inner, "sampler", None), inner):
-        if part is not None and hasattr(part, "set_epoch") and not isinstance(part, SeedableRandomSampler):
+    # the rebuilt batch sampler and the user's own (a custom one reads its epoch when iterated)
+    for part in epoch_followers(None, dataloader.sampler, dataloader.batch_sampler) + epoch_followers(None, None, inner):
+        if not isinstance(part, SeedableRandomSampler) and not any(part is seen for seen in followers):
             followers.append(part)
     progress = _Progress(seed, num_processes, process_index, generators, seedable, followers,
                          agree_on_seed=not dispatch_batches and bool(generators or seedable))

@@ -14,6 +14,7 @@ from ...runtime.state import GradientState, PartialState
 from ..cross_process import broadcast_object_list
 
 from .sharding import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler, _mix
+from .stateful import StatefulVariants
 
 logger = logging.getLogger("drivetrain.data_loader.progress")  # its name before the layers, kept for log filters
 
@@ -41,7 +42,17 @@ class _Progress:
         self.seedable = seedable
         self.epoch_followers = epoch_followers
         self.seed_agreed = not agree_on_seed
-        self.loader_generator = torch.Generator()
+        # None: the loader keeps the generator its user gave (see ``loader_generator_for``)
+        self.loader_generator: torch.Generator | None = torch.Generator()
+
+    def loader_generator_for(self, given: torch.Generator | None, use_stateful_dataloader: bool) -> Any:
+        """The generator the loader is built with: its own, seeded per epoch; with
+        ``use_stateful_dataloader``, the user's when one is given, as torchdata's
+        ``StatefulDataLoader`` would use it (so their states agree)."""
+        if use_stateful_dataloader and given is not None:
+            self.loader_generator = None
+            return given
+        return self.loader_generator
 
     def agree_on_seed(self) -> None:
         """Adopt process 0's seed (once, the first time the loader is iterated)."""
@@ -73,7 +84,8 @@ class _Progress:
             sampler.set_epoch(epoch)
         for follower in self.epoch_followers:
             follower.set_epoch(epoch)
-        self.loader_generator.manual_seed(_mix(self.seed, epoch, self.process_index))
+        if self.loader_generator is not None:
+            self.loader_generator.manual_seed(_mix(self.seed, epoch, self.process_index))
 
     def finish_pass(self) -> None:
         self.epoch += 1
@@ -84,6 +96,16 @@ class _Progress:
         if epoch != self.epoch or not self.fresh:
             self.epoch, self.batches_yielded, self.fresh = epoch, 0, True
         self.apply_epoch(epoch)
+
+
+def epoch_followers(dataset: Any, sampler: Any = None, batch_sampler: Any = None) -> list[Any]:
+    """What :meth:`_Progress.apply_epoch` tells the epoch: the dataset, the batch sampler and
+    the samplers that have ``set_epoch`` (each once)."""
+    found: list[Any] = []
+    for part in (dataset, batch_sampler, getattr(batch_sampler, "sampler", None), sampler):
+        if part is not None and hasattr(part, "set_epoch") and not any(part is seen for seen in found):
+            found.append(part)
+    return found
 
 
 class DataLoaderStateMixin:
@@ -121,8 +143,16 @@ class DataLoaderStateMixin:
         return -1
 
 
-class _PreparedLoader(DataLoaderStateMixin):
-    """What both prepared loaders share: the end-of-data signal, position and epoch."""
+class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
+    """What both prepared loaders share: the end-of-data signal, position and epoch.
+
+    With ``use_stateful_dataloader=True`` the loader is a torchdata ``StatefulDataLoader``
+    (see :mod:`.stateful`) and its position is torchdata's: ``state_dict()`` is the state
+    ``StatefulDataLoader`` had when the last batch was handed out (a prepared loader reads
+    one batch ahead, to know which batch is the last).
+    """
+
+    _stateful_snapshot: dict[str, Any] | None = None
 
     _progress: _Progress
     _shard_sampler: BatchSamplerShard | None
@@ -171,8 +201,23 @@ class _PreparedLoader(DataLoaderStateMixin):
             return self.skip_batches
         return resume
 
+    def _snapshot(self) -> dict[str, Any] | None:
+        """torchdata's state now (``None`` without ``use_stateful_dataloader``); taken after
+        each read, handed out with the batch read (:meth:`_handed_out`)."""
+        base = self._stateful_base()
+        return None if base is None else base.state_dict(self)
+
+    def _handed_out(self, snapshot: dict[str, Any] | None) -> None:
+        self._stateful_snapshot = snapshot
+
     def state_dict(self) -> dict[str, Any]:
-        """The position: epoch, batches already handed out in it, and the shuffling seed."""
+        """The position: epoch, batches already handed out in it, and the shuffling seed
+        (with ``use_stateful_dataloader``: ``StatefulDataLoader``'s state)."""
+        base = self._stateful_base()
+        if base is not None:
+            if self._stateful_snapshot is not None:
+                return self._stateful_snapshot
+            return base.state_dict(self)
         progress = self._progress
         return {
             "format": STATE_FORMAT,
@@ -185,6 +230,13 @@ class _PreparedLoader(DataLoaderStateMixin):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a saved position: the next pass resumes at the next unseen batch."""
+        base = self._stateful_base()
+        if base is not None:
+            base.load_state_dict(self, state_dict)
+            self._stateful_snapshot = None
+            progress = self._progress
+            progress.batches_yielded, progress.fresh = 0, True  # torchdata skips, not us
+            return
         missing = {"epoch", "batches_yielded", "seed"} - set(state_dict)
         if missing:
             raise ConfigError(f"not a drivetrain data loader state (missing {sorted(missing)}); it was saved by "

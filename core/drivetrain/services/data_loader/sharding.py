@@ -14,6 +14,8 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from ...kernel.errors import ConfigError
 
+from .stateful import StatefulVariants
+
 
 def _mix(*numbers: int) -> int:
     """A 63-bit seed from several integers (stable across runs and processes)."""
@@ -122,12 +124,13 @@ class BatchSamplerShard(BatchSampler):
             raise ConfigError(f"process_index={process_index} is not in range(num_processes={num_processes})")
         if split_batches and self.batch_size is not None and self.batch_size % num_processes != 0:
             raise ConfigError(
-                f"split_batches=True needs a batch size that is a multiple of the number of processes; "
+                f"split_batches=True needs a batch size that is a round multiple of the number of processes; "
                 f"got batch size {self.batch_size} for {num_processes} processes (make it a multiple, "
                 f"or use split_batches=False)")
-        if self.batch_size is None and even_batches and num_processes > 1:
-            raise ConfigError("this batch sampler has no batch_size, so batches cannot be evened out across "
-                              "processes; use even_batches=False (DataLoaderConfiguration(even_batches=False))")
+        if split_batches and self.batch_size is None and even_batches and num_processes > 1:
+            raise ConfigError("split_batches=True with even_batches=True cuts every batch into equal pieces, which "
+                              "needs a batch sampler with a batch_size; this one has none: use split_batches=False "
+                              "or even_batches=False")
         self._skip_next = 0
 
     @property
@@ -155,7 +158,8 @@ class BatchSamplerShard(BatchSampler):
                 return batches
             samples, size = self._samples_per_epoch(), self.batch_size
             last = samples % size if samples is not None and size else 0
-            return batches - 1 if last and self.process_index * math.ceil(last / n) >= last else batches
+            share = size // n if size else 0
+            return batches - 1 if last and self.process_index * share >= last else batches
         rounds, extra = divmod(batches, n)
         if extra == 0 or self.drop_last:
             return rounds
@@ -186,8 +190,11 @@ class BatchSamplerShard(BatchSampler):
     def _round_robin(self, source: Iterator[list[int]]) -> Iterator[list[int]]:
         n, me, size = self.num_processes, self.process_index, self.batch_size
         start: list[int] = []  # the first indices of the epoch, to complete the last round
+        first_batches: list[list[int]] = []  # without a batch size, the last round is completed by batches
         pending: list[list[int]] = []
         for batch in source:
+            if size is None and len(first_batches) < n:
+                first_batches.append(batch)
             if size is not None and len(start) < n * size:
                 start.extend(batch[: n * size - len(start)])
             pending.append(batch)
@@ -200,7 +207,11 @@ class BatchSamplerShard(BatchSampler):
             pending = []
         if not pending or self.drop_last:
             return
-        if self.even_batches:
+        if self.even_batches and size is None:
+            # batches of varying size: a process left out of the last round gets one of the
+            # epoch's first batches (cycled), so every process gets as many batches
+            yield pending[me] if me < len(pending) else first_batches[(me - len(pending)) % len(first_batches)]
+        elif self.even_batches:
             yield self._even_share(pending, start)
         elif me < len(pending):
             yield pending[me]
@@ -220,6 +231,10 @@ class BatchSamplerShard(BatchSampler):
                 share = size // n
             elif self.even_batches:
                 batch = fill_round(batch, size, start)
+                share = size // n
+            elif size is not None:
+                # a short last batch is cut as a full one would be: the first processes get
+                # full pieces and the later ones what is left, possibly nothing
                 share = size // n
             else:
                 share = math.ceil(len(batch) / n)
@@ -267,7 +282,7 @@ class IterableDatasetShard(IterableDataset):
                  process_index: int = 0, split_batches: bool = False, even_batches: bool = True) -> None:
         if split_batches and batch_size > 1 and batch_size % num_processes != 0:
             raise ConfigError(
-                f"split_batches=True needs a batch size that is a multiple of the number of processes; "
+                f"split_batches=True needs a batch size that is a round multiple of the number of processes; "
                 f"got batch size {batch_size} for {num_processes} processes")
         self.dataset = dataset
         self.batch_size = batch_size
@@ -342,12 +357,14 @@ class SkipBatchSampler(BatchSampler):
         return max(len(self.batch_sampler) - self.skip_batches, 0)
 
 
-class SkipDataLoader(DataLoader):
-    """A ``DataLoader`` that leaves out its first ``skip_batches`` batches at every pass."""
+class SkipDataLoader(StatefulVariants, DataLoader):
+    """A ``DataLoader`` that leaves out its first ``skip_batches`` batches at every pass
+    (with ``use_stateful_dataloader=True``, a torchdata ``StatefulDataLoader``)."""
 
     def __init__(self, dataset: Any, skip_batches: int = 0, use_stateful_dataloader: bool = False, **kwargs: Any) -> None:
         super().__init__(dataset, **kwargs)
         self.skip_batches = skip_batches
+        self.use_stateful_dataloader = use_stateful_dataloader
 
     def __iter__(self) -> Iterator[Any]:
         for number, batch in enumerate(super().__iter__()):

@@ -27,7 +27,7 @@ from ...tensors.nested import (
 from ..rng import synchronize_rng_states
 
 from .mesh import shares_batches_across_peers
-from .progress import _PreparedLoader, _Progress
+from .progress import _PreparedLoader, _Progress, epoch_followers
 from .sharding import BatchSamplerShard, IterableDatasetShard
 
 
@@ -57,6 +57,12 @@ def _batch_size(batch: Any) -> int:
     return find_batch_size(batch)  # raises with the reason
 
 
+def _built_followers(dataset: Any, kwargs: dict[str, Any]) -> list[Any]:
+    """A loader built directly (not by ``prepare_data_loader``) passes its epoch to its own
+    dataset and samplers."""
+    return epoch_followers(dataset, kwargs.get("sampler"), kwargs.get("batch_sampler"))
+
+
 def _tensors_of(data: Any) -> Iterator[torch.Tensor]:
     if isinstance(data, torch.Tensor):
         yield data
@@ -82,8 +88,8 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
             (``synchronized_generator``) and the platform's name.
         synchronized_generator: the generator ``"generator"`` refers to.
         skip_batches: batches to leave out at the start of every pass.
-        use_stateful_dataloader: accepted for compatibility; every prepared loader has
-            ``state_dict``/``load_state_dict``.
+        use_stateful_dataloader: build the loader as a torchdata ``StatefulDataLoader``
+            (its ``state_dict`` is then torchdata's, see :mod:`.stateful`).
         torch_device_mesh: the run's ``DeviceMesh``, kept as ``torch_device_mesh`` (the share
             this loader reads was decided when it was built, see :func:`prepare_data_loader`).
         iteration: the epoch to start at (as :meth:`set_epoch`).
@@ -101,8 +107,9 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
                             use_stateful_dataloader=use_stateful_dataloader, _drop_last=_drop_last,
                             _non_blocking=_non_blocking, _shard_sampler=_shard_sampler, **kwargs)
         if _progress is None:
-            _progress = _Progress(torch.initial_seed(), 1, 0, [], [], [], agree_on_seed=False)
-        kwargs["generator"] = _progress.loader_generator
+            _progress = _Progress(torch.initial_seed(), 1, 0, [], [], _built_followers(dataset, kwargs),
+                                  agree_on_seed=False)
+        kwargs["generator"] = _progress.loader_generator_for(kwargs.get("generator"), use_stateful_dataloader)
         super().__init__(dataset, **kwargs)
         self.device = device
         self.rng_types = rng_types
@@ -168,8 +175,10 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
             current = next(iterator)
         except StopIteration:
             self.end_of_dataloader = True
+            self._handed_out(None)
             progress.finish_pass()
             return
+        read = self._snapshot()
         while True:
             if device is not None:
                 current = _send(current, device, non_blocking, [])
@@ -178,11 +187,15 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
             except StopIteration:
                 self.end_of_dataloader = True
                 progress.batches_yielded += 1
+                self._handed_out(read)
                 yield current
                 break
             progress.batches_yielded += 1
+            self._handed_out(read)
+            read = self._snapshot()
             yield current
             current = upcoming
+        self._handed_out(None)
         progress.finish_pass()
 
 
@@ -227,9 +240,9 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
                               "torch_device_mesh cannot share; use DataLoaderShard (dispatch_batches=False)")
         state = PartialState()
         if _progress is None:
-            _progress = _Progress(torch.initial_seed(), state.num_processes, state.process_index, [], [], [],
-                                  agree_on_seed=False)
-        kwargs["generator"] = _progress.loader_generator
+            _progress = _Progress(torch.initial_seed(), state.num_processes, state.process_index, [], [],
+                                  _built_followers(dataset, kwargs), agree_on_seed=False)
+        kwargs["generator"] = _progress.loader_generator_for(kwargs.get("generator"), use_stateful_dataloader)
         super().__init__(dataset, **kwargs)
         self.split_batches = split_batches
         self.slice_fn = slice_fn or slice_tensors
@@ -238,6 +251,17 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
         self.state = state
         self._init_state(_progress, skip_batches, _drop_last, _non_blocking, use_stateful_dataloader, construction,
                          torch_device_mesh, _shard_sampler, iteration)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the process state holds the environment, which does not pickle; it is the
+        # process's own, so an unpickled loader takes the state of the process it is in
+        kept = self.__dict__.copy()
+        kept.pop("state", None)
+        return kept
+
+    def __setstate__(self, kept: dict[str, Any]) -> None:
+        self.__dict__.update(kept)
+        self.state = PartialState()
 
     @property
     def total_batch_size(self) -> int | None:
@@ -314,10 +338,12 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
                 self._fetch(iterator)
         first = None
         current, have_current = self._fetch(iterator) if main else (None, False)
+        read = self._snapshot() if main else None
         while True:
             message = None
             if main:
                 upcoming, have_upcoming = self._fetch(iterator) if have_current else (None, False)
+                read_upcoming = self._snapshot() if have_current else None
                 if first is None and have_current:
                     first = current
                 payload, real = self._share(current, first, not have_upcoming) if have_current else (None, 0)
@@ -339,11 +365,13 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
                 self.remainder = real
             if piece is not None:
                 progress.batches_yielded += 1
+                self._handed_out(read)
                 yield piece
             if is_last:
                 break
             if main:
-                current, have_current = upcoming, have_upcoming
+                current, have_current, read = upcoming, have_upcoming, read_upcoming
+        self._handed_out(None)
         progress.finish_pass()
 
     def _receive(self, batch: Any, structure: Any) -> Any:
