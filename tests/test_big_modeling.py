@@ -527,3 +527,21 @@ def test_a_negative_max_memory_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"max_memory names device 'cuda:7', which does not exist"):
         infer_auto_device_map(model, max_memory={"cuda:7": "1GB", "cpu": "1GB"})
     assert not (tmp_path / "off").exists()
+
+
+def _model_with_layer_types(layer_types):
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(layer_types=layer_types)
+    config.get_text_config = lambda: config
+    return SimpleNamespace(config=config)
+
+
+def test_sequence_parallelism_refuses_layers_that_carry_a_state_along_the_sequence():
+    from drivetrain.big_modeling import _refuse_recurrent_layers_under_sequence_parallelism as refuse
+    from drivetrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="mamba, linear_attention|linear_attention, mamba"):
+        refuse(_model_with_layer_types(["full_attention", "mamba", "linear_attention"]))
+    refuse(_model_with_layer_types(["full_attention", "sliding_attention"]))
+    refuse(nn.Linear(2, 2))  # no config at all

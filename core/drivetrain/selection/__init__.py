@@ -12,14 +12,16 @@ use; the core imports :mod:`drivetrain.selection.choice`.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
-    from . import choice
-
+    # Not ``from . import choice``: while choice is not loaded, that form asks this very
+    # function for ``choice`` first, and recurses without end.
+    choice = importlib.import_module(f"{__name__}.choice")
     try:
         return getattr(choice, name)
     except AttributeError:

@@ -44,6 +44,27 @@ __all__ = [
 ]
 
 
+# Layer types (a model config's ``layer_types``) that carry a state from one token to the next:
+# split along the sequence across processes, each shard would start from an empty state.
+RECURRENT_LAYER_TYPES = frozenset({"linear_attention", "mamba", "mamba2", "conv", "recurrent", "rwkv", "ssm"})
+
+
+def _refuse_recurrent_layers_under_sequence_parallelism(model: Any) -> None:
+    """Raise :class:`ConfigError` if ``model`` has layers that sequence parallelism would break.
+
+    Reads ``model.config`` (its text config where it has one); a model without ``layer_types``
+    passes.
+    """
+    config = getattr(model, "config", None)
+    if config is not None and callable(getattr(config, "get_text_config", None)):
+        config = config.get_text_config()
+    recurrent = sorted(set(getattr(config, "layer_types", None) or ()) & RECURRENT_LAYER_TYPES)
+    if recurrent:
+        raise ConfigError(f"{type(model).__name__} has layers of type {', '.join(recurrent)}, which carry a state "
+                          "along the sequence: sequence parallelism would split that state; train it without "
+                          "sequence parallelism")
+
+
 @contextlib.contextmanager
 def init_empty_weights(include_buffers: bool | None = None) -> Iterator[None]:
     """Build models inside this block without allocating their parameters (meta device).

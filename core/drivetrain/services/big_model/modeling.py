@@ -303,6 +303,29 @@ def get_max_layer_size(modules: list[tuple[str, nn.Module]], module_sizes: dict[
     return max_size, names
 
 
+def get_module_size_with_ties(tied_params: list[str], module_size: int, module_sizes: dict[str, int],
+                              modules_to_treat: list[tuple[str, nn.Module]]
+                              ) -> tuple[int, list[str], list[nn.Module]]:
+    """The bytes a module takes once the modules that hold its tied parameters come with it.
+
+    ``tied_params`` are the parameters tied to the module being placed; each one's owner among
+    ``modules_to_treat`` (the module whose name, plus a dot, starts the parameter's name, so
+    ``"1"`` never owns ``"10.weight"``) adds its size less the tied tensors, which are counted
+    once already. Returns that total and the owners' names and modules, in the order of
+    ``tied_params``; a parameter no pending module owns adds nothing.
+    """
+    owners: dict[str, tuple[nn.Module, list[str]]] = {}
+    for param in tied_params:
+        for name, module in modules_to_treat:
+            if param.startswith(f"{name}."):
+                owners.setdefault(name, (module, []))[1].append(param)
+                break
+    total = module_size
+    for name, (_, params) in owners.items():
+        total += module_sizes.get(name, 0) - sum(module_sizes.get(p, 0) for p in params)
+    return total, list(owners), [module for module, _ in owners.values()]
+
+
 def calculate_maximum_sizes(model: nn.Module) -> tuple[int, tuple[int, list[str]]]:
     """Total bytes of ``model`` and its largest layer (size, names)."""
     sizes = compute_module_sizes(model)
