@@ -545,3 +545,13 @@ def test_sequence_parallelism_refuses_layers_that_carry_a_state_along_the_sequen
         refuse(_model_with_layer_types(["full_attention", "mamba", "linear_attention"]))
     refuse(_model_with_layer_types(["full_attention", "sliding_attention"]))
     refuse(nn.Linear(2, 2))  # no config at all
+
+
+def test_init_empty_weights_with_buffers_leaves_nn_module_unpatched():
+    register_parameter, register_buffer = nn.Module.register_parameter, nn.Module.register_buffer
+    with init_empty_weights(include_buffers=True):
+        assert nn.Module.register_parameter is register_parameter
+        assert nn.Module.register_buffer is register_buffer
+        norm = nn.BatchNorm1d(3)
+    assert norm.weight.device.type == "meta" and norm.running_mean.device.type == "meta"
+    assert nn.BatchNorm1d(3).weight.device.type == "cpu"

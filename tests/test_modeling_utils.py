@@ -47,3 +47,43 @@ def test_clear_device_cache_empties_the_platform_cache_and_collects_when_asked(m
         clear_device_cache(garbage_collection=True)
         collect.assert_called_once()
     assert platform.empty_cache.call_count == 2
+
+
+def test_a_negative_size_is_refused():
+    import pytest
+
+    from drivetrain.errors import ConfigError
+    from drivetrain.utils.modeling import convert_file_size_to_int
+
+    for size in ("-1GB", -3):
+        with pytest.raises(ConfigError, match="negative"):
+            convert_file_size_to_int(size)
+    assert convert_file_size_to_int("0MB") == 0
+
+
+def test_a_value_of_another_shape_is_refused_before_it_replaces_the_tensor():
+    import pytest
+    import torch
+
+    from drivetrain.utils.modeling import set_module_tensor_to_device
+
+    layer = nn.Linear(3, 4)
+    before = layer.weight.detach().clone()
+    with pytest.raises(ValueError, match=r"torch.Size\(\[2, 2\]\) in \"weight\" .*torch.Size\(\[4, 3\]\)"):
+        set_module_tensor_to_device(layer, "weight", "cpu", value=torch.zeros(2, 2))
+    assert torch.equal(layer.weight, before)
+
+
+def test_non_persistent_buffer_names_of_submodules_come_as_a_new_set():
+    import torch
+
+    from drivetrain.utils.modeling import get_non_persistent_buffers
+
+    model = nn.Sequential(nn.Linear(2, 2))
+    model[0].register_buffer("scratch", torch.zeros(1), persistent=False)
+    assert get_non_persistent_buffers(model) == set()
+    names = get_non_persistent_buffers(model, recurse=True)
+    assert names == {"scratch"}
+    names.add("other")
+    assert model[0]._non_persistent_buffers_set == {"scratch"}
+    assert model._non_persistent_buffers_set == set()

@@ -88,7 +88,6 @@ def init_on_device(device: torch.device | str | int, include_buffers: bool | Non
         include_buffers = read_bool("INIT_INCLUDE_BUFFERS")
     device = resolve_device(device)
     original_parameter = nn.Module.register_parameter
-    original_buffer = nn.Module.register_buffer
 
     def register_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         original_parameter(module, name, param)
@@ -101,23 +100,19 @@ def init_on_device(device: torch.device | str | int, include_buffers: bool | Non
             except TypeError:
                 module._parameters[name] = nn.Parameter(moved, requires_grad=registered.requires_grad)
 
-    def register_buffer(module: nn.Module, name: str, tensor: torch.Tensor | None, persistent: bool = True) -> None:
-        original_buffer(module, name, tensor, persistent=persistent)
-        if tensor is not None and tensor.device != device:
-            module._buffers[name] = module._buffers[name].to(device)
-
-    nn.Module.register_parameter = register_parameter
     if include_buffers:
-        nn.Module.register_buffer = register_buffer
-    # With buffers included, tensors made by constructors (torch.empty, torch.zeros) are
-    # created on the device itself, so nothing is allocated even transiently.
-    factory = device if include_buffers else contextlib.nullcontext()
-    try:
-        with factory:
+        # Every tensor goes to the device: torch's default-device context puts whatever
+        # constructors create (torch.empty, torch.zeros) there directly, so nothing is allocated
+        # even transiently, and nn.Module is left unpatched (code that compares its methods,
+        # or patches them itself, sees torch's own).
+        with device:
             yield
+        return
+    nn.Module.register_parameter = register_parameter
+    try:
+        yield
     finally:
         nn.Module.register_parameter = original_parameter
-        nn.Module.register_buffer = original_buffer
 
 
 def _first_device(model: nn.Module) -> torch.device:

@@ -33,8 +33,8 @@ _SIZE_SUFFIXES = [(f"{p}iB", 2 ** (10 * n)) for n, p in enumerate("KMGT", 1)] + 
     [(f"{p}B", 10 ** (3 * n)) for n, p in enumerate("KMGT", 1)] + [("B", 1)]
 
 
-def convert_file_size_to_int(size: int | str) -> int:
-    """``"10GB"`` -> 10_000_000_000, ``"1GiB"`` -> 2**30, ``"5Mb"`` (bits) -> 625_000; ints pass."""
+def _size_in_bytes(size: int | str) -> int:
+    """A size as bytes, negative ones included (each caller says why a negative one is wrong)."""
     if isinstance(size, int):
         return size
     text = str(size).strip()
@@ -47,6 +47,14 @@ def convert_file_size_to_int(size: int | str) -> int:
             bits = text.endswith("b") and not suffix.endswith("iB")
             return int(number / 8 if bits else number)
     raise ConfigError(f"cannot read the size {size!r}; write it like '10GB', '500MiB' or a number of bytes")
+
+
+def convert_file_size_to_int(size: int | str) -> int:
+    """``"10GB"`` -> 10_000_000_000, ``"1GiB"`` -> 2**30, ``"5Mb"`` (bits) -> 625_000; ints pass."""
+    number = _size_in_bytes(size)
+    if number < 0:
+        raise ConfigError(f"the size {size!r} is negative; give a size of 0 or more, like '10GB'")
+    return number
 
 
 
@@ -107,11 +115,15 @@ def named_module_tensors(module: nn.Module, include_buffers: bool = True, recurs
 
 
 def get_non_persistent_buffers(module: nn.Module, recurse: bool = False) -> set[str]:
-    """Names of the buffers a state dict leaves out."""
+    """Names of the buffers a state dict leaves out, as their modules know them (no prefix).
+
+    With ``recurse`` the submodules' names are added to the set (Accelerate's meaning: a set of
+    buffer names, not of paths). A new set every time: the modules' own sets are never changed.
+    """
     names = set(module._non_persistent_buffers_set)
     if recurse:
-        for prefix, sub in module.named_modules():
-            names.update(f"{prefix}.{name}" for name in sub._non_persistent_buffers_set if prefix)
+        for sub in module.modules():
+            names.update(sub._non_persistent_buffers_set)
     return names
 
 
@@ -207,6 +219,12 @@ def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: int
             module._parameters[tensor_name] = tied  # the tied copy already on this device
             return
 
+    # A value of another shape is a wrong checkpoint; quantized parameter classes store packed
+    # data of their own shape, so only plain tensors and parameters are held to it.
+    if value is not None and value is not old and value.shape != old.shape \
+            and type(old) in (torch.Tensor, nn.Parameter):
+        raise ConfigError(f"Trying to set a tensor of shape {value.shape} in \"{tensor_name}\" (which has shape "
+                          f"{old.shape}), this looks incorrect.")
     source = old if value is None else value
     if value is not None:
         if dtype is not None and source.is_floating_point():
@@ -413,7 +431,7 @@ def get_max_memory(max_memory: dict[int | str, int | str] | None = None) -> dict
             result[index] = int(amount)
         result[HOST] = psutil.virtual_memory().available
         return result
-    result = {key: convert_file_size_to_int(value) for key, value in max_memory.items()}
+    result = {key: _size_in_bytes(value) for key, value in max_memory.items()}
     for key, value in result.items():
         if value < 0:
             raise ConfigError(f"max_memory gives {key!r} {max_memory[key]!r}, a negative size; give each device "
