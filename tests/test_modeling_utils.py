@@ -87,3 +87,10 @@ def test_non_persistent_buffer_names_of_submodules_come_as_a_new_set():
     names.add("other")
     assert model[0]._non_persistent_buffers_set == {"scratch"}
     assert model._non_persistent_buffers_set == set()
+
+
+def test_clean_device_map_merges_a_whole_model_on_one_device_into_the_root():
+    from drivetrain.utils.modeling import clean_device_map
+
+    assert clean_device_map({"a": "cpu", "b.x": "cpu", "b.y": "cpu"}) == {"": "cpu"}
+    assert clean_device_map({"a.x": "cpu", "a.y": "cpu", "b": "disk"}) == {"a": "cpu", "b": "disk"}

@@ -517,7 +517,7 @@ def clean_device_map(device_map: dict[str, Any], module_name: str = "") -> dict[
     """Merge entries whose children all share one device into their parent's entry."""
     prefix = f"{module_name}." if module_name else ""
     values = [v for k, v in device_map.items() if k == module_name or k.startswith(prefix)]
-    if module_name and len(set(map(str, values))) == 1 and len(values) > 1:
+    if len(set(map(str, values))) == 1 and len(values) > 1:
         for key in [k for k in device_map if k.startswith(prefix)]:
             del device_map[key]
         device_map[module_name] = values[0]
