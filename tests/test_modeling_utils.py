@@ -94,3 +94,20 @@ def test_clean_device_map_merges_a_whole_model_on_one_device_into_the_root():
 
     assert clean_device_map({"a": "cpu", "b.x": "cpu", "b.y": "cpu"}) == {"": "cpu"}
     assert clean_device_map({"a.x": "cpu", "a.y": "cpu", "b": "disk"}) == {"a": "cpu", "b": "disk"}
+
+
+def test_a_platform_device_left_empty_is_said_in_the_log(caplog, monkeypatch):
+    from collections import OrderedDict
+
+    from drivetrain.utils.modeling import infer_auto_device_map
+
+    model = nn.Sequential(OrderedDict([("a", nn.Linear(10, 4)), ("b", nn.Linear(4, 4)), ("c", nn.Linear(4, 8))]))
+    with caplog.at_level("WARNING"):
+        placed = infer_auto_device_map(model, max_memory={0: 256})
+    assert 0 not in placed.values()
+    assert any("device 0 was given no module" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        placed = infer_auto_device_map(model, max_memory={0: 256}, fallback_allocation=True)
+    assert 0 in placed.values()
+    assert not any("was given no module" in r.getMessage() for r in caplog.records)
