@@ -527,3 +527,69 @@ def test_a_negative_max_memory_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"max_memory names device 'cuda:7', which does not exist"):
         infer_auto_device_map(model, max_memory={"cuda:7": "1GB", "cpu": "1GB"})
     assert not (tmp_path / "off").exists()
+
+
+def _model_with_layer_types(layer_types):
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(layer_types=layer_types)
+    config.get_text_config = lambda: config
+    return SimpleNamespace(config=config)
+
+
+def test_sequence_parallelism_refuses_layers_that_carry_a_state_along_the_sequence():
+    from drivetrain.big_modeling import _refuse_recurrent_layers_under_sequence_parallelism as refuse
+    from drivetrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="mamba, linear_attention|linear_attention, mamba"):
+        refuse(_model_with_layer_types(["full_attention", "mamba", "linear_attention"]))
+    refuse(_model_with_layer_types(["full_attention", "sliding_attention"]))
+    refuse(nn.Linear(2, 2))  # no config at all
+
+
+def test_init_empty_weights_with_buffers_leaves_nn_module_unpatched():
+    register_parameter, register_buffer = nn.Module.register_parameter, nn.Module.register_buffer
+    with init_empty_weights(include_buffers=True):
+        assert nn.Module.register_parameter is register_parameter
+        assert nn.Module.register_buffer is register_buffer
+        norm = nn.BatchNorm1d(3)
+    assert norm.weight.device.type == "meta" and norm.running_mean.device.type == "meta"
+    assert nn.BatchNorm1d(3).weight.device.type == "cpu"
+
+
+def test_checkpoint_names_the_model_lacks_are_logged_and_refused_when_strict(tmp_path, caplog):
+    state = nn.Linear(3, 2).state_dict()
+    state["stray"] = torch.zeros(2)
+    torch.save(state, tmp_path / "weights.bin")
+    model = nn.Linear(3, 2)
+    with caplog.at_level("WARNING"):
+        load_checkpoint_in_model(model, tmp_path / "weights.bin")
+    assert any("were not used when" in r.getMessage() and "stray" in r.getMessage() for r in caplog.records)
+    assert torch.equal(model.weight, state["weight"])
+    with pytest.raises(RuntimeError, match="stray"):  # a CheckpointError too, as torch's strict load is a RuntimeError
+        load_checkpoint_in_model(nn.Linear(3, 2), tmp_path / "weights.bin", strict=True)
+
+
+def test_an_index_that_is_the_weight_map_alone_is_read(tmp_path):
+    source = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    weight_map = {}
+    for position in ("0", "1"):
+        part = {k: v for k, v in source.state_dict().items() if k.startswith(f"{position}.")}
+        torch.save(part, tmp_path / f"part{position}.bin")
+        weight_map.update({k: f"part{position}.bin" for k in part})
+    (tmp_path / "weights.index.json").write_text(json.dumps(weight_map))
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    load_checkpoint_in_model(model, tmp_path / "weights.index.json")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), source.state_dict().values()))
+
+
+def test_offload_state_dict_keeps_the_dtype_asked_for(tmp_path):
+    source = nn.Linear(3, 2)
+    source.register_buffer("steps", torch.arange(4))
+    torch.save(source.state_dict(), tmp_path / "weights.bin")
+    model = nn.Linear(3, 2)
+    model.register_buffer("steps", torch.zeros(4, dtype=torch.int64))
+    load_checkpoint_in_model(model, tmp_path / "weights.bin", dtype=torch.float16, offload_state_dict=True,
+                             device_map={"": "cpu"})
+    assert model.weight.dtype == torch.float16 and model.steps.dtype == torch.int64
+    assert torch.equal(model.weight, source.weight.detach().half()) and torch.equal(model.steps, torch.arange(4))

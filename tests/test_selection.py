@@ -337,3 +337,14 @@ def test_a_precision_no_backend_here_can_provide_is_refused_with_the_extra_to_in
         and "pip install 'drivetrain[torchao]'" in message, message
     assert "drivetrain[te]" not in message and "backends for other platforms only: te (cuda), msamp (cuda)" \
         in message, message
+
+
+def test_a_layer_module_imports_first_in_a_fresh_process():
+    # drivetrain.utils.versions reaches drivetrain.selection before anything loaded its choice
+    # module; the package's lazy names must not recurse then.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import drivetrain.utils.versions as v; v.is_torch_version"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]

@@ -38,6 +38,11 @@ class CheckpointError(DrivetrainError):
     """A checkpoint cannot be written or read."""
 
 
+class CheckpointMismatchError(CheckpointError, RuntimeError):
+    """A checkpoint's names do not match the model's in a strict load (a ``RuntimeError``, as
+    ``torch.nn.Module.load_state_dict(strict=True)`` raises for the same mismatch)."""
+
+
 class UsageError(DrivetrainError):
     """The ``Accelerator`` was used in an order or way that cannot work."""
 

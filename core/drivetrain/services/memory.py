@@ -19,6 +19,18 @@ def _empty_device_cache() -> None:
         PartialState().platform.empty_cache()
 
 
+def clear_device_cache(garbage_collection: bool = False) -> None:
+    """Empty the device cache of this process's platform, collecting garbage first if asked.
+
+    Works before any state exists: the platform is then the one detection would choose.
+    """
+    from .big_model.modeling import current_platform
+
+    if garbage_collection:
+        gc.collect()
+    current_platform().empty_cache()
+
+
 def release_memory(*objects: Any) -> list[None]:
     """Drop references to ``objects``, collect garbage and empty the device cache.
 

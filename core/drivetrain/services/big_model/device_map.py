@@ -130,6 +130,14 @@ def infer_auto_device_map(model: nn.Module, max_memory: dict[int | str, int | st
         reserved = needed
         if verbose:
             logger.info("keeping %d bytes of %s for the buffers of offloaded modules", reserved, main_device)
+    used = set(map(str, device_map.values()))
+    for device in platform_devices:
+        if str(device) not in used and memory[device] > 0:
+            # Said, not silent: a device left empty usually means max_memory or the split is wrong.
+            logger.warning("device %s was given no module: its %s bytes are insufficient memory for the next module "
+                           "and the room kept for the largest layer; give it more max_memory, split the model more "
+                           "finely (no_split_module_classes) or pass fallback_allocation=True", device,
+                           memory[device])
     if clean_result:
         device_map = clean_device_map(device_map)
     return device_map

@@ -44,6 +44,27 @@ __all__ = [
 ]
 
 
+# Layer types (a model config's ``layer_types``) that carry a state from one token to the next:
+# split along the sequence across processes, each shard would start from an empty state.
+RECURRENT_LAYER_TYPES = frozenset({"linear_attention", "mamba", "mamba2", "conv", "recurrent", "rwkv", "ssm"})
+
+
+def _refuse_recurrent_layers_under_sequence_parallelism(model: Any) -> None:
+    """Raise :class:`ConfigError` if ``model`` has layers that sequence parallelism would break.
+
+    Reads ``model.config`` (its text config where it has one); a model without ``layer_types``
+    passes.
+    """
+    config = getattr(model, "config", None)
+    if config is not None and callable(getattr(config, "get_text_config", None)):
+        config = config.get_text_config()
+    recurrent = sorted(set(getattr(config, "layer_types", None) or ()) & RECURRENT_LAYER_TYPES)
+    if recurrent:
+        raise ConfigError(f"{type(model).__name__} has layers of type {', '.join(recurrent)}, which carry a state "
+                          "along the sequence: sequence parallelism would split that state; train it without "
+                          "sequence parallelism")
+
+
 @contextlib.contextmanager
 def init_empty_weights(include_buffers: bool | None = None) -> Iterator[None]:
     """Build models inside this block without allocating their parameters (meta device).
@@ -67,7 +88,6 @@ def init_on_device(device: torch.device | str | int, include_buffers: bool | Non
         include_buffers = read_bool("INIT_INCLUDE_BUFFERS")
     device = resolve_device(device)
     original_parameter = nn.Module.register_parameter
-    original_buffer = nn.Module.register_buffer
 
     def register_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         original_parameter(module, name, param)
@@ -80,23 +100,19 @@ def init_on_device(device: torch.device | str | int, include_buffers: bool | Non
             except TypeError:
                 module._parameters[name] = nn.Parameter(moved, requires_grad=registered.requires_grad)
 
-    def register_buffer(module: nn.Module, name: str, tensor: torch.Tensor | None, persistent: bool = True) -> None:
-        original_buffer(module, name, tensor, persistent=persistent)
-        if tensor is not None and tensor.device != device:
-            module._buffers[name] = module._buffers[name].to(device)
-
-    nn.Module.register_parameter = register_parameter
     if include_buffers:
-        nn.Module.register_buffer = register_buffer
-    # With buffers included, tensors made by constructors (torch.empty, torch.zeros) are
-    # created on the device itself, so nothing is allocated even transiently.
-    factory = device if include_buffers else contextlib.nullcontext()
-    try:
-        with factory:
+        # Every tensor goes to the device: torch's default-device context puts whatever
+        # constructors create (torch.empty, torch.zeros) there directly, so nothing is allocated
+        # even transiently, and nn.Module is left unpatched (code that compares its methods,
+        # or patches them itself, sees torch's own).
+        with device:
             yield
+        return
+    nn.Module.register_parameter = register_parameter
+    try:
+        yield
     finally:
         nn.Module.register_parameter = original_parameter
-        nn.Module.register_buffer = original_buffer
 
 
 def _first_device(model: nn.Module) -> torch.device:

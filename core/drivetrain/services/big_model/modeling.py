@@ -33,8 +33,8 @@ _SIZE_SUFFIXES = [(f"{p}iB", 2 ** (10 * n)) for n, p in enumerate("KMGT", 1)] + 
     [(f"{p}B", 10 ** (3 * n)) for n, p in enumerate("KMGT", 1)] + [("B", 1)]
 
 
-def convert_file_size_to_int(size: int | str) -> int:
-    """``"10GB"`` -> 10_000_000_000, ``"1GiB"`` -> 2**30, ``"5Mb"`` (bits) -> 625_000; ints pass."""
+def _size_in_bytes(size: int | str) -> int:
+    """A size as bytes, negative ones included (each caller says why a negative one is wrong)."""
     if isinstance(size, int):
         return size
     text = str(size).strip()
@@ -47,6 +47,14 @@ def convert_file_size_to_int(size: int | str) -> int:
             bits = text.endswith("b") and not suffix.endswith("iB")
             return int(number / 8 if bits else number)
     raise ConfigError(f"cannot read the size {size!r}; write it like '10GB', '500MiB' or a number of bytes")
+
+
+def convert_file_size_to_int(size: int | str) -> int:
+    """``"10GB"`` -> 10_000_000_000, ``"1GiB"`` -> 2**30, ``"5Mb"`` (bits) -> 625_000; ints pass."""
+    number = _size_in_bytes(size)
+    if number < 0:
+        raise ConfigError(f"the size {size!r} is negative; give a size of 0 or more, like '10GB'")
+    return number
 
 
 
@@ -107,11 +115,15 @@ def named_module_tensors(module: nn.Module, include_buffers: bool = True, recurs
 
 
 def get_non_persistent_buffers(module: nn.Module, recurse: bool = False) -> set[str]:
-    """Names of the buffers a state dict leaves out."""
+    """Names of the buffers a state dict leaves out, as their modules know them (no prefix).
+
+    With ``recurse`` the submodules' names are added to the set (Accelerate's meaning: a set of
+    buffer names, not of paths). A new set every time: the modules' own sets are never changed.
+    """
     names = set(module._non_persistent_buffers_set)
     if recurse:
-        for prefix, sub in module.named_modules():
-            names.update(f"{prefix}.{name}" for name in sub._non_persistent_buffers_set if prefix)
+        for sub in module.modules():
+            names.update(sub._non_persistent_buffers_set)
     return names
 
 
@@ -207,6 +219,12 @@ def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: int
             module._parameters[tensor_name] = tied  # the tied copy already on this device
             return
 
+    # A value of another shape is a wrong checkpoint; quantized parameter classes store packed
+    # data of their own shape, so only plain tensors and parameters are held to it.
+    if value is not None and value is not old and value.shape != old.shape \
+            and type(old) in (torch.Tensor, nn.Parameter):
+        raise ConfigError(f"Trying to set a tensor of shape {value.shape} in \"{tensor_name}\" (which has shape "
+                          f"{old.shape}), this looks incorrect.")
     source = old if value is None else value
     if value is not None:
         if dtype is not None and source.is_floating_point():
@@ -303,6 +321,29 @@ def get_max_layer_size(modules: list[tuple[str, nn.Module]], module_sizes: dict[
     return max_size, names
 
 
+def get_module_size_with_ties(tied_params: list[str], module_size: int, module_sizes: dict[str, int],
+                              modules_to_treat: list[tuple[str, nn.Module]]
+                              ) -> tuple[int, list[str], list[nn.Module]]:
+    """The bytes a module takes once the modules that hold its tied parameters come with it.
+
+    ``tied_params`` are the parameters tied to the module being placed; each one's owner among
+    ``modules_to_treat`` (the module whose name, plus a dot, starts the parameter's name, so
+    ``"1"`` never owns ``"10.weight"``) adds its size less the tied tensors, which are counted
+    once already. Returns that total and the owners' names and modules, in the order of
+    ``tied_params``; a parameter no pending module owns adds nothing.
+    """
+    owners: dict[str, tuple[nn.Module, list[str]]] = {}
+    for param in tied_params:
+        for name, module in modules_to_treat:
+            if param.startswith(f"{name}."):
+                owners.setdefault(name, (module, []))[1].append(param)
+                break
+    total = module_size
+    for name, (_, params) in owners.items():
+        total += module_sizes.get(name, 0) - sum(module_sizes.get(p, 0) for p in params)
+    return total, list(owners), [module for module, _ in owners.values()]
+
+
 def calculate_maximum_sizes(model: nn.Module) -> tuple[int, tuple[int, list[str]]]:
     """Total bytes of ``model`` and its largest layer (size, names)."""
     sizes = compute_module_sizes(model)
@@ -390,7 +431,7 @@ def get_max_memory(max_memory: dict[int | str, int | str] | None = None) -> dict
             result[index] = int(amount)
         result[HOST] = psutil.virtual_memory().available
         return result
-    result = {key: convert_file_size_to_int(value) for key, value in max_memory.items()}
+    result = {key: _size_in_bytes(value) for key, value in max_memory.items()}
     for key, value in result.items():
         if value < 0:
             raise ConfigError(f"max_memory gives {key!r} {max_memory[key]!r}, a negative size; give each device "
@@ -476,7 +517,7 @@ def clean_device_map(device_map: dict[str, Any], module_name: str = "") -> dict[
     """Merge entries whose children all share one device into their parent's entry."""
     prefix = f"{module_name}." if module_name else ""
     values = [v for k, v in device_map.items() if k == module_name or k.startswith(prefix)]
-    if module_name and len(set(map(str, values))) == 1 and len(values) > 1:
+    if len(set(map(str, values))) == 1 and len(values) > 1:
         for key in [k for k in device_map if k.startswith(prefix)]:
             del device_map[key]
         device_map[module_name] = values[0]

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..checkpointing.model_files import ALIASES_KEY, read_index, tied_aliases
-from ...kernel.errors import CheckpointError, ConfigError
+from ...kernel.errors import CheckpointError, CheckpointMismatchError, ConfigError
 from .device_map import validate_device_map
 from .modeling import (
     DISK,
@@ -230,11 +230,15 @@ def load_checkpoint_to_offload_index(model: nn.Module, checkpoint: str | os.Path
                      and not (n in tied_names and any(n in g and any(m in loaded_names for m in g) for g in tied)))
     unexpected = sorted(n for n in loaded_names if n not in model_tensors)
     if strict and (missing or unexpected):
-        raise CheckpointError(f"{checkpoint} does not match the model: missing {missing[:5]}, unexpected "
+        raise CheckpointMismatchError(f"{checkpoint} does not match the model: missing {missing[:5]}, unexpected "
                               f"{unexpected[:5]}; load with strict=False to ignore them")
     if missing:
         logger.warning("%d weights of the model are not in %s (they keep their values): %s", len(missing),
                        checkpoint, missing[:5])
+    if unexpected:
+        # "were not used when" is the phrase users' log filters (and Accelerate's tests) look for.
+        logger.warning("%d weights of %s were not used when loading %s (the model has no such names): %s",
+                       len(unexpected), checkpoint, type(model).__name__, unexpected[:5])
     disk_needs_folder = device_map is not None and any(v == DISK for v in device_map.values())
 
     # 2. Read each shard once, placing every tensor as it comes.
@@ -310,6 +314,9 @@ def _place(model: nn.Module, shard: _Shard, name: str, current: torch.Tensor, de
     value = shard.read(name)
     if state_folder is not None and device == HOST:
         offload_weight(value.to(wanted), target_name, state_folder, index=state_index)
+        # Empty until the folder is read back, and already of the wanted dtype, which the value
+        # read back then keeps (a tensor is cast to the dtype of the one it replaces).
+        set_module_tensor_to_device(model, target_name, META, dtype=wanted)
         return
     set_module_tensor_to_device(model, target_name, device, value=value, dtype=wanted)
     del value

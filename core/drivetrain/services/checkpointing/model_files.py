@@ -240,6 +240,8 @@ def read_index(index: Path, verifier: Verifier | None = None) -> tuple[list[Path
         raise damaged(str(error)) from None
     except RecursionError:
         raise damaged("nested too deeply") from None
+    if isinstance(document, dict) and "weight_map" not in document and _string_mapping(document):
+        document = {"weight_map": document}  # the bare form: the weight map alone, no metadata
     weight_map = document.get("weight_map") if isinstance(document, dict) else None
     if not _string_mapping(weight_map):
         raise damaged("its weight_map is not a mapping of weight names to file names")
