@@ -90,6 +90,43 @@ def test_purge_decorates_the_test_methods_of_a_class():
     assert "ACCELERATE_FROM_TEST" not in os.environ and os.environ.pop("ACCELERATE_FROM_HELPER") == "1"
 
 
+def test_purge_reaches_the_tests_of_a_subclass():
+    @purge_accelerate_environment
+    class Base:
+        def test_base(self):
+            os.environ["ACCELERATE_FROM_BASE"] = "1"
+
+    class Derived(Base):
+        def test_derived(self):
+            os.environ["ACCELERATE_FROM_DERIVED"] = "1"
+
+    class DerivedAgain(Derived):
+        def test_again(self):
+            os.environ["ACCELERATE_FROM_AGAIN"] = "1"
+
+    DerivedAgain().test_base()
+    DerivedAgain().test_derived()
+    DerivedAgain().test_again()
+    assert not {"ACCELERATE_FROM_BASE", "ACCELERATE_FROM_DERIVED", "ACCELERATE_FROM_AGAIN"} & set(os.environ)
+
+
+def test_purge_keeps_a_base_class_hook_for_subclasses():
+    seen = []
+
+    @purge_accelerate_environment
+    class Base:
+        def __init_subclass__(cls, tag: str = "", **kwargs):
+            super().__init_subclass__(**kwargs)
+            seen.append(tag)
+
+    class Derived(Base, tag="mine"):
+        def test_one(self):
+            os.environ["ACCELERATE_FROM_HOOKED"] = "1"
+
+    Derived().test_one()
+    assert seen == ["mine"] and "ACCELERATE_FROM_HOOKED" not in os.environ
+
+
 def test_flags_choices_and_ints_from_env(monkeypatch):
     monkeypatch.setenv("DT_FLAG", "yes")
     monkeypatch.setenv("DT_CHOICE", "bf16")
@@ -137,6 +174,8 @@ def test_check_os_kernel_warns_on_an_old_linux(monkeypatch, caplog):
     monkeypatch.setattr(platform, "uname", lambda: fake)
     check_os_kernel()
     assert "4.19.0" in caplog.text
+    # log filters read the record's own message, so the versions are in it, not in its arguments
+    assert "4.19.0" in caplog.records[0].msg and "5.5.0" in caplog.records[0].msg
     caplog.clear()
     monkeypatch.setattr(platform, "uname", lambda: fake._replace(release="6.1.0"))
     check_os_kernel()
