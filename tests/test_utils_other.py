@@ -88,6 +88,7 @@ def test_clean_state_dict_keeps_tied_tensors_once_and_contiguous(caplog):
     cleaned = clean_state_dict_for_safetensors(state)
     assert set(cleaned) == {"a", "c", "n"} and cleaned["c"].is_contiguous()
     assert torch.equal(cleaned["c"], state["c"]) and "b" in caplog.text
+    assert len(caplog.records) == 1 and "Removed shared tensor" in caplog.text
 
 
 def test_save_and_load(tmp_path):

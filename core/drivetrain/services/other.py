@@ -166,7 +166,9 @@ def clean_state_dict_for_safetensors(state_dict: dict[str, Any]) -> dict[str, An
             value = value.contiguous()
         cleaned[name] = value
     if dropped:
-        logger.warning("not saving %s: they share memory with another entry (tied weights)", ", ".join(dropped))
+        # "Removed shared tensor" is the phrase Accelerate's users filter their logs on
+        logger.warning("Removed shared tensor %s while saving: they share memory with another entry (tied weights)",
+                       ", ".join(dropped))
     return cleaned
 
 
