@@ -67,7 +67,7 @@ def test_recursively_apply_keeps_every_container_type():
     assert isinstance(ordered, OrderedDict) and list(ordered) == ["z", "a"]
     defaults = recursively_apply(lambda t: t, collections.defaultdict(list, x=torch.zeros(1)))
     assert torch.equal(defaults["x"], torch.zeros(1))
-    with pytest.raises(TypeError, match="got a str"):
+    with pytest.raises(TypeError, match="Unsupported types \\(<class .str.>\\)"):
         recursively_apply(lambda t: t, data, error_on_other_type=True)
 
 
@@ -125,6 +125,26 @@ def test_slice_and_concatenate():
     assert concatenate([torch.ones(2, 1), torch.zeros(2, 1)], dim=1).shape == (2, 2)
     with pytest.raises(TypeError):
         concatenate([["a"], ["b"]])
+    # one batch is returned as it is, whatever it holds
+    only = {"ids": ["x", "y"], "n": 2}
+    assert concatenate([only]) is only
+
+
+def test_error_on_other_type_names_the_function_and_the_test():
+    def is_a_tensor(value):
+        return isinstance(value, torch.Tensor)
+
+    def double(tensor):
+        return tensor * 2
+
+    with pytest.raises(TypeError, match=r"Unsupported types \(<class 'str'>\) passed to `double`.*`is_a_tensor`"):
+        recursively_apply(double, [torch.ones(1), "x"], test_type=is_a_tensor, error_on_other_type=True)
+
+
+def test_pad_across_processes_warns_on_a_nested_tensor_and_returns_it():
+    nested_tensor = torch.nested.nested_tensor([torch.ones(3), torch.ones(1)])
+    with pytest.warns(utils.CannotPadNestedTensorWarning):
+        assert pad_across_processes({"n": nested_tensor})["n"] is nested_tensor
 
 
 def test_fp32_conversions():

@@ -242,6 +242,10 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
     dtypes differ raise :class:`DistributedOperationException` on every process, debug mode
     or not.
     """
+    # warned on one process too: the same code would meet the nested tensor on several
+    if any(leaf.is_nested for leaf in _leaves(tensor)):
+        warnings.warn("pad_across_processes cannot pad nested tensors; they are returned unpadded",
+                      CannotPadNestedTensorWarning, stacklevel=2)
     collectives = _collectives()
     if collectives.world_size == 1:
         return tensor
@@ -256,7 +260,6 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
     def pad_one(one: torch.Tensor) -> torch.Tensor:
         target = largest[next(position)]
         if one.is_nested:
-            warnings.warn("nested tensors cannot be padded; returning it unpadded", CannotPadNestedTensorWarning)
             return one
         if not -one.dim() <= dim < one.dim() or target == one.shape[dim]:
             return one
@@ -286,7 +289,8 @@ def _layout_digest(description: Any) -> int:
 def _largest_sizes(data: Any, tensors: list[torch.Tensor], dim: int, collectives: Any) -> list[int]:
     """Each tensor's largest size along ``dim`` across processes (-1 where it lacks the
     dimension), after checking that every process passes the same layout."""
-    sizes = [t.shape[dim] if -t.dim() <= dim < t.dim() else -1 for t in tensors]
+    # a nested tensor has no sizes to exchange: it counts as lacking the dimension
+    sizes = [t.shape[dim] if not t.is_nested and -t.dim() <= dim < t.dim() else -1 for t in tensors]
     inline = sizes[:_PAD_INLINE_SIZES]
     row = [len(tensors), _layout_digest(_describe(data, dims_only=True)), *inline,
            *[0] * (_PAD_INLINE_SIZES - len(inline))]

@@ -77,9 +77,11 @@ def recursively_apply(func: Callable, data: Any, *args: Any, test_type: Callable
     if test_type(data):
         return func(data, *args, **kwargs)
     if error_on_other_type:
+        # Accelerate's wording, which its users' code matches on
         name = getattr(func, "__name__", repr(func))
-        raise TypeError(f"{name} works on nested lists, tuples and dicts of tensors; it got a {type(data).__name__}. "
-                        f"Convert it to a tensor first, or use gather_object for arbitrary objects")
+        raise TypeError(f"Unsupported types ({type(data)}) passed to `{name}`. Only nested list/tuple/dicts of "
+                        f"objects that are valid for `{getattr(test_type, '__name__', repr(test_type))}` "
+                        "should be passed.")
     return data
 
 
@@ -233,7 +235,12 @@ def slice_tensors(data: Any, tensor_slice: slice | int, process_index: int | Non
 
 
 def concatenate(data: list[Any], dim: int = 0) -> Any:
-    """Concatenate a list of structures that share one layout, tensor by tensor, along ``dim``."""
+    """Concatenate a list of structures that share one layout, tensor by tensor, along ``dim``.
+
+    A list of one element is returned as that element, whatever it is (one batch needs no joining).
+    """
+    if len(data) == 1:
+        return data[0]
     first = data[0]
     if isinstance(first, (tuple, list)):
         return honor_type(first, (concatenate([item[i] for item in data], dim=dim) for i in range(len(first))))
