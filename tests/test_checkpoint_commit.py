@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -45,17 +46,23 @@ def hidden_leftovers(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.name.startswith("."))
 
 
-def test_training_goes_on_while_the_commit_runs_and_the_checkpoint_holds_the_saved_state(tmp_path, monkeypatch):
+def held_background_sync(monkeypatch):
+    """Background commits whose sync waits for ``release``; ``syncing`` is set once one waits."""
     monkeypatch.setenv("DRIVETRAIN_CHECKPOINT_BACKGROUND", "1")
     release, syncing = threading.Event(), threading.Event()
     real_sync = commit.sync_files
 
-    def slow_sync(temporary, files):
+    def held_sync(temporary, files):
         syncing.set()
         assert release.wait(30)
         real_sync(temporary, files)
 
-    monkeypatch.setattr(commit, "sync_files", slow_sync)
+    monkeypatch.setattr(commit, "sync_files", held_sync)
+    return release, syncing
+
+
+def test_training_goes_on_while_the_commit_runs_and_the_checkpoint_holds_the_saved_state(tmp_path, monkeypatch):
+    release, syncing = held_background_sync(monkeypatch)
     accelerator = Accelerator()
     model, optimizer = prepared(accelerator)
     at_save = params(model)
@@ -101,18 +108,7 @@ def test_a_failed_commit_is_raised_at_the_next_wait_and_keeps_the_previous_check
 
 
 def test_a_commit_whose_directory_was_deleted_does_not_fail_later_saves_elsewhere(tmp_path, monkeypatch, caplog):
-    import shutil
-
-    monkeypatch.setenv("DRIVETRAIN_CHECKPOINT_BACKGROUND", "1")
-    release, syncing = threading.Event(), threading.Event()
-    real_sync = commit.sync_files
-
-    def slow_sync(temporary, files):
-        syncing.set()
-        assert release.wait(30)
-        real_sync(temporary, files)
-
-    monkeypatch.setattr(commit, "sync_files", slow_sync)
+    release, syncing = held_background_sync(monkeypatch)
     accelerator = Accelerator()
     prepared(accelerator)
     accelerator.save_state(tmp_path / "gone" / "ckpt")
@@ -120,7 +116,6 @@ def test_a_commit_whose_directory_was_deleted_does_not_fail_later_saves_elsewher
     shutil.rmtree(tmp_path / "gone")  # the caller's temporary directory, removed under the commit
     release.set()
     commit.pending().wait()
-    monkeypatch.setattr(commit, "sync_files", real_sync)
     directory = Path(accelerator.save_state(tmp_path / "kept" / "ckpt"))
     accelerator.wait_for_everyone()
     assert layout.read_manifest(directory)["files"] and "directory it was going into is gone" in caplog.text
