@@ -238,6 +238,11 @@ def test_save_and_register_for_checkpointing(tmp_path):
     accelerator.save({"a": torch.ones(2)}, tmp_path / "x.safetensors", safe_serialization=True)
     with pytest.raises(ConfigError, match="state_dict"):
         accelerator.register_for_checkpointing(object())
+    # each refused object is named by its position, the ones that qualify are not
+    with pytest.raises(ConfigError) as refused:
+        accelerator.register_for_checkpointing(torch.nn.Linear(1, 1), torch.ones(1), 3)
+    assert "Item at index 1 (Tensor), Item at index 2 (int)" in str(refused.value)
+    assert "index 0" not in str(refused.value) and "define both" in str(refused.value)
 
 
 def test_profile_writes_a_trace(tmp_path):

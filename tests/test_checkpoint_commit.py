@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -45,16 +46,23 @@ def hidden_leftovers(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.name.startswith("."))
 
 
-def test_training_goes_on_while_the_commit_runs_and_the_checkpoint_holds_the_saved_state(tmp_path, monkeypatch):
+def held_background_sync(monkeypatch):
+    """Background commits whose sync waits for ``release``; ``syncing`` is set once one waits."""
+    monkeypatch.setenv("DRIVETRAIN_CHECKPOINT_BACKGROUND", "1")
     release, syncing = threading.Event(), threading.Event()
     real_sync = commit.sync_files
 
-    def slow_sync(temporary, files):
+    def held_sync(temporary, files):
         syncing.set()
         assert release.wait(30)
         real_sync(temporary, files)
 
-    monkeypatch.setattr(commit, "sync_files", slow_sync)
+    monkeypatch.setattr(commit, "sync_files", held_sync)
+    return release, syncing
+
+
+def test_training_goes_on_while_the_commit_runs_and_the_checkpoint_holds_the_saved_state(tmp_path, monkeypatch):
+    release, syncing = held_background_sync(monkeypatch)
     accelerator = Accelerator()
     model, optimizer = prepared(accelerator)
     at_save = params(model)
@@ -73,12 +81,15 @@ def test_training_goes_on_while_the_commit_runs_and_the_checkpoint_holds_the_sav
 
 
 def test_a_failed_commit_is_raised_at_the_next_wait_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("DRIVETRAIN_CHECKPOINT_BACKGROUND", "1")
     accelerator = Accelerator()
     model, optimizer = prepared(accelerator)
     good = Path(accelerator.save_state(tmp_path / "ckpt"))
     accelerator.wait_for_everyone()
     good_params = params(model)
     step(accelerator, model, optimizer)
+
+    real_fsync = commit._fsync_path
 
     def failing_fsync(path, directory=False):
         raise OSError(errno.EIO, "Input/output error")
@@ -90,14 +101,41 @@ def test_a_failed_commit_is_raised_at_the_next_wait_and_keeps_the_previous_check
         accelerator.wait_for_everyone()
     assert "was not completed" in caplog.text  # logged when it happened, too
     assert hidden_leftovers(tmp_path) == []  # the half-committed directory was removed
-    monkeypatch.undo()
+    monkeypatch.setattr(commit, "_fsync_path", real_fsync)
     accelerator.load_state(good)
     assert all(torch.equal(a, b) for a, b in zip(good_params, model.parameters()))
     accelerator.wait_for_everyone()  # the failure was reported once; nothing pending now
 
 
-def test_blocking_commits_when_background_is_off(tmp_path, monkeypatch):
-    monkeypatch.setenv("DRIVETRAIN_CHECKPOINT_BACKGROUND", "0")
+def test_a_commit_whose_directory_was_deleted_does_not_fail_later_saves_elsewhere(tmp_path, monkeypatch, caplog):
+    release, syncing = held_background_sync(monkeypatch)
+    accelerator = Accelerator()
+    prepared(accelerator)
+    accelerator.save_state(tmp_path / "gone" / "ckpt")
+    assert syncing.wait(30)
+    shutil.rmtree(tmp_path / "gone")  # the caller's temporary directory, removed under the commit
+    release.set()
+    commit.pending().wait()
+    directory = Path(accelerator.save_state(tmp_path / "kept" / "ckpt"))
+    accelerator.wait_for_everyone()
+    assert layout.read_manifest(directory)["files"] and "directory it was going into is gone" in caplog.text
+
+
+def test_by_default_the_checkpoint_is_in_place_and_rotated_when_save_state_returns(tmp_path, monkeypatch):
+    from drivetrain import ProjectConfiguration
+
+    config = ProjectConfiguration(project_dir=str(tmp_path / "auto"), automatic_checkpoint_naming=True, total_limit=2)
+    accelerator = Accelerator(project_config=config)
+    prepared(accelerator)
+    names = []
+    for _ in range(3):
+        accelerator.save_state()
+        names.append(sorted(p.name for p in (tmp_path / "auto" / "checkpoints").iterdir()))
+    assert names == [["checkpoint_0"], ["checkpoint_0", "checkpoint_1"], ["checkpoint_1", "checkpoint_2"]]
+    assert commit.pending() is None  # nothing left running that a later call would have to wait for
+
+
+def test_blocking_commits_raise_their_failure_from_save_state(tmp_path, monkeypatch):
     accelerator = Accelerator()
     prepared(accelerator)
     directory = Path(accelerator.save_state(tmp_path / "ckpt"))
@@ -108,7 +146,8 @@ def test_blocking_commits_when_background_is_off(tmp_path, monkeypatch):
     assert not (tmp_path / "second").exists()
 
 
-def test_rotation_and_tracker_notices_happen_after_the_commit(tmp_path):
+def test_rotation_and_tracker_notices_happen_after_the_commit(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRIVETRAIN_CHECKPOINT_BACKGROUND", "1")
     from drivetrain import ProjectConfiguration
     from drivetrain.tracking import GeneralTracker
 
@@ -145,7 +184,9 @@ def test_rotation_and_tracker_notices_happen_after_the_commit(tmp_path):
 
 def test_a_script_that_ends_right_after_save_state_still_completes_its_checkpoint(tmp_path):
     script = textwrap.dedent(f"""
+        import os
         import sys
+        os.environ["DRIVETRAIN_CHECKPOINT_BACKGROUND"] = "1"
         import torch
         from drivetrain import Accelerator
         from drivetrain.checkpointing import commit

@@ -544,21 +544,23 @@ class Accelerator:
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and load these objects (anything with ``state_dict``/``load_state_dict``) with the state."""
-        invalid = [type(o).__name__ for o in objects if not (hasattr(o, "state_dict") and hasattr(o, "load_state_dict"))]
+        # Numbered as Accelerate numbers them, so that a caller's filter on its words still matches.
+        invalid = [f"Item at index {index} ({type(o).__name__})" for index, o in enumerate(objects)
+                   if not (hasattr(o, "state_dict") and hasattr(o, "load_state_dict"))]
         if invalid:
-            raise ConfigError(f"cannot checkpoint {invalid}: objects need state_dict() and load_state_dict()")
+            raise ConfigError(f"cannot checkpoint {', '.join(invalid)}: a registered object needs state_dict() and "
+                              "load_state_dict(); register only objects that define both (wrap other values in a class that does)")
         self._prepared.custom_objects.extend(objects)
 
     def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True,
                    **save_model_func_kwargs: Any) -> str:
         """Save everything needed to resume exactly; returns the checkpoint directory.
 
-        Returns once every process has written its files; syncing them and renaming the
-        directory into place then overlaps training (``DRIVETRAIN_CHECKPOINT_BACKGROUND=0``
-        waits instead). The checkpoint appears only when complete and synced on every
-        process; a crash leaves the previous one intact. ``load_state``, the next
-        ``save_state``, ``wait_for_everyone`` and ``end_training`` wait for it first. With
-        automatic checkpoint naming, ``total_limit`` older ones are kept.
+        When it returns the checkpoint is in place and older ones are rotated away (automatic
+        naming keeps ``total_limit``). It appears only when complete and synced on every
+        process; a crash leaves the previous one intact. ``DRIVETRAIN_CHECKPOINT_BACKGROUND=1``
+        lets syncing and renaming overlap training instead; ``load_state``, the next
+        ``save_state``, ``wait_for_everyone`` and ``end_training`` then wait for it first.
         """
         return checkpoint_calls.save_state(self, output_dir, safe_serialization, save_model_func_kwargs)
 

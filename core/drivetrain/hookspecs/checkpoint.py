@@ -148,9 +148,9 @@ def drivetrain_on_checkpoint(event: Literal["save", "load"], directory: str, run
 
     Called on the training thread. For ``"save"``: on the process that published the
     checkpoint (the main one, or each node's first with ``save_on_each_node``), once it is
-    synced and in place, at the next ``log``, ``save_state``, ``load_state``,
-    ``wait_for_everyone`` or ``end_training`` (at once with
-    ``DRIVETRAIN_CHECKPOINT_BACKGROUND=0``). For ``"load"``: on every process, after the
+    synced and in place: inside ``save_state``, or with
+    ``DRIVETRAIN_CHECKPOINT_BACKGROUND=1`` at the next ``log``, ``save_state``,
+    ``load_state``, ``wait_for_everyone`` or ``end_training``. For ``"load"``: on every process, after the
     state is restored.
 
     :param event: ``"save"`` or ``"load"``.

@@ -1,9 +1,11 @@
-"""Making a written checkpoint durable and visible, while training goes on.
+"""Making a written checkpoint durable and visible: inside ``save_state``, or beside training.
 
 Writing a checkpoint's files only fills the page cache: memory work, as fast as a plain
 ``torch.save``. Making them durable (fsync) goes at the disk's speed, often slower than
-the writing itself. So ``save_state`` returns once every process has written its files,
-and a commit on each process finishes the job in a thread:
+the writing itself. By default the commit runs before ``save_state`` returns, so the
+checkpoint is in place as Accelerate's callers expect; with background commits on,
+``save_state`` returns once every process has written its files and a commit on each
+process finishes the job in a thread:
 
 * every process fsyncs the files it wrote and the directories holding them, then leaves a
   marker ``.synced-<rank>`` in the temporary directory (``.failed-<rank>`` with the error);

@@ -257,11 +257,11 @@ def _target_plan(final: Path) -> tuple[str, str, str | None]:
 def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_dir: str | os.PathLike | None,
                    safe_serialization: bool,
                    weights: list[Any] | None, options: dict[str, Any] | None = None) -> Path:
-    """Write a checkpoint and start its commit; returns the directory it will have.
+    """Write a checkpoint and commit it; returns its directory, in place and rotated.
 
-    Returns once every process has written its files. The commit (sync, manifest, rename,
-    rotation) then runs in the background unless ``DRIVETRAIN_CHECKPOINT_BACKGROUND=0``;
-    :func:`finish_commit` waits for it. ``options`` go to the strategy's model-save hook.
+    The commit (sync, manifest, rename, rotation) runs before returning, as callers written
+    for Accelerate expect; ``DRIVETRAIN_CHECKPOINT_BACKGROUND=1`` runs it in a thread instead,
+    and :func:`finish_commit` waits for it. ``options`` go to the strategy's model-save hook.
     """
     finish_commit(accelerator)
     final = output_directory(accelerator, output_dir).absolute()
@@ -300,7 +300,7 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
     publication = _publication(accelerator, prepared, results) if publisher == accelerator.process_index else None
     plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=list(files),
                              fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication)
-    background = environment.read_bool("CHECKPOINT_BACKGROUND", default=True)
+    background = environment.read_bool("CHECKPOINT_BACKGROUND", default=False)
     commit.start(plan, background=background)
     if config.automatic_checkpoint_naming:
         config.iteration += 1
@@ -318,7 +318,14 @@ def finish_commit(accelerator: Accelerator) -> None:
     pending = commit.take_pending()
     if pending is None:
         return
-    errors = peers.gather(accelerator.state, pending.wait(), f"completing checkpoint {pending.final}")
+    error = pending.wait()
+    if error is not None and not pending.final.parent.exists():
+        # The directory it was going into was deleted under the commit (a temporary one the
+        # caller removed): there is no checkpoint left to protect, so later saves go on.
+        logger.warning("checkpoint %s was not completed, and the directory it was going into is gone: %s",
+                       pending.final, error)
+        error = None
+    errors = peers.gather(accelerator.state, error, f"completing checkpoint {pending.final}")
     failures = [(rank, error) for rank, error in enumerate(errors) if error]
     if failures:
         details = "; ".join(f"rank {rank}: {error}" for rank, error in failures)
