@@ -211,3 +211,27 @@ def test_public_names_are_exported():
                  "LoggerType", "RNGType", "ComputeEnvironment", "InitProcessGroupKwargs", "notebook_launcher",
                  "debug_launcher", "write_basic_config"):
         assert getattr(drivetrain, name) is not None, name
+
+
+def test_reading_a_reset_state_names_the_reset_as_the_cause():
+    state = PartialState()
+    with pytest.raises(AttributeError, match="^'PartialState' object has no attribute 'nothing_such'$"):
+        state.nothing_such
+    PartialState._reset_state()
+    with pytest.raises(AttributeError, match=r"`PartialState` object has no attribute `process_index`\. "
+                                             r"This happens if `PartialState._reset_state\(\)`"):
+        state.process_index
+    with pytest.raises(AttributeError, match="^'PartialState' object has no attribute 'nothing_such'$"):
+        state.nothing_such  # an attribute a set-up state never has: no word of the reset
+    state.chosen = 3  # a reset state still takes new attributes
+    assert state.chosen == 3
+
+
+def test_an_accelerator_whose_state_was_reset_says_so():
+    accelerator = drivetrain.Accelerator()
+    with pytest.raises(AttributeError, match="^'AcceleratorState' object has no attribute 'nothing_such'$"):
+        accelerator.state.nothing_such
+    AcceleratorState._reset_state()
+    # the Accelerator's property lets the state's error through instead of a generic one
+    with pytest.raises(AttributeError, match=r"This happens if `AcceleratorState._reset_state\(\)`"):
+        accelerator.is_main_process

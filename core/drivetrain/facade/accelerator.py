@@ -158,6 +158,10 @@ class Accelerator:
         ``None`` while unused) and the ``accelerator.Accelerator.<name>`` public names plugins
         contribute (``is_fsdp2``: ``False`` while unused). See :mod:`drivetrain.backend_attributes`.
         """
+        member = getattr(type(self), name, None)
+        if isinstance(member, property) and member.fget is not None:
+            # The property itself failed (the state was reset): let its own error through.
+            return member.fget(self)
         if "run" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return backend_attribute("accelerator.Accelerator", name, self.run, self._backend_argument,

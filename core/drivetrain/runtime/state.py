@@ -110,6 +110,11 @@ class PartialState:
     def initialized(self) -> bool:
         return "run" in self._shared_state
 
+    def __getattr__(self, name: str) -> Any:
+        # Reached for a missing attribute, and for a property whose attributes are gone
+        # (``num_processes`` reads ``cluster``): after ``_reset_state()`` the message says why.
+        raise _missing_attribute(self, name, initialized=self.initialized)
+
     def __repr__(self) -> str:
         return (
             f"Distributed environment: {self.distributed_type}\n"
@@ -271,6 +276,26 @@ class PartialState:
         return self.platform.device_for(0)
 
 
+def _missing_attribute(state: Any, name: str, initialized: bool) -> AttributeError:
+    """The error for ``state.<name>``: a state that was reset names ``_reset_state()`` as the
+    cause when ``name`` is one of the attributes a set-up state has."""
+    owner = type(state).__name__
+    # AcceleratorState answers PartialState's attributes too
+    known = any(name in vars(klass) for klass in (*type(state).__mro__, PartialState)) or name in _SET_UP_ATTRIBUTES
+    if initialized or not known or name.startswith("__"):
+        return AttributeError(f"'{owner}' object has no attribute '{name}'")
+    return AttributeError(
+        f"`{owner}` object has no attribute `{name}`. This happens if `{owner}._reset_state()` was called "
+        f"and an `Accelerator` or `PartialState` was not created again afterwards; create one before reading `{name}`"
+    )
+
+
+# What a set-up state keeps in its shared dict (not class members, hence listed).
+_SET_UP_ATTRIBUTES = frozenset({"run", "platform", "cluster", "debug", "fork_launched", "device",
+                                "init_process_group_kwargs", "collective_timeout", "_mixed_precision",
+                                "_partial", "_run", "plugins", "dynamo_plugin"})
+
+
 def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
     if parts == 1:
         return inputs
@@ -374,13 +399,17 @@ class AcceleratorState:
         :func:`~drivetrain.backend_attributes.backend_attribute` (the run's extensions, then
         contributed names); every other attribute (device, ranks, ...) from the ``PartialState``."""
         if name.startswith("__") or "_partial" not in self._shared_state:
-            raise AttributeError(name)
+            raise _missing_attribute(self, name, initialized=False)
         partial = self._shared_state["_partial"]
         try:
             return backend_attribute("state.AcceleratorState", name, getattr(partial, "run", None),
                                      self._backend_argument)
         except AttributeError:
+            pass
+        if (name in PartialState._shared_state or name in _SET_UP_ATTRIBUTES
+                or any(name in vars(klass) for klass in type(partial).__mro__)):
             return getattr(partial, name)
+        raise _missing_attribute(self, name, initialized=partial.initialized)
 
     def _backend_argument(self, name: str) -> Any:
         """A backend object given by keyword; a declared ``<backend>_plugin`` is ``None`` otherwise."""
