@@ -48,6 +48,18 @@ def test_prepare_keeps_order_and_types():
     assert accelerator.prepare(42) == 42  # unknown objects pass through
 
 
+def test_prepared_objects_are_flagged_and_a_model_is_prepared_once():
+    model, optimizer = make()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    loader = torch.utils.data.DataLoader(torch.arange(4.0), batch_size=2)
+    other = [1, 2]
+    accelerator = Accelerator()
+    prepared = accelerator.prepare(model, optimizer, scheduler, loader, other)
+    assert [getattr(obj, "_is_accelerate_prepared", False) for obj in prepared] == [True, True, True, True, False]
+    again = accelerator.prepare_model(prepared[0])
+    assert again is prepared[0] and len(accelerator._models) == 1
+
+
 def test_unknown_mixed_precision_names_the_installed_ones():
     with pytest.raises(PluginSelectionError, match="unknown mixed precision 'fp7'.*bf16.*fp16"):
         Accelerator(mixed_precision="fp7")
