@@ -384,3 +384,12 @@ def test_self_test_asserts_that_the_main_process_goes_first():
     with pytest.raises(AssertionError, match="local_main_process_first: a process entered"):
         self_test.check_goes_first(early_local)
     self_test.check_processes(PartialState())  # one process: the real check runs through
+
+
+@pytest.mark.parametrize("keep_torch_compile", [True, False])
+def test_unwrap_model_of_a_compiled_data_parallel_model(keep_torch_compile):
+    model = torch.nn.Linear(2, 2)
+    prepared = torch.compile(torch.nn.DataParallel(model))
+    unwrapped = Accelerator().unwrap_model(prepared, keep_torch_compile=keep_torch_compile)
+    assert (unwrapped._orig_mod if keep_torch_compile else unwrapped) is model
+    assert isinstance(prepared._orig_mod, torch.nn.DataParallel)  # what was prepared stays wrapped
