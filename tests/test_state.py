@@ -235,3 +235,20 @@ def test_an_accelerator_whose_state_was_reset_says_so():
     # the Accelerator's property lets the state's error through instead of a generic one
     with pytest.raises(AttributeError, match=r"This happens if `AcceleratorState._reset_state\(\)`"):
         accelerator.is_main_process
+
+
+def test_the_torch_device_variable_chooses_the_process_device(monkeypatch):
+    platform = PartialState().platform
+    PartialState._reset_state()
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", f"{platform.device_type}:3")
+    chosen = []
+    monkeypatch.setattr(type(platform), "set_device", lambda self, device: chosen.append(str(device)))
+    assert str(PartialState().device) == f"{platform.device_type}:3" and chosen == [f"{platform.device_type}:3"]
+
+
+@pytest.mark.parametrize("value, words", [("cpu:x", "is not a device;"), ("meta:0", "is not a device of this process's platform"),
+                                          ("nosuchdevice:0", "is not a device of this process's platform")])
+def test_a_torch_device_variable_that_cannot_be_used_is_one_line(monkeypatch, value, words):
+    monkeypatch.setenv("DRIVETRAIN_TORCH_DEVICE", value)
+    with pytest.raises(ConfigError, match=words):
+        PartialState()

@@ -83,11 +83,11 @@ class PartialState:
         self.cluster = selection.cluster
         self.debug = environment.read_bool("DEBUG_MODE")
         self.fork_launched = environment.read_bool("FORK_LAUNCHED")
-        self.device = platform.device_for(self.cluster.local_rank)
+        self.device = _device_override(platform) or platform.device_for(self.cluster.local_rank)
         self.init_process_group_kwargs = dict(kwargs)
         # What bounds every wait on a peer: collectives, and the checkpoint commit's waits.
         self.collective_timeout = _timeout_from(kwargs.get("timeout")) or DEFAULT_TIMEOUT
-        if self.cluster.world_size > 1:
+        if self.cluster.world_size > 1 or environment.read("TORCH_DEVICE") is not None:
             platform.set_device(self.device)
             timeout = (_timeout_from(kwargs.get("timeout")) or _timeout_from(environment.read_checked("TIMEOUT"))
                        or DEFAULT_TIMEOUT)
@@ -274,6 +274,26 @@ class PartialState:
     @property
     def default_device(self):
         return self.platform.device_for(0)
+
+
+def _device_override(platform: Any) -> torch.device | None:
+    """The device ``DRIVETRAIN_TORCH_DEVICE`` (``ACCELERATE_TORCH_DEVICE``) names for this process,
+    which must be one of the chosen platform's."""
+    name = environment.read_checked("TORCH_DEVICE")
+    if name is None:
+        return None
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type != torch.device(platform.device_type).type:
+        variable = "/".join(environment.names_of("TORCH_DEVICE"))
+        raise ConfigError(f"{variable}={name!r} is not a device of this process's platform: it runs on the "
+                          f"{platform.device_type!r} platform; name one of its devices "
+                          f"(e.g. {platform.device_type}:0) or choose the platform with DRIVETRAIN_PLATFORM")
+    return device
 
 
 def _missing_attribute(state: Any, name: str, initialized: bool) -> AttributeError:
