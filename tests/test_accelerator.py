@@ -393,3 +393,17 @@ def test_unwrap_model_of_a_compiled_data_parallel_model(keep_torch_compile):
     unwrapped = Accelerator().unwrap_model(prepared, keep_torch_compile=keep_torch_compile)
     assert (unwrapped._orig_mod if keep_torch_compile else unwrapped) is model
     assert isinstance(prepared._orig_mod, torch.nn.DataParallel)  # what was prepared stays wrapped
+
+
+def test_an_accelerator_pickles_without_its_process_run():
+    import pickle
+
+    accelerator = Accelerator()
+    model, optimizer = make()
+    loader = torch.utils.data.DataLoader(torch.arange(6.0), batch_size=2)
+    accelerator.prepare(model, optimizer, loader)
+    loaded = pickle.loads(pickle.dumps(accelerator))
+    # the process's state and run are referenced, not copied; what was prepared is copied
+    assert loaded.state.run is accelerator.run and loaded.run is accelerator.run
+    assert [batch.tolist() for batch in loaded._dataloaders[0]] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    assert loaded._models[0] is not model and torch.equal(loaded._models[0][0].weight, model[0].weight)

@@ -167,6 +167,17 @@ class Accelerator:
         return backend_attribute("accelerator.Accelerator", name, self.run, self._backend_argument,
                                  owner=type(self).__name__)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The run (plugin manager, environment, process group) is the process's: it is not
+        # pickled, and an unpickled Accelerator takes the run of the process that loads it.
+        state = dict(self.__dict__)
+        state.pop("run", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.run = self.state.run
+
     def _backend_argument(self, name: str) -> Any:
         if name not in strategy_option_attributes():
             raise AttributeError(name)

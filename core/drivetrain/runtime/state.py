@@ -110,6 +110,11 @@ class PartialState:
     def initialized(self) -> bool:
         return "run" in self._shared_state
 
+    def __reduce__(self) -> tuple:
+        # The state is this process's (its run, plugins, process group), not data: a pickled
+        # reference is the state of the process that loads it.
+        return (type(self), ())
+
     def __getattr__(self, name: str) -> Any:
         # Reached for a missing attribute, and for a property whose attributes are gone
         # (``num_processes`` reads ``cluster``): after ``_reset_state()`` the message says why.
@@ -431,6 +436,9 @@ class AcceleratorState:
             return getattr(partial, name)
         raise _missing_attribute(self, name, initialized=partial.initialized)
 
+    def __reduce__(self) -> tuple:
+        return (type(self), ())  # as PartialState's: the loading process's state
+
     def _backend_argument(self, name: str) -> Any:
         """A backend object given by keyword; a declared ``<backend>_plugin`` is ``None`` otherwise."""
         plugins = self._shared_state.get("plugins") or {}
@@ -518,6 +526,9 @@ class GradientState:
         :func:`~drivetrain.backend_attributes.backend_attribute`: the run's extensions, then
         contributed names (what an unused backend's attribute reads until a step sets it)."""
         return backend_attribute("state.GradientState", name, PartialState._shared_state.get("run"))
+
+    def __reduce__(self) -> tuple:
+        return (type(self), ())  # as PartialState's: the loading process's state
 
     def _set_sync_gradients(self, sync_gradients: bool) -> None:
         self.sync_gradients = sync_gradients
