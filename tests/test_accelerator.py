@@ -407,3 +407,18 @@ def test_an_accelerator_pickles_without_its_process_run():
     assert loaded.state.run is accelerator.run and loaded.run is accelerator.run
     assert [batch.tolist() for batch in loaded._dataloaders[0]] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
     assert loaded._models[0] is not model and torch.equal(loaded._models[0][0].weight, model[0].weight)
+
+
+def test_save_model_loads_weights_that_offload_hooks_keep(tmp_path):
+    from drivetrain import cpu_offload
+    from drivetrain.utils import load_checkpoint_in_model
+
+    model, _ = make()
+    expected = {key: value.clone() for key, value in model.state_dict().items()}
+    cpu_offload(model, execution_device="cpu")
+    assert model[0].weight.device.type == "meta"  # the hooks hold the weights
+    accelerator = Accelerator()
+    accelerator.save_model(model, tmp_path)
+    fresh, _ = make(seed=1)
+    load_checkpoint_in_model(fresh, str(tmp_path))
+    assert all(torch.equal(fresh.state_dict()[key], value) for key, value in expected.items())

@@ -605,7 +605,12 @@ class Accelerator:
         """The full state dict of a prepared model (gathered where the strategy shards it)."""
         state = self.run.call("drivetrain_get_state_dict", model=model, unwrap=unwrap)
         if state is None:
-            state = (self.unwrap_model(model, keep_fp32_wrapper=False) if unwrap else model).state_dict()
+            from ..services.big_model.modeling import get_state_dict_offloaded_model, has_offloaded_params
+
+            module = self.unwrap_model(model, keep_fp32_wrapper=False) if unwrap else model
+            # weights that offload hooks keep elsewhere (meta tensors here) are loaded one module at a time
+            offloaded = any(has_offloaded_params(part) for part in module.modules())
+            state = get_state_dict_offloaded_model(module) if offloaded else module.state_dict()
         return state
 
     def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
