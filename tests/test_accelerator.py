@@ -422,3 +422,22 @@ def test_save_model_loads_weights_that_offload_hooks_keep(tmp_path):
     fresh, _ = make(seed=1)
     load_checkpoint_in_model(fresh, str(tmp_path))
     assert all(torch.equal(fresh.state_dict()[key], value) for key, value in expected.items())
+
+
+def test_a_quantized_model_offloaded_to_the_cpu_is_refused_before_it_is_prepared():
+    model, _ = make()
+    model.is_loaded_in_4bit = True
+    model.hf_device_map = {"0": "cpu", "2": "disk"}
+    accelerator = Accelerator()
+    with pytest.raises(ConfigError, match="cannot be trained with CPU or disk offload"):
+        accelerator.prepare_model(model)
+    assert len(accelerator._models) == 0
+
+
+def test_the_accelerator_module_offers_the_utils_probes():
+    import drivetrain.accelerator as module
+    import drivetrain.utils as utils
+
+    assert module.is_bitsandbytes_multi_backend_available is utils.is_bitsandbytes_multi_backend_available
+    with pytest.raises(AttributeError, match="drivetrain.accelerator' has no attribute 'no_such_probe'"):
+        module.no_such_probe

@@ -26,6 +26,7 @@ import torch
 from . import checkpoint_calls, init_arguments, preparation, training_step, uneven_inputs
 from ..selection.backend_arguments import positional_options, strategy_for_options, strategy_option_attributes
 from ..runtime.backend_attributes import backend_attribute
+from ..kernel.contributed import resolve_module_name
 from ..kernel.errors import CheckpointError, ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
 from ..runtime.kwargs_handlers import (
     AutocastKwargs,
@@ -672,3 +673,18 @@ class Accelerator:
 
     def __repr__(self) -> str:
         return f"Accelerator(device={self.device}, processes={self.num_processes}, mixed_precision={self.mixed_precision})"
+
+
+def __getattr__(name: str) -> Any:
+    """Accelerate's accelerator module holds the ``utils`` availability probes in its namespace
+    (``is_xpu_available``, ``is_bitsandbytes_multi_backend_available``), where scripts and tests
+    patch them; here they are the names plugins contribute to ``drivetrain.accelerator`` or,
+    failing that, to ``drivetrain.utils``."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    for module in ("accelerator", "utils"):
+        try:
+            return resolve_module_name(module, name)
+        except AttributeError:
+            pass
+    raise AttributeError(f"module 'drivetrain.accelerator' has no attribute {name!r}")

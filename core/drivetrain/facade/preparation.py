@@ -65,6 +65,23 @@ def prepare(accelerator: Any, objects: Sequence[Any], device_placement: Sequence
     return prepared[0] if len(prepared) == 1 else tuple(prepared)
 
 
+def refuse_offloaded_quantized_model(model: torch.nn.Module, distributed_type: str) -> None:
+    """A model loaded with 8-bit or 4-bit weights (``is_loaded_in_8bit``/``is_loaded_in_4bit``,
+    as transformers marks it) trains only where its whole device map is one device."""
+    if not (getattr(model, "is_loaded_in_8bit", False) or getattr(model, "is_loaded_in_4bit", False)):
+        return
+    device_map = getattr(model, "hf_device_map", None) or {}
+    devices = {str(device) for device in device_map.values()}
+    if devices & {"cpu", "disk"}:
+        raise ConfigError("a model loaded in 8-bit or 4-bit precision cannot be trained with CPU or disk offload "
+                          f"(its device map puts parts on {sorted(devices & {'cpu', 'disk'})}); load it with a "
+                          "device map onto the training device only, e.g. device_map={'': accelerator.device}")
+    if len(devices) > 1 and distributed_type != "NO":
+        raise ConfigError("a model loaded in 8-bit or 4-bit precision across several devices "
+                          f"({sorted(devices)}) cannot be trained on several processes; load it onto each "
+                          "process's device, e.g. device_map={'': accelerator.device}")
+
+
 def mark_prepared(obj: Any) -> Any:
     """Flag ``obj`` as prepared (``_is_accelerate_prepared``, which libraries built on
     Accelerate read to skip preparing it again); an object that takes no attributes stays unflagged."""
@@ -131,6 +148,7 @@ def prepare_model(accelerator: Any, model: torch.nn.Module, device_placement: bo
     accelerator already prepared comes back as it is (wrapped once, recorded once)."""
     if any(model is known for known in accelerator._prepared.models):
         return model
+    refuse_offloaded_quantized_model(model, accelerator.distributed_type)
     run = accelerator.run
     if device_placement is None:
         device_placement = accelerator.device_placement
