@@ -48,6 +48,18 @@ def test_prepare_keeps_order_and_types():
     assert accelerator.prepare(42) == 42  # unknown objects pass through
 
 
+def test_prepared_objects_are_flagged_and_a_model_is_prepared_once():
+    model, optimizer = make()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    loader = torch.utils.data.DataLoader(torch.arange(4.0), batch_size=2)
+    other = [1, 2]
+    accelerator = Accelerator()
+    prepared = accelerator.prepare(model, optimizer, scheduler, loader, other)
+    assert [getattr(obj, "_is_accelerate_prepared", False) for obj in prepared] == [True, True, True, True, False]
+    again = accelerator.prepare_model(prepared[0])
+    assert again is prepared[0] and len(accelerator._models) == 1
+
+
 def test_unknown_mixed_precision_names_the_installed_ones():
     with pytest.raises(PluginSelectionError, match="unknown mixed precision 'fp7'.*bf16.*fp16"):
         Accelerator(mixed_precision="fp7")
@@ -377,3 +389,60 @@ def test_self_test_asserts_that_the_main_process_goes_first():
     with pytest.raises(AssertionError, match="local_main_process_first: a process entered"):
         self_test.check_goes_first(early_local)
     self_test.check_processes(PartialState())  # one process: the real check runs through
+
+
+@pytest.mark.parametrize("keep_torch_compile", [True, False])
+def test_unwrap_model_of_a_compiled_data_parallel_model(keep_torch_compile):
+    model = torch.nn.Linear(2, 2)
+    prepared = torch.compile(torch.nn.DataParallel(model))
+    unwrapped = Accelerator().unwrap_model(prepared, keep_torch_compile=keep_torch_compile)
+    assert (unwrapped._orig_mod if keep_torch_compile else unwrapped) is model
+    assert isinstance(prepared._orig_mod, torch.nn.DataParallel)  # what was prepared stays wrapped
+
+
+def test_an_accelerator_pickles_without_its_process_run():
+    import pickle
+
+    accelerator = Accelerator()
+    model, optimizer = make()
+    loader = torch.utils.data.DataLoader(torch.arange(6.0), batch_size=2)
+    accelerator.prepare(model, optimizer, loader)
+    loaded = pickle.loads(pickle.dumps(accelerator))
+    # the process's state and run are referenced, not copied; what was prepared is copied
+    assert loaded.state.run is accelerator.run and loaded.run is accelerator.run
+    assert [batch.tolist() for batch in loaded._dataloaders[0]] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    assert loaded._models[0] is not model and torch.equal(loaded._models[0][0].weight, model[0].weight)
+
+
+def test_save_model_loads_weights_that_offload_hooks_keep(tmp_path):
+    from drivetrain import cpu_offload
+    from drivetrain.utils import load_checkpoint_in_model
+
+    model, _ = make()
+    expected = {key: value.clone() for key, value in model.state_dict().items()}
+    cpu_offload(model, execution_device="cpu")
+    assert model[0].weight.device.type == "meta"  # the hooks hold the weights
+    accelerator = Accelerator()
+    accelerator.save_model(model, tmp_path)
+    fresh, _ = make(seed=1)
+    load_checkpoint_in_model(fresh, str(tmp_path))
+    assert all(torch.equal(fresh.state_dict()[key], value) for key, value in expected.items())
+
+
+def test_a_quantized_model_offloaded_to_the_cpu_is_refused_before_it_is_prepared():
+    model, _ = make()
+    model.is_loaded_in_4bit = True
+    model.hf_device_map = {"0": "cpu", "2": "disk"}
+    accelerator = Accelerator()
+    with pytest.raises(ConfigError, match="cannot be trained with CPU or disk offload"):
+        accelerator.prepare_model(model)
+    assert len(accelerator._models) == 0
+
+
+def test_the_accelerator_module_offers_the_utils_probes():
+    import drivetrain.accelerator as module
+    import drivetrain.utils as utils
+
+    assert module.is_bitsandbytes_multi_backend_available is utils.is_bitsandbytes_multi_backend_available
+    with pytest.raises(AttributeError, match="drivetrain.accelerator' has no attribute 'no_such_probe'"):
+        module.no_such_probe

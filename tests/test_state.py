@@ -211,3 +211,44 @@ def test_public_names_are_exported():
                  "LoggerType", "RNGType", "ComputeEnvironment", "InitProcessGroupKwargs", "notebook_launcher",
                  "debug_launcher", "write_basic_config"):
         assert getattr(drivetrain, name) is not None, name
+
+
+def test_reading_a_reset_state_names_the_reset_as_the_cause():
+    state = PartialState()
+    with pytest.raises(AttributeError, match="^'PartialState' object has no attribute 'nothing_such'$"):
+        state.nothing_such
+    PartialState._reset_state()
+    with pytest.raises(AttributeError, match=r"`PartialState` object has no attribute `process_index`\. "
+                                             r"This happens if `PartialState._reset_state\(\)`"):
+        state.process_index
+    with pytest.raises(AttributeError, match="^'PartialState' object has no attribute 'nothing_such'$"):
+        state.nothing_such  # an attribute a set-up state never has: no word of the reset
+    state.chosen = 3  # a reset state still takes new attributes
+    assert state.chosen == 3
+
+
+def test_an_accelerator_whose_state_was_reset_says_so():
+    accelerator = drivetrain.Accelerator()
+    with pytest.raises(AttributeError, match="^'AcceleratorState' object has no attribute 'nothing_such'$"):
+        accelerator.state.nothing_such
+    AcceleratorState._reset_state()
+    # the Accelerator's property lets the state's error through instead of a generic one
+    with pytest.raises(AttributeError, match=r"This happens if `AcceleratorState._reset_state\(\)`"):
+        accelerator.is_main_process
+
+
+def test_the_torch_device_variable_chooses_the_process_device(monkeypatch):
+    platform = PartialState().platform
+    PartialState._reset_state()
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", f"{platform.device_type}:3")
+    chosen = []
+    monkeypatch.setattr(type(platform), "set_device", lambda self, device: chosen.append(str(device)))
+    assert str(PartialState().device) == f"{platform.device_type}:3" and chosen == [f"{platform.device_type}:3"]
+
+
+@pytest.mark.parametrize("value, words", [("cpu:x", "is not a device;"), ("meta:0", "is not a device of this process's platform"),
+                                          ("nosuchdevice:0", "is not a device of this process's platform")])
+def test_a_torch_device_variable_that_cannot_be_used_is_one_line(monkeypatch, value, words):
+    monkeypatch.setenv("DRIVETRAIN_TORCH_DEVICE", value)
+    with pytest.raises(ConfigError, match=words):
+        PartialState()

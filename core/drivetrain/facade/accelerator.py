@@ -26,6 +26,7 @@ import torch
 from . import checkpoint_calls, init_arguments, preparation, training_step, uneven_inputs
 from ..selection.backend_arguments import positional_options, strategy_for_options, strategy_option_attributes
 from ..runtime.backend_attributes import backend_attribute
+from ..kernel.contributed import resolve_module_name
 from ..kernel.errors import CheckpointError, ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
 from ..runtime.kwargs_handlers import (
     AutocastKwargs,
@@ -158,10 +159,25 @@ class Accelerator:
         ``None`` while unused) and the ``accelerator.Accelerator.<name>`` public names plugins
         contribute (``is_fsdp2``: ``False`` while unused). See :mod:`drivetrain.backend_attributes`.
         """
+        member = getattr(type(self), name, None)
+        if isinstance(member, property) and member.fget is not None:
+            # The property itself failed (the state was reset): let its own error through.
+            return member.fget(self)
         if "run" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return backend_attribute("accelerator.Accelerator", name, self.run, self._backend_argument,
                                  owner=type(self).__name__)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The run (plugin manager, environment, process group) is the process's: it is not
+        # pickled, and an unpickled Accelerator takes the run of the process that loads it.
+        state = dict(self.__dict__)
+        state.pop("run", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.run = self.state.run
 
     def _backend_argument(self, name: str) -> Any:
         if name not in strategy_option_attributes():
@@ -592,7 +608,12 @@ class Accelerator:
         """The full state dict of a prepared model (gathered where the strategy shards it)."""
         state = self.run.call("drivetrain_get_state_dict", model=model, unwrap=unwrap)
         if state is None:
-            state = (self.unwrap_model(model, keep_fp32_wrapper=False) if unwrap else model).state_dict()
+            from ..services.big_model.modeling import get_state_dict_offloaded_model, has_offloaded_params
+
+            module = self.unwrap_model(model, keep_fp32_wrapper=False) if unwrap else model
+            # weights that offload hooks keep elsewhere (meta tensors here) are loaded one module at a time
+            offloaded = any(has_offloaded_params(part) for part in module.modules())
+            state = get_state_dict_offloaded_model(module) if offloaded else module.state_dict()
         return state
 
     def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
@@ -654,3 +675,18 @@ class Accelerator:
 
     def __repr__(self) -> str:
         return f"Accelerator(device={self.device}, processes={self.num_processes}, mixed_precision={self.mixed_precision})"
+
+
+def __getattr__(name: str) -> Any:
+    """Accelerate's accelerator module holds the ``utils`` availability probes in its namespace
+    (``is_xpu_available``, ``is_bitsandbytes_multi_backend_available``), where scripts and tests
+    patch them; here they are the names plugins contribute to ``drivetrain.accelerator`` or,
+    failing that, to ``drivetrain.utils``."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    for module in ("accelerator", "utils"):
+        try:
+            return resolve_module_name(module, name)
+        except AttributeError:
+            pass
+    raise AttributeError(f"module 'drivetrain.accelerator' has no attribute {name!r}")

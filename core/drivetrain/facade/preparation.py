@@ -65,6 +65,33 @@ def prepare(accelerator: Any, objects: Sequence[Any], device_placement: Sequence
     return prepared[0] if len(prepared) == 1 else tuple(prepared)
 
 
+def refuse_offloaded_quantized_model(model: torch.nn.Module, distributed_type: str) -> None:
+    """A model loaded with 8-bit or 4-bit weights (``is_loaded_in_8bit``/``is_loaded_in_4bit``,
+    as transformers marks it) trains only where its whole device map is one device."""
+    if not (getattr(model, "is_loaded_in_8bit", False) or getattr(model, "is_loaded_in_4bit", False)):
+        return
+    device_map = getattr(model, "hf_device_map", None) or {}
+    devices = {str(device) for device in device_map.values()}
+    if devices & {"cpu", "disk"}:
+        raise ConfigError("a model loaded in 8-bit or 4-bit precision cannot be trained with CPU or disk offload "
+                          f"(its device map puts parts on {sorted(devices & {'cpu', 'disk'})}); load it with a "
+                          "device map onto the training device only, e.g. device_map={'': accelerator.device}")
+    if len(devices) > 1 and distributed_type != "NO":
+        raise ConfigError("a model loaded in 8-bit or 4-bit precision across several devices "
+                          f"({sorted(devices)}) cannot be trained on several processes; load it onto each "
+                          "process's device, e.g. device_map={'': accelerator.device}")
+
+
+def mark_prepared(obj: Any) -> Any:
+    """Flag ``obj`` as prepared (``_is_accelerate_prepared``, which libraries built on
+    Accelerate read to skip preparing it again); an object that takes no attributes stays unflagged."""
+    try:
+        obj._is_accelerate_prepared = True
+    except (AttributeError, TypeError):
+        pass
+    return obj
+
+
 def _is_new_model(accelerator: Any, obj: Any) -> bool:
     return isinstance(obj, torch.nn.Module) and all(obj is not known for known in accelerator._prepared.models)
 
@@ -81,7 +108,7 @@ def _record_prepared(accelerator: Any, prepared: list[Any]) -> None:
         else:
             continue
         if all(obj is not item for item in known):
-            known.append(obj)
+            known.append(mark_prepared(obj))
 
 
 def _prepare_one_by_one(accelerator: Any, objects: list[Any], placement: list[bool],
@@ -117,7 +144,11 @@ def _prepare_if_scheduler(accelerator: Any, obj: Any, placement: bool) -> Any:
 
 def prepare_model(accelerator: Any, model: torch.nn.Module, device_placement: bool | None = None,
                   evaluation_mode: bool = False, converted: bool = False) -> torch.nn.Module:
-    """Place, convert, wrap and finalise a model through the run's plugins."""
+    """Place, convert, wrap and finalise a model through the run's plugins; a model this
+    accelerator already prepared comes back as it is (wrapped once, recorded once)."""
+    if any(model is known for known in accelerator._prepared.models):
+        return model
+    refuse_offloaded_quantized_model(model, accelerator.distributed_type)
     run = accelerator.run
     if device_placement is None:
         device_placement = accelerator.device_placement
@@ -128,7 +159,7 @@ def prepare_model(accelerator: Any, model: torch.nn.Module, device_placement: bo
         model = run.chain("drivetrain_convert_model", "model", model)
     wrapped = run.call("drivetrain_wrap_model", model=model, evaluation_mode=evaluation_mode)
     model = run.chain("drivetrain_finalize_model", "model", model if wrapped is None else wrapped)
-    accelerator._prepared.models.append(model)
+    accelerator._prepared.models.append(mark_prepared(model))
     return model
 
 
@@ -139,7 +170,7 @@ def prepare_optimizer(accelerator: Any, optimizer: torch.optim.Optimizer, device
     if wrapped is None:
         wrapped = AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=accelerator.scaler,
                                        device=accelerator.device)
-    accelerator._prepared.optimizers.append(wrapped)
+    accelerator._prepared.optimizers.append(mark_prepared(wrapped))
     return wrapped
 
 
@@ -150,7 +181,7 @@ def prepare_scheduler(accelerator: Any, scheduler: Any) -> Any:
     if wrapped is None:
         wrapped = AcceleratedScheduler(scheduler, optimizers, step_with_optimizer=accelerator.step_scheduler_with_optimizer,
                                        split_batches=accelerator.split_batches)
-    accelerator._prepared.schedulers.append(wrapped)
+    accelerator._prepared.schedulers.append(mark_prepared(wrapped))
     return wrapped
 
 
@@ -180,5 +211,5 @@ def prepare_data_loader(accelerator: Any, data_loader: Any, device_placement: bo
         use_stateful_dataloader=config.use_stateful_dataloader,
     )
     prepared = run.chain("drivetrain_wrap_dataloader", "dataloader", prepared)
-    accelerator._prepared.dataloaders.append(prepared)
+    accelerator._prepared.dataloaders.append(mark_prepared(prepared))
     return prepared

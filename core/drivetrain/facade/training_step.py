@@ -108,12 +108,22 @@ def lomo_backward(optimizers: list[Any], loss: Any, learning_rate: float) -> Non
 
 
 def unwrap_model(run: Any, model: torch.nn.Module, keep_fp32_wrapper: bool, keep_torch_compile: bool) -> torch.nn.Module:
-    """The user's module from inside a prepared one (the strategy's wrapper, autocast, compilation)."""
+    """The user's module from inside a prepared one (the strategy's wrapper, ``DataParallel``,
+    autocast, compilation). With ``keep_torch_compile`` a compiled model comes back compiled
+    around the unwrapped module: a new compile wrapper with the same settings, so the prepared
+    model (still wrapped for training) is left as it is."""
     compiled = model if hasattr(model, "_orig_mod") else None
     inner = model._orig_mod if compiled is not None else model
     inner = run.call("drivetrain_unwrap_model", model=inner, keep_fp32_wrapper=keep_fp32_wrapper) or inner
+    if isinstance(inner, torch.nn.DataParallel):  # torch's own one-process wrapper: no plugin's
+        inner = inner.module
     if not keep_fp32_wrapper:
         remove_mixed_precision_forward(inner)
-    if keep_torch_compile and compiled is not None and compiled._orig_mod is inner:
+    if not keep_torch_compile or compiled is None:
+        return inner
+    if compiled._orig_mod is inner:
         return compiled
-    return inner
+    try:
+        return type(compiled)(inner, compiled.dynamo_ctx)
+    except (AttributeError, TypeError):  # a torch whose compile wrapper is built otherwise
+        return torch.compile(inner)

@@ -177,6 +177,18 @@ def as_env_value(value: object) -> str:
 DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+def read_device_name(key: str, env: Mapping[str, str] | None = None) -> str | None:
+    """A device name such as ``cuda:1`` or ``cpu`` (type, optionally ``:index``), or ``None`` when unset."""
+    value = read(key, env=env)
+    if value is None:
+        return None
+    kind, _, index = value.strip().partition(":")
+    if not kind.replace("_", "").isalnum() or (index and not index.isdigit()) or (":" in value and not index):
+        raise ConfigError(f"{_variable_name(key, env)}={value!r} is not a device; give a device type and optionally "
+                          "an index, e.g. cuda:1 or cpu")
+    return value.strip()
+
+
 def _flag(key: str) -> Callable[[Mapping[str, str] | None], object]:
     return lambda env: None if read(key, env=env) is None else read_bool(key, env=env)
 
@@ -190,6 +202,7 @@ CHECKED: dict[str, Callable[[Mapping[str, str] | None], object]] = {
     "CHECKPOINT_COMMIT_TIMEOUT": lambda env: read_int("CHECKPOINT_COMMIT_TIMEOUT", env=env, minimum=1),
     "CHECKPOINT_THREADS": lambda env: read_int("CHECKPOINT_THREADS", env=env, minimum=1),
     "DYNAMO_MODE": lambda env: read_choice("DYNAMO_MODE", DYNAMO_MODES, env=env),
+    "TORCH_DEVICE": lambda env: read_device_name("TORCH_DEVICE", env=env),
     **{key: _flag(key) for key in ("DYNAMO_USE_FULLGRAPH", "DYNAMO_USE_DYNAMIC", "DYNAMO_USE_REGIONAL_COMPILATION",
                                    "DEBUG_MODE", "USE_CPU")},
 }

@@ -83,11 +83,11 @@ class PartialState:
         self.cluster = selection.cluster
         self.debug = environment.read_bool("DEBUG_MODE")
         self.fork_launched = environment.read_bool("FORK_LAUNCHED")
-        self.device = platform.device_for(self.cluster.local_rank)
+        self.device = _device_override(platform) or platform.device_for(self.cluster.local_rank)
         self.init_process_group_kwargs = dict(kwargs)
         # What bounds every wait on a peer: collectives, and the checkpoint commit's waits.
         self.collective_timeout = _timeout_from(kwargs.get("timeout")) or DEFAULT_TIMEOUT
-        if self.cluster.world_size > 1:
+        if self.cluster.world_size > 1 or environment.read("TORCH_DEVICE") is not None:
             platform.set_device(self.device)
             timeout = (_timeout_from(kwargs.get("timeout")) or _timeout_from(environment.read_checked("TIMEOUT"))
                        or DEFAULT_TIMEOUT)
@@ -109,6 +109,16 @@ class PartialState:
     @property
     def initialized(self) -> bool:
         return "run" in self._shared_state
+
+    def __reduce__(self) -> tuple:
+        # The state is this process's (its run, plugins, process group), not data: a pickled
+        # reference is the state of the process that loads it.
+        return (type(self), ())
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached for a missing attribute, and for a property whose attributes are gone
+        # (``num_processes`` reads ``cluster``): after ``_reset_state()`` the message says why.
+        raise _missing_attribute(self, name, initialized=self.initialized)
 
     def __repr__(self) -> str:
         return (
@@ -271,6 +281,46 @@ class PartialState:
         return self.platform.device_for(0)
 
 
+def _device_override(platform: Any) -> torch.device | None:
+    """The device ``DRIVETRAIN_TORCH_DEVICE`` (``ACCELERATE_TORCH_DEVICE``) names for this process,
+    which must be one of the chosen platform's."""
+    name = environment.read_checked("TORCH_DEVICE")
+    if name is None:
+        return None
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type != torch.device(platform.device_type).type:
+        variable = "/".join(environment.names_of("TORCH_DEVICE"))
+        raise ConfigError(f"{variable}={name!r} is not a device of this process's platform: it runs on the "
+                          f"{platform.device_type!r} platform; name one of its devices "
+                          f"(e.g. {platform.device_type}:0) or choose the platform with DRIVETRAIN_PLATFORM")
+    return device
+
+
+def _missing_attribute(state: Any, name: str, initialized: bool) -> AttributeError:
+    """The error for ``state.<name>``: a state that was reset names ``_reset_state()`` as the
+    cause when ``name`` is one of the attributes a set-up state has."""
+    owner = type(state).__name__
+    # AcceleratorState answers PartialState's attributes too
+    known = any(name in vars(klass) for klass in (*type(state).__mro__, PartialState)) or name in _SET_UP_ATTRIBUTES
+    if initialized or not known or name.startswith("__"):
+        return AttributeError(f"'{owner}' object has no attribute '{name}'")
+    return AttributeError(
+        f"`{owner}` object has no attribute `{name}`. This happens if `{owner}._reset_state()` was called "
+        f"and an `Accelerator` or `PartialState` was not created again afterwards; create one before reading `{name}`"
+    )
+
+
+# What a set-up state keeps in its shared dict (not class members, hence listed).
+_SET_UP_ATTRIBUTES = frozenset({"run", "platform", "cluster", "debug", "fork_launched", "device",
+                                "init_process_group_kwargs", "collective_timeout", "_mixed_precision",
+                                "_partial", "_run", "plugins", "dynamo_plugin"})
+
+
 def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
     if parts == 1:
         return inputs
@@ -374,13 +424,20 @@ class AcceleratorState:
         :func:`~drivetrain.backend_attributes.backend_attribute` (the run's extensions, then
         contributed names); every other attribute (device, ranks, ...) from the ``PartialState``."""
         if name.startswith("__") or "_partial" not in self._shared_state:
-            raise AttributeError(name)
+            raise _missing_attribute(self, name, initialized=False)
         partial = self._shared_state["_partial"]
         try:
             return backend_attribute("state.AcceleratorState", name, getattr(partial, "run", None),
                                      self._backend_argument)
         except AttributeError:
+            pass
+        if (name in PartialState._shared_state or name in _SET_UP_ATTRIBUTES
+                or any(name in vars(klass) for klass in type(partial).__mro__)):
             return getattr(partial, name)
+        raise _missing_attribute(self, name, initialized=partial.initialized)
+
+    def __reduce__(self) -> tuple:
+        return (type(self), ())  # as PartialState's: the loading process's state
 
     def _backend_argument(self, name: str) -> Any:
         """A backend object given by keyword; a declared ``<backend>_plugin`` is ``None`` otherwise."""
@@ -469,6 +526,9 @@ class GradientState:
         :func:`~drivetrain.backend_attributes.backend_attribute`: the run's extensions, then
         contributed names (what an unused backend's attribute reads until a step sets it)."""
         return backend_attribute("state.GradientState", name, PartialState._shared_state.get("run"))
+
+    def __reduce__(self) -> tuple:
+        return (type(self), ())  # as PartialState's: the loading process's state
 
     def _set_sync_gradients(self, sync_gradients: bool) -> None:
         self.sync_gradients = sync_gradients
