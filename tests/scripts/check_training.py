@@ -253,8 +253,8 @@ def check_checkpoint_commit_across_processes(directory: str) -> None:
             raise OSError(errno.EIO, "Input/output error")
 
         commit._fsync_path = failing
-    accelerator.save_state(path)  # returns on both: the files were written
     try:
+        accelerator.save_state(path)  # the commit runs before save_state returns: it fails there, on both
         accelerator.wait_for_everyone()
         raise AssertionError("a failed sync on rank 1 was not reported")
     except CheckpointError as error:  # on both processes, naming the process that failed

@@ -178,14 +178,14 @@ DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-c
 
 
 def read_device_name(key: str, env: Mapping[str, str] | None = None) -> str | None:
-    """A device name such as ``cuda:1`` or ``cpu`` (type, optionally ``:index``), or ``None`` when unset."""
+    """A device name such as ``cpu`` or ``<type>:1`` (type, optionally ``:index``), or ``None`` when unset."""
     value = read(key, env=env)
     if value is None:
         return None
     kind, _, index = value.strip().partition(":")
     if not kind.replace("_", "").isalnum() or (index and not index.isdigit()) or (":" in value and not index):
         raise ConfigError(f"{_variable_name(key, env)}={value!r} is not a device; give a device type and optionally "
-                          "an index, e.g. cuda:1 or cpu")
+                          "an index, e.g. cpu or <type>:1 (a type the platform knows)")
     return value.strip()
 
 
