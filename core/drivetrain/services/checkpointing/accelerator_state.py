@@ -42,6 +42,19 @@ def _check_process(accelerator: Any, process_index: int) -> None:
                           "pass accelerator.process_index")
 
 
+def _check_given(accelerator: Any, prepared: Any, process_index: int, optimizers: Sequence[Any] | None,
+                 schedulers: Sequence[Any] | None, dataloaders: Sequence[Any] | None, scaler: Any,
+                 models: Sequence[Any] | None = None) -> None:
+    """The objects a save or load is given are this process's accelerator's own."""
+    _check_process(accelerator, process_index)
+    _check_same("models", models, prepared.models)
+    _check_same("optimizers", optimizers, prepared.optimizers)
+    _check_same("schedulers", schedulers, prepared.schedulers)
+    _check_same("dataloaders", dataloaders, prepared.dataloaders)
+    if scaler is not None and scaler is not accelerator.scaler:
+        raise ConfigError("the scaler given is not the Accelerator's; pass accelerator.scaler")
+
+
 def save_accelerator_state(output_dir: str | os.PathLike, model_states: list[dict[str, Any]], optimizers: list,
                            schedulers: list, dataloaders: list, process_index: int, step: int, scaler: Any = None,
                            save_on_each_node: bool = False, safe_serialization: bool = True) -> Path:
@@ -55,12 +68,7 @@ def save_accelerator_state(output_dir: str | os.PathLike, model_states: list[dic
 
     accelerator = _accelerator()
     prepared = prepared_objects(accelerator)
-    _check_process(accelerator, process_index)
-    _check_same("optimizers", optimizers, prepared.optimizers)
-    _check_same("schedulers", schedulers, prepared.schedulers)
-    _check_same("dataloaders", dataloaders, prepared.dataloaders)
-    if scaler is not None and scaler is not accelerator.scaler:
-        raise ConfigError("the scaler given is not the Accelerator's; pass accelerator.scaler")
+    _check_given(accelerator, prepared, process_index, optimizers, schedulers, dataloaders, scaler)
     if len(model_states) != len(prepared.models):
         raise ConfigError(f"{len(model_states)} model states given for {len(prepared.models)} prepared models; "
                           "pass one state dict per prepared model")
@@ -85,13 +93,7 @@ def load_accelerator_state(input_dir: str | os.PathLike, models: list, optimizer
 
     accelerator = _accelerator()
     prepared = prepared_objects(accelerator)
-    _check_process(accelerator, process_index)
-    _check_same("models", models, prepared.models)
-    _check_same("optimizers", optimizers, prepared.optimizers)
-    _check_same("schedulers", schedulers, prepared.schedulers)
-    _check_same("dataloaders", dataloaders, prepared.dataloaders)
-    if scaler is not None and scaler is not accelerator.scaler:
-        raise ConfigError("the scaler given is not the Accelerator's; pass accelerator.scaler")
+    _check_given(accelerator, prepared, process_index, optimizers, schedulers, dataloaders, scaler, models)
     load_kwargs = dict(load_kwargs or {})
     if map_location is not None:
         load_kwargs.setdefault("map_location", map_location)
