@@ -210,7 +210,18 @@ def test_plugin_blocks_are_checked_against_their_fields():
         config_from_dict({"shard_config": {"shard_stage": 4}}, manager)
     with pytest.raises(ConfigError, match=r"unknown key shard_config.shard_stag \(did you mean 'shard_stage'\?\); "
                                           r"shard_config accepts: shard_offload, shard_stage"):
-        config_from_dict({"shard_config": {"shard_stag": 2}}, manager)
+        config_from_dict({"distributed_type": "SHARD", "num_processes": 2, "shard_config": {"shard_stag": 2}}, manager)
+
+
+def test_an_unknown_key_in_a_block_the_file_does_not_use_is_a_warning(caplog):
+    manager = manager_with(plugin_with_block())
+    # an Accelerate file may keep the block of a strategy it no longer uses: nothing reads it
+    config = config_from_dict({"distributed_type": "MULTI_CPU", "num_processes": 2,
+                               "shard_config": {"shard_stag": 2, "shard_offload": "yes"}}, manager)
+    assert config.sections["shard_config"] == {"shard_stag": 2, "shard_offload": True}
+    assert "unknown key shard_config.shard_stag (did you mean 'shard_stage'?), ignored" in caplog.text
+    with pytest.raises(ConfigError, match=r"key shard_config.shard_offload must be true or false"):
+        config_from_dict({"shard_config": {"shard_offload": "maybe"}}, manager)  # known keys are still checked
 
 
 def test_a_block_of_an_unavailable_plugin_names_the_install_command():
@@ -277,3 +288,28 @@ def test_the_launcher_refuses_a_bad_file_before_starting_anything(cli, tmp_path)
     result = cli("launch", "--config-file", str(path), "script.py")
     assert result.returncode == 2
     assert "drivetrain: error: config file" in result.stderr and "mixed_precision is 'fp4'" in result.stderr
+
+
+def test_a_descriptive_key_of_an_unavailable_plugin_is_read(tmp_path):
+    info = PluginInfo(api_version="1.8", requires=("surely-not-installed-lib>=1",), extra="pod")
+
+    @hookimpl
+    def drivetrain_register_config_sections():
+        return [ConfigSection("", fields=(ConfigField("pod_name", str, None, needs_library=False),
+                                          ConfigField("pod_turbo", bool, False)))]
+
+    manager = manager_with(fake_plugin("pod", PLUGIN_INFO=info,
+                                       drivetrain_register_config_sections=drivetrain_register_config_sections))
+    assert config_from_dict({"pod_name": "pod-7"}, manager).get("pod_name") == "pod-7"
+    with pytest.raises(ConfigError, match=r"key 'pod_turbo' belongs to plugin 'pod'"):
+        config_from_dict({"pod_turbo": True}, manager)
+    # the built-in xla plugin's pod description, read where torch_xla is missing (tpu-config runs there)
+    path = write(tmp_path, "tpu_name: test-tpu\ntpu_zone: us-central1-a\ncommands: null\n"
+                           "command_file: setup.sh\n")
+    assert load_config(path).get("tpu_name") == "test-tpu"
+
+
+def test_a_key_repeated_with_the_same_value_loses_nothing(tmp_path):
+    config = load_config(write(tmp_path, "debug: false\nnum_processes: 1\ndebug: false\n"))
+    assert config.debug is False
+    assert load_config(write(tmp_path, '{"debug": true, "debug": true}', "c.json")).debug is True

@@ -367,8 +367,8 @@ def _write(path, content):
     ("binary.yaml", b"\x00\xa1\xff\x10binary", "is not a text file (binary or not UTF-8)"),
     ("latin.yaml", "num_processes: 1\n# caf\xe9\n".encode("latin-1"), "is not a text file (binary or not UTF-8)"),
     ("twice.yaml", "num_processes: 2\nmixed_precision: no\nnum_processes: 1\n",
-     "key 'num_processes' is given twice (lines 1 and 3); keep one of them"),
-    ("twice.json", '{"num_processes": 2, "num_processes": 1}', "key 'num_processes' is given twice"),
+     "key 'num_processes' is given twice with different values (lines 1 and 3); keep one of them"),
+    ("twice.json", '{"num_processes": 2, "num_processes": 1}', "key 'num_processes' is given twice with different values"),
 ])
 def test_a_config_file_that_cannot_be_meant_is_refused(launch, tmp_path, name, content, message):
     path = _write(tmp_path / name, content)

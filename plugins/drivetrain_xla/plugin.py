@@ -31,7 +31,7 @@ from drivetrain.plugin_api import (
     hookimpl,
 )
 
-PLUGIN_INFO = PluginInfo(api_version="1.2", description="TPUs and other PJRT devices through torch_xla",
+PLUGIN_INFO = PluginInfo(api_version="1.8", description="TPUs and other PJRT devices through torch_xla",
                          requires=("torch-xla>=2.4",), extra="xla")
 
 NAME = "xla"
@@ -137,11 +137,13 @@ def drivetrain_register_config_sections():
                 ConfigField("tpu_env", list, [], help="environment variables to set on the TPU VMs"),
                 ConfigField("tpu_use_cluster", bool, False, help="the job runs on a TPU pod"),
                 ConfigField("tpu_use_sudo", bool, False, help="use sudo to run commands on the pod's VMs"),
-                ConfigField("tpu_name", str, None, help="name of the TPU"),
-                ConfigField("tpu_zone", str, None, help="zone of the TPU"),
-                ConfigField("tpu_vm", list, None, help="VM instance names of the pod"),
-                ConfigField("command_file", str, None, help="file of commands to run on the pod first"),
-                ConfigField("commands", list, None, help="commands to run on the pod first"),
+                # read by `tpu-config`, which runs on a workstation without torch_xla
+                ConfigField("tpu_name", str, None, help="name of the TPU", needs_library=False),
+                ConfigField("tpu_zone", str, None, help="zone of the TPU", needs_library=False),
+                ConfigField("tpu_vm", list, None, help="VM instance names of the pod", needs_library=False),
+                ConfigField("command_file", str, None, help="file of commands to run on the pod first",
+                            needs_library=False),
+                ConfigField("commands", list, None, help="commands to run on the pod first", needs_library=False),
             ),
             enabled_when="XLA",
             description="TPU settings (Accelerate's tpu_* keys)",

@@ -14,6 +14,7 @@ so a machine set up with ``accelerate config`` works unchanged.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from dataclasses import dataclass, field, fields
@@ -23,10 +24,12 @@ from typing import Any
 import yaml
 
 from ..kernel import environment
-from ..kernel.errors import ConfigError
+from ..kernel.errors import ConfigError, ConfigFileNotFoundError
 from ..kernel.plugin_manager import PluginManager, get_plugin_manager
 from ..selection.choice import CPU_PLATFORM
 from .schema import CORE_FIELDS, Owner, Schema, build_schema, coerce, is_empty, suggest
+
+logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "default_config.yaml"
 PATH_VARIABLE = "DRIVETRAIN_CONFIG_FILE"
@@ -130,29 +133,36 @@ _CORE_ATTRIBUTES = [f.name for f in fields(Config) if f.name not in ("sections",
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last
-    silently, so one of the two values the user wrote would be ignored)."""
+    """YAML's safe loader, refusing a key given twice in one mapping with two different values
+    (YAML keeps the last silently, so one of the two values the user wrote would be ignored).
+    The same value repeated loses nothing, and files written by hand do repeat keys."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _value_node in node.value:
+        seen: dict[Any, tuple[int, yaml.Node]] = {}
+        for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # `<<: *defaults` overrides on purpose
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise ConfigError(f"key {key!r} is given twice (lines {seen[key]} and {line}); keep one of them")
-            if isinstance(key, (str, int, float, bool)):
-                seen[key] = line
+            if not isinstance(key, (str, int, float, bool)):
+                continue
+            if key in seen:
+                first_line, first_node = seen[key]
+                if self.construct_object(first_node, deep=True) != self.construct_object(value_node, deep=True):
+                    raise ConfigError(f"key {key!r} is given twice with different values (lines {first_line} and "
+                                      f"{line}); keep one of them")
+            else:
+                seen[key] = (line, value_node)
         return super().construct_mapping(node, deep=deep)
 
 
 def _unique_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _value in pairs]
-    twice = next((key for key in keys if keys.count(key) > 1), None)
-    if twice is not None:
-        raise ConfigError(f"key {twice!r} is given twice; keep one of them")
-    return dict(pairs)
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result and result[key] != value:
+            raise ConfigError(f"key {key!r} is given twice with different values; keep one of them")
+        result[key] = value
+    return result
 
 
 def check_readable_file(path: Path, what: str = "config file") -> None:
@@ -211,11 +221,26 @@ def load_config(path: str | os.PathLike | None = None, manager: PluginManager | 
             return None
         path = found
     else:
-        path = Path(path).expanduser()
-        if not path.exists():
-            raise ConfigError(f"config file {path} does not exist; create it with "
-                              f"`drivetrain config --config-file {path}`")
+        path = _existing(path)
     return config_from_dict(_read(path), manager, path=str(path))
+
+
+def _existing(path: str | os.PathLike) -> Path:
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ConfigFileNotFoundError(f"config file {path} does not exist; create it with "
+                                      f"`drivetrain config --config-file {path}`")
+    return path
+
+
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The keys of the config file at ``path`` as written, read safely but not checked.
+
+    Raises:
+        ConfigFileNotFoundError: there is no such file.
+        ConfigError: it cannot be read, or is not a YAML/JSON mapping.
+    """
+    return _read(_existing(path))
 
 
 def config_from_dict(data: dict[str, Any], manager: PluginManager | None = None, path: str | None = None) -> Config:
@@ -224,12 +249,14 @@ def config_from_dict(data: dict[str, Any], manager: PluginManager | None = None,
     schema = build_schema(manager)
     where = f"config file {path}" if path else "config"
     config = Config(path=path)
+    chosen = {str(data.get(name) or "").upper() for name in ("distributed_type", "strategy", "platform")}
     for key, value in data.items():
         owner = schema.owners.get(key)
         if owner is None:
             _unowned(key, value, schema, where, config)
         elif owner.section is not None:
-            block = _block(key, value, owner, where)
+            enabled_when = owner.section.enabled_when
+            block = _block(key, value, owner, where, in_use=enabled_when is None or enabled_when.upper() in chosen)
             if owner.plugin is None:
                 setattr(config, key, block)
             else:
@@ -262,7 +289,7 @@ def _unusable(key: str, owner: Owner, where: str) -> ConfigError:
 
 
 def _plugin_value(key: str, value: Any, owner: Owner, where: str) -> Any:
-    if not owner.usable:
+    if not owner.usable and owner.field.needs_library:
         if is_empty(value) or value == owner.field.default:
             try:
                 return coerce(owner.field, value, f"{where}: key {key!r}")
@@ -272,7 +299,10 @@ def _plugin_value(key: str, value: Any, owner: Owner, where: str) -> Any:
     return coerce(owner.field, value, f"{where}: key {key!r}")
 
 
-def _block(key: str, value: Any, owner: Owner, where: str) -> dict[str, Any]:
+def _block(key: str, value: Any, owner: Owner, where: str, in_use: bool = True) -> dict[str, Any]:
+    """The checked block ``key``. An unknown key in a block the file's choice does not use (an
+    ``fsdp_config`` left in a Megatron-LM file) is kept with a warning: nothing reads it, and
+    it is reported again as an error once the block is used."""
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -288,6 +318,11 @@ def _block(key: str, value: Any, owner: Owner, where: str) -> dict[str, Any]:
         spec = known.get(inner)
         if spec is None:
             if section.allow_unknown:
+                checked[inner] = inner_value
+                continue
+            if not in_use:
+                logger.warning("%s: unknown key %s.%s%s, ignored: %s is not used by this config", where, key, inner,
+                               suggest(inner, known), key)
                 checked[inner] = inner_value
                 continue
             allowed = ", ".join(sorted(known)) or "none"
@@ -439,6 +474,7 @@ def update_config(path: str | os.PathLike | None = None) -> Path:
 
 __all__ = [
     "CONFIG_NAME", "CORE_FIELDS", "Config", "accelerate_config_paths", "basic_config", "config_from_dict",
-    "default_config_path", "dump", "find_config_path", "load_config", "update_config", "write_basic_config",
+    "default_config_path", "dump", "find_config_path", "load_config", "read_config_file", "update_config",
+    "write_basic_config",
     "write_config",
 ]

@@ -268,6 +268,10 @@ class ConfigField:
         help: one line, also the question text of ``drivetrain config``.
         env: environment variable that overrides the file (``FSDP_SHARDING_STRATEGY``).
         ask: ask this in the interactive ``drivetrain config`` questionnaire.
+        needs_library: ``False`` for a key that only describes something a command of the
+            plugin reads without the plugin's library (a TPU pod's name, read by ``tpu-config``
+            on a workstation): a file holding it loads where that library is missing. Keys
+            that turn a feature on keep the default, ``True``, and are refused there.
     """
 
     name: str
@@ -277,6 +281,7 @@ class ConfigField:
     help: str = ""
     env: str | None = None
     ask: bool = False
+    needs_library: bool = True
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,14 @@ class ConfigError(DrivetrainError, ValueError):
     """A configuration file, environment variable or argument is invalid."""
 
 
+class ConfigFileNotFoundError(ConfigError, FileNotFoundError):
+    """A config file that was named does not exist (also a ``FileNotFoundError``)."""
+
+
+class OutputExistsError(ConfigError, FileExistsError):
+    """A command would replace an existing file and was not told to (also a ``FileExistsError``)."""
+
+
 class IncompatibleChoiceError(ConfigError):
     """The chosen platform, strategy and precision cannot work together."""
 

@@ -18,4 +18,6 @@ __version__ = "0.1.0"
 #: strategy to apply it in its engine.
 #: 1.7: ``prepared_objects(accelerator)``: what an accelerator has prepared, read by plugins
 #: instead of the facade's private lists.
-PLUGIN_API_VERSION = "1.7"
+#: 1.8: ``ConfigField(needs_library=False)``: a descriptive key accepted where the plugin's
+#: library is missing.
+PLUGIN_API_VERSION = "1.8"

@@ -6,10 +6,12 @@ Each message is one line that names the fix.
 from ..kernel.errors import (
     CheckpointError,
     ConfigError,
+    ConfigFileNotFoundError,
     DistributedError,
     DrivetrainError,
     IncompatibleChoiceError,
     LaunchError,
+    OutputExistsError,
     PluginError,
     PluginSelectionError,
     PluginWarning,
@@ -17,6 +19,7 @@ from ..kernel.errors import (
 )
 
 __all__ = [
-    "CheckpointError", "ConfigError", "DistributedError", "DrivetrainError", "IncompatibleChoiceError",
-    "LaunchError", "PluginError", "PluginSelectionError", "PluginWarning", "UsageError",
+    "CheckpointError", "ConfigError", "ConfigFileNotFoundError", "DistributedError", "DrivetrainError",
+    "IncompatibleChoiceError", "LaunchError", "OutputExistsError", "PluginError", "PluginSelectionError",
+    "PluginWarning", "UsageError",
 ]
