@@ -26,7 +26,7 @@ from .options import (
 )
 
 # API 1.6: the strategy's run hooks and state on one role object per run (strategy.py).
-PLUGIN_INFO = PluginInfo(api_version="1.6", description="Fully Sharded Data Parallel (torch FSDP1 and FSDP2)")
+PLUGIN_INFO = PluginInfo(api_version="1.8", description="Fully Sharded Data Parallel (torch FSDP1 and FSDP2)")
 
 NAME = "fsdp"
 OPTIONS_ARGUMENT = "fsdp_plugin"
@@ -70,6 +70,12 @@ CONFIG_KEYS: dict[str, tuple[str, type, Any, Any, bool, str]] = {
 }
 
 
+#: Launch options whose default is not "unset": Accelerate's launcher starts every FSDP
+#: process from the main process's weights unless told otherwise (the config file's
+#: fsdp_config still replaces this default).
+LAUNCH_DEFAULTS = {"fsdp_sync_module_states": True}
+
+
 # --------------------------------------------------------------------------- registration
 
 
@@ -102,7 +108,7 @@ def drivetrain_add_launch_arguments(parser):
         if key == "fsdp_backward_prefetch_policy":
             continue
         argument_type = {bool: bool_argument, int: int}.get(kind, str)
-        group.add_argument("--" + key.replace("_", "-"), dest=key, type=argument_type, default=None,
+        group.add_argument("--" + key.replace("_", "-"), dest=key, type=argument_type, default=LAUNCH_DEFAULTS.get(key),
                            metavar="BOOL" if kind is bool else None, help=text)
 
 
@@ -132,7 +138,7 @@ def drivetrain_launch_environment(args):
 
 @hookimpl
 def drivetrain_add_cli_commands(subparsers):
-    from .commands import to_fsdp2_command_parser
+    from .to_fsdp2 import to_fsdp2_command_parser
     from .merge import add_merge_command
 
     add_merge_command(subparsers)
@@ -144,9 +150,10 @@ def drivetrain_public_names():
     return {"FullyShardedDataParallelPlugin": "drivetrain_fsdp.options:FullyShardedDataParallelPlugin",
             "merge_fsdp_weights": "drivetrain_fsdp.merge:merge_fsdp_weights",
             # Accelerate's `accelerate.commands.merge` and `accelerate.commands.to_fsdp2`
-            **{f"commands.{module}.{name}": f"drivetrain_fsdp.commands:{name}" for module, names in (
-                ("merge", ("merge_command", "merge_command_parser")),
-                ("to_fsdp2", ("to_fsdp2_command", "to_fsdp2_command_parser", "convert_config_to_fsdp2"))) for name in names},
+            **{f"commands.{module}.{name}": f"drivetrain_fsdp.{source}:{name}" for module, source, names in (
+                ("merge", "commands", ("merge_command", "merge_command_parser")),
+                ("to_fsdp2", "to_fsdp2", ("to_fsdp2_command", "to_fsdp2_command_parser", "convert_config_to_fsdp2",
+                                          "load_config"))) for name in names},
             **{f"utils.{name}": f"drivetrain_fsdp.compat:{name}" for name in (
                 "enable_fsdp_ram_efficient_loading", "disable_fsdp_ram_efficient_loading",
                 "fsdp2_canonicalize_names", "compile_regions_fsdp2", "get_fsdp2_grad_scaler")},

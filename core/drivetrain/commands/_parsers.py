@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import logging
+from types import ModuleType
 from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
 
 
 def command_parser(add_parser: Callable[[Any], None], name: str, subparsers: Any = None) -> argparse.ArgumentParser:
@@ -42,3 +47,23 @@ def plugin_module_getattr(module: str) -> Callable[[str], Any]:
                                  "provides this command is not installed (see `drivetrain plugins list`)") from None
 
     return __getattr__
+
+
+def plugin_command_module(module: str) -> ModuleType | None:
+    """The plugin module that provides every name contributed to ``drivetrain.<module>``, or
+    ``None`` (no plugin provides one, or they come from several modules).
+
+    ``drivetrain.commands.<name>`` becomes that module itself, as Accelerate's command modules
+    are one module each: a test or a user that patches ``drivetrain.commands.to_fsdp2.load_config``
+    then changes what the command calls.
+    """
+    from ..kernel.contributed import module_public_names
+
+    sources = {ref.partition(":")[0] for ref in module_public_names(module).values()}
+    if len(sources) != 1:
+        return None
+    try:
+        return importlib.import_module(sources.pop())
+    except Exception as exc:  # a broken plugin: the module's __getattr__ reports the missing names
+        logger.debug("the module behind drivetrain.%s does not import: %s", module, exc)
+        return None

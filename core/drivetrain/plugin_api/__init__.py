@@ -9,6 +9,7 @@ available from this package; the submodules group it by role:
 - ``errors``: the exception types plugins raise;
 - ``environment``, ``options``: environment variables (with Accelerate's aliases), launch
   options, kwargs handlers, the config file's place;
+- ``config_file``: a config file's keys as written, read and written by a command that works on the file;
 - ``probes``: installed libraries and versions, names other plugins contribute;
 - ``platform``, ``cluster``, ``tracking``, ``launching``: the base classes and helpers of a
   platform, a cluster environment, a tracker, a launcher;
@@ -36,6 +37,7 @@ from .options import bool_argument
 # import torch). A test checks that each submodule offers exactly the names listed for it.
 _LAZY_BY_MODULE: dict[str, tuple[str, ...]] = {
     "options": ("KwargsHandler", "default_config_path"),
+    "config_file": ("read_config_file", "write_config_file"),
     "probes": ("absent_probe", "compare_versions", "contributed", "is_package_available", "is_torch_version"),
     "cluster": ("SINGLE_PROCESS", "ClusterEnvironment", "int_var"),
     "platform": ("Platform",),
