@@ -51,7 +51,7 @@ def test_to_fsdp2_rewrites_an_fsdp1_config(drivetrain, tmp_path):
     assert load_config(target).sections["fsdp_config"]["fsdp_version"] == 2
 
 
-def test_to_fsdp2_refuses_to_overwrite_and_to_convert_twice(drivetrain, tmp_path):
+def test_to_fsdp2_refuses_to_overwrite_and_leaves_an_fsdp2_file_as_it_is(drivetrain, tmp_path, caplog):
     source, target = tmp_path / "fsdp1.yaml", tmp_path / "out.yaml"
     source.write_text(yaml.safe_dump(FSDP1))
     target.write_text("keep me")
@@ -60,7 +60,48 @@ def test_to_fsdp2_refuses_to_overwrite_and_to_convert_twice(drivetrain, tmp_path
     assert drivetrain("to-fsdp2", "--config-file", str(source), "--output-file", str(target),
                       "--overwrite").returncode == 0
     again = drivetrain("to-fsdp2", "--config-file", str(target), "--output-file", str(tmp_path / "x.yaml"))
-    assert again.returncode == 2 and "already an FSDP2 config" in again.stderr
+    assert again.returncode == 0 and "Config already specifies FSDP2, skipping conversion" in caplog.text
+    assert yaml.safe_load((tmp_path / "x.yaml").read_text()) == yaml.safe_load(target.read_text())
+
+
+def test_to_fsdp2_rewrites_in_place_only_when_told(drivetrain, tmp_path):
+    source = tmp_path / "fsdp1.yaml"
+    source.write_text(yaml.safe_dump(FSDP1))
+    refused = drivetrain("to-fsdp2", "--config_file", str(source))
+    assert refused.returncode == 2 and "--output_file PATH, or --overwrite" in refused.stderr
+    assert yaml.safe_load(source.read_text()) == FSDP1
+    assert drivetrain("to-fsdp2", "--config_file", str(source), "--overwrite").returncode == 0
+    assert yaml.safe_load(source.read_text())["fsdp_config"]["fsdp_version"] == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["fsdp1.yaml"]  # no temporary file left behind
+
+
+def test_to_fsdp2_errors_are_the_builtin_kinds_too(tmp_path):
+    from drivetrain.commands.to_fsdp2 import to_fsdp2_command, to_fsdp2_command_parser
+    from drivetrain.errors import ConfigError
+
+    parser = to_fsdp2_command_parser()
+    source, target = tmp_path / "fsdp1.yaml", tmp_path / "out.yaml"
+    with pytest.raises(FileNotFoundError, match="not found") as missing:
+        to_fsdp2_command(parser.parse_args(["--config_file", str(tmp_path / "none.yaml"), "--output_file", "o"]))
+    source.write_text(yaml.safe_dump(FSDP1))
+    target.write_text("x")
+    with pytest.raises(FileExistsError, match="already exists; pass --overwrite") as exists:
+        to_fsdp2_command(parser.parse_args(["--config_file", str(source), "--output_file", str(target)]))
+    with pytest.raises(ValueError, match="--output_file PATH"):
+        to_fsdp2_command(parser.parse_args(["--config_file", str(source)]))
+    assert isinstance(missing.value, ConfigError) and isinstance(exists.value, ConfigError)
+
+
+def test_the_to_fsdp2_module_is_the_plugins_so_patching_it_reaches_the_command(tmp_path, monkeypatch):
+    import drivetrain.commands.to_fsdp2 as module
+    from drivetrain.commands.to_fsdp2 import to_fsdp2_command, to_fsdp2_command_parser
+
+    source, target = tmp_path / "fsdp1.yaml", tmp_path / "out.yaml"
+    source.write_text(yaml.safe_dump(FSDP1))
+    monkeypatch.setattr(module, "load_config", lambda path: {"fsdp_config": {"fsdp_sharding_strategy": "NO_SHARD"}})
+    to_fsdp2_command(to_fsdp2_command_parser().parse_args(["--config_file", str(source), "--output_file", str(target)]))
+    assert yaml.safe_load(target.read_text()) == {"fsdp_config": {"fsdp_reshard_after_forward": False,
+                                                                  "fsdp_version": 2}}
 
 
 def test_tpu_config_prints_the_gcloud_command(drivetrain, tmp_path):
@@ -71,7 +112,7 @@ def test_tpu_config_prints_the_gcloud_command(drivetrain, tmp_path):
     result = drivetrain("tpu-config", "--config_file", str(config), "--install_accelerate", "--debug")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ("Running gcloud compute tpus tpu-vm ssh pod-1 --zone europe-west4-a --command "
-                                     "'cd /usr/share; pip install -U drivetrain; echo ready' --worker all")
+                                     "cd /usr/share; pip install drivetrain -U; echo ready --worker all")
     missing = drivetrain("tpu-config", "--tpu-name", "pod-1", "--debug")
     assert missing.returncode == 2 and "--tpu-zone" in missing.stderr
 
@@ -206,3 +247,28 @@ def test_command_helpers_at_accelerates_paths(monkeypatch, capsys):
                                                              "fsdp_version": 2}}
     monkeypatch.setattr(env, "which", lambda name: None)
     assert env.env_command(env.env_command_parser().parse_args([]))["`drivetrain` bash location"] == "Not found"
+
+
+def test_validate_launch_command_fills_options_left_at_their_default_from_the_file(tmp_path):
+    from drivetrain.commands.launch import _validate_launch_command, launch_command_parser
+
+    config = tmp_path / "c.yaml"
+    config.write_text("distributed_type: 'NO'\ndebug: true\nfsdp_config:\n  fsdp_sync_module_states: false\n"
+                      "  fsdp_offload_params: true\n")
+    parser = launch_command_parser()
+    args = parser.parse_args(["--config_file", str(config), "--num_processes", "2", "--fsdp_offload_params", "false",
+                              "train.py"])
+    assert args.fsdp_sync_module_states is True and not args.debug  # the launcher's defaults, before the file
+    args, defaults, _from_file = _validate_launch_command(args)
+    assert defaults is not None and args.debug is True and args.fsdp_sync_module_states is False
+    assert args.num_processes == 2 and args.fsdp_offload_params is False  # the command line beats the file
+
+
+def test_load_config_from_file_without_a_file_says_so(monkeypatch, tmp_path):
+    from drivetrain.commands.config.config_args import load_config_from_file
+
+    for key in ("DRIVETRAIN_CONFIG_FILE", "ACCELERATE_CONFIG_FILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(FileNotFoundError, match="there is no config file at .*drivetrain config"):
+        load_config_from_file(None)

@@ -8,11 +8,14 @@ The TPU's name, zone and the commands come from the options or from the config f
 from __future__ import annotations
 
 import argparse
+import logging
 import shlex
 import subprocess
 from typing import Any, Sequence
 
 from drivetrain.plugin_api import ConfigError
+
+logger = logging.getLogger(__name__)
 
 
 def _add(holder: Any) -> None:
@@ -66,7 +69,7 @@ def _from_config(path: str | None) -> dict[str, Any]:
 
 def _install_line(version: str) -> str:
     if version == "latest":
-        return "pip install -U drivetrain"
+        return "pip install drivetrain -U"
     return f"pip install drivetrain=={version}"
 
 
@@ -98,7 +101,10 @@ def gcloud_command(args: argparse.Namespace) -> list[str]:
 def tpu_command_launcher(args: argparse.Namespace) -> int:
     command = gcloud_command(args)
     if args.debug:
-        print(f"Running {shlex.join(command)}")
+        # Words joined by spaces, as Accelerate prints it (scripts read this line); the shell
+        # quoting of the remote command is in the debug log.
+        print(f"Running {' '.join(command)}")
+        logger.debug("as a shell line: %s", shlex.join(command))
         return 0
     return subprocess.run(command).returncode
 

@@ -163,7 +163,9 @@ def merge_config(args: argparse.Namespace, parser: argparse.ArgumentParser | Non
                 plugin_values[key] = value
         for action in parser._actions:
             dest = action.dest
-            if dest in plugin_values and dest not in _CHOICE_OPTIONS and getattr(args, dest, None) is None:
+            # a plugin option left at its default (None, or the value Accelerate's launcher uses)
+            # takes the file's value, as Accelerate's launcher does
+            if dest in plugin_values and dest not in _CHOICE_OPTIONS and getattr(args, dest, None) in (None, action.default):
                 setattr(args, dest, plugin_values[dest])
     return args
 

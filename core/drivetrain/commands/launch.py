@@ -33,6 +33,9 @@ def _validate_launch_command(args: argparse.Namespace) -> tuple[argparse.Namespa
     given_precision = getattr(args, "mixed_precision", None)
     named = getattr(args, "config_file", None)
     defaults = load_config_from_file(named) if named is not None or find_config_path() is not None else None
+    if defaults is not None:
+        # the plugins' options too (``fsdp_sync_module_states`` from the file's fsdp_config)
+        launch_cmd.merge_config(args, launch_cmd.build_parser())
     args = _resolved(args)
     from_file = given_precision is None and defaults is not None and getattr(args, "mixed_precision", None) is not None
     return args, defaults, from_file

@@ -19,16 +19,17 @@ from typing import Any
 
 import yaml
 
-from ...config import file as config_file
+from ...config import file as _file
 from ...config.schema import build_schema
+from ...kernel.errors import ConfigFileNotFoundError
 from ...enums import ComputeEnvironment, DistributedType, PrecisionType, SageMakerDistributedType
 from ...kernel.plugin_manager import get_plugin_manager
 
 hf_cache_home = os.path.expanduser(
     os.environ.get("HF_HOME", os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")))
 #: drivetrain's own config folder (``drivetrain config`` writes there).
-cache_dir = str(config_file.default_config_path().parent)
-default_yaml_config_file = str(config_file.default_config_path())
+cache_dir = str(_file.default_config_path().parent)
+default_yaml_config_file = str(_file.default_config_path())
 default_json_config_file = str(Path(default_yaml_config_file).with_suffix(".json"))
 default_config_file = default_json_config_file if (
     os.path.isfile(default_json_config_file) and not os.path.isfile(default_yaml_config_file)
@@ -44,16 +45,16 @@ def load_config_from_file(config_file: str | os.PathLike | None) -> "BaseConfig"
         ValueError: the file has an unknown key or an invalid value (a ``ConfigError``).
     """
     if config_file is None:
-        found = config_file.find_config_path()
+        found = _file.find_config_path()
         if found is None:
-            raise FileNotFoundError(f"there is no config file at {default_config_file}; write one with "
-                                    "`drivetrain config` or pass --config_file")
+            raise ConfigFileNotFoundError(f"there is no config file at {default_config_file}; write one with "
+                                          "`drivetrain config` or pass --config_file")
         config_file_path = found
     else:
         config_file_path = Path(config_file).expanduser()
         if not config_file_path.is_file():
-            raise FileNotFoundError(f"config file {config_file} does not exist; pass an existing file, or write "
-                                    "one with `drivetrain config --config-file PATH`")
+            raise ConfigFileNotFoundError(f"config file {config_file} does not exist; pass an existing file, or "
+                                          "write one with `drivetrain config --config-file PATH`")
     data = _read(config_file_path)
     environment = str(data.get("compute_environment") or ComputeEnvironment.LOCAL_MACHINE)
     kind = SageMakerConfig if environment == ComputeEnvironment.AMAZON_SAGEMAKER else ClusterConfig
@@ -61,7 +62,7 @@ def load_config_from_file(config_file: str | os.PathLike | None) -> "BaseConfig"
 
 
 def _read(path: Path) -> dict[str, Any]:
-    data = config_file._read(path)
+    data = _file._read(path)
     return _upgrade(dict(data))
 
 
@@ -136,7 +137,7 @@ class BaseConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise config_file.ConfigError(
+            raise _file.ConfigError(
                 f"{where} has unknown keys ({', '.join(repr(k) for k in unknown)}); remove them, or install the "
                 "plugin that owns them (`drivetrain plugins list`)")
         return cls(**data)
@@ -187,7 +188,7 @@ def _cluster_fields() -> list[tuple[str, Any, Any]]:
 class _ClusterBase(BaseConfig):
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "config") -> "BaseConfig":
-        checked = config_file.config_from_dict(_upgrade(dict(data)), path=None if where == "config" else where)
+        checked = _file.config_from_dict(_upgrade(dict(data)), path=None if where == "config" else where)
         return super().from_dict(checked.to_dict(), where)
 
 
