@@ -272,3 +272,53 @@ def test_load_config_from_file_without_a_file_says_so(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     with pytest.raises(FileNotFoundError, match="there is no config file at .*drivetrain config"):
         load_config_from_file(None)
+
+
+def test_config_package_has_accelerates_modules_over_drivetrains_config(tmp_path, monkeypatch, capsys):
+    import argparse
+    import io
+
+    from drivetrain.commands.config import default_config_file, get_config_parser, load_config_from_file
+    from drivetrain.commands.config.cluster import get_cluster_input
+    from drivetrain.commands.config.config_args import ClusterConfig
+    from drivetrain.commands.config.default import default_command_parser, write_basic_config
+    from drivetrain.commands.config.update import update_command_parser, update_config
+    from drivetrain.config import default_config_path
+
+    assert default_config_file == str(default_config_path()) and callable(load_config_from_file)
+    actions = argparse.ArgumentParser().add_subparsers()
+    default_command_parser(actions, parents=[])
+    update_command_parser(actions, parents=[])
+    path = tmp_path / "c.yaml"
+    args = actions.choices["default"].parse_args(["--config_file", str(path), "--mixed_precision", "bf16"])
+    assert args.func(args) == 0 and load_config_from_file(str(path)).mixed_precision == "bf16"
+    assert write_basic_config("no", str(path)) is False  # an existing file is kept
+    assert yaml.safe_load(path.read_text())["mixed_precision"] == "bf16"
+    path.write_text("distributed_type: 'NO'\nmixed_precision: fp16\n")  # an old, short file
+    args = actions.choices["update"].parse_args(["--config_file", str(path)])
+    assert args.func(args) == 0 and "num_machines" in yaml.safe_load(path.read_text())
+    assert update_config(argparse.Namespace(config_file=str(path))) == path
+    assert {"default", "update"} <= set(get_config_parser()._subparsers._group_actions[0].choices)
+    # the questionnaire as a function, answered by a program; nothing is written
+    monkeypatch.setattr("sys.stdin", io.StringIO("cpu\n1\n2\n\nno\nno\n"))
+    asked = get_cluster_input()
+    assert isinstance(asked, ClusterConfig) and asked.num_processes == 2 and asked.distributed_type == "MULTI_CPU"
+
+
+def test_config_utils_ask_and_convert(monkeypatch, capsys):
+    from drivetrain.commands.config import config_utils
+    from drivetrain.commands.config.sagemaker import get_sagemaker_input
+    from drivetrain.errors import UsageError
+
+    answers = iter(["maybe", "yes", "", "7", "1"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(answers))
+    assert config_utils._ask_field("ok? ", config_utils._convert_yes_no_to_bool, error_message="yes or no") is True
+    assert "yes or no" in capsys.readouterr().out
+    assert config_utils._ask_field("port? ", int, default=29500) == 29500
+    precision = config_utils._ask_options("precision?", ["no", "fp16", "bf16"], config_utils._convert_mixed_precision)
+    assert precision == "fp16" and "from 0 to 2" in capsys.readouterr().out  # 7 is refused, 1 taken
+    assert config_utils._convert_compute_environment(1) == "AMAZON_SAGEMAKER"
+    assert "INDUCTOR" in config_utils.DYNAMO_BACKENDS and config_utils._convert_dynamo_backend(
+        config_utils.DYNAMO_BACKENDS.index("INDUCTOR")) == "INDUCTOR"
+    with pytest.raises(UsageError, match="does not configure SageMaker launches"):
+        get_sagemaker_input()

@@ -33,7 +33,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _path(args: argparse.Namespace) -> str | None:
-    return args.sub_config_file or args.config_file
+    # parsers built by Accelerate's helpers (``default_command_parser``) have only ``config_file``
+    return getattr(args, "sub_config_file", None) or getattr(args, "config_file", None)
 
 
 def run_questions(args: argparse.Namespace) -> int:
@@ -53,7 +54,7 @@ def run_default(args: argparse.Namespace) -> int:
     from ..config import default_config_path, write_basic_config
 
     path = Path(_path(args)).expanduser() if _path(args) else default_config_path()
-    written = write_basic_config(args.mixed_precision, path)
+    written = write_basic_config(getattr(args, "mixed_precision", None) or "no", path)
     if written is False:
         return 1
     print(f"drivetrain config saved at {written}")

@@ -23,3 +23,15 @@ def default_config_command(args: argparse.Namespace) -> int:
 
 def update_config_command(args: argparse.Namespace) -> int:
     return config_cmd.run_update(args)
+
+
+description = ("Ask a few questions (on standard input) and write the config file `drivetrain launch` reads; the "
+               "questions come from the core and from the installed plugins.")
+
+
+def get_user_input() -> Any:
+    """The answers to ``drivetrain config``'s questions as a ``ClusterConfig`` (drivetrain runs on
+    the local machine or a cluster; it does not launch on SageMaker, so it does not ask which)."""
+    from .cluster import get_cluster_input
+
+    return get_cluster_input()
