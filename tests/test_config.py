@@ -238,6 +238,26 @@ def test_a_block_of_an_unavailable_plugin_names_the_install_command():
         config_from_dict({"shard_config": {"shard_stage": 3}}, manager)
 
 
+def test_a_block_of_an_unavailable_plugin_the_file_does_not_choose_is_kept_with_a_warning(caplog):
+    info = PluginInfo(api_version="1.0", requires=("surely-not-installed-lib>=1",), extra="shard")
+
+    @hookimpl
+    def drivetrain_register_config_sections():
+        return [ConfigSection("shard_config", fields=(ConfigField("shard_stage", int, 1),), enabled_when="SHARD")]
+
+    @hookimpl
+    def drivetrain_register_strategies():
+        return [StrategySpec(name="shard", distributed_type="SHARD", config_section="shard_config")]
+
+    manager = manager_with(fake_plugin("shard", PLUGIN_INFO=info, drivetrain_register_strategies=drivetrain_register_strategies,
+                                       drivetrain_register_config_sections=drivetrain_register_config_sections))
+    config = config_from_dict({"distributed_type": "NO", "shard_config": {"shard_stage": 3}}, manager)
+    assert config.sections["shard_config"] == {"shard_stage": 3}
+    assert "shard_config is kept but not used: plugin 'shard' cannot be used here" in caplog.text
+    with pytest.raises(ConfigError, match=r"'shard_config' belongs to plugin 'shard'"):
+        config_from_dict({"distributed_type": "SHARD", "shard_config": {"shard_stage": 3}}, manager)
+
+
 def test_write_update_and_round_trip(tmp_path):
     path = write_basic_config("bf16", tmp_path / "d" / "c.yaml")
     assert path == tmp_path / "d" / "c.yaml"

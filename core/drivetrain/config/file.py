@@ -300,15 +300,19 @@ def _plugin_value(key: str, value: Any, owner: Owner, where: str) -> Any:
 
 
 def _block(key: str, value: Any, owner: Owner, where: str, in_use: bool = True) -> dict[str, Any]:
-    """The checked block ``key``. An unknown key in a block the file's choice does not use (an
-    ``fsdp_config`` left in a Megatron-LM file) is kept with a warning: nothing reads it, and
-    it is reported again as an error once the block is used."""
+    """The checked block ``key``. A block the file's choice does not use (an ``fsdp_config`` left
+    in a Megatron-LM file) is kept with a warning when it has an unknown key or its plugin cannot
+    be used here: nothing reads it, and the same file choosing it is refused."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: {key!r} must be a mapping of keys to values, not {value!r}")
     if owner.plugin is not None and not owner.usable:
         if is_empty(value):
+            return dict(value)
+        if not in_use:
+            logger.warning("%s: %s is kept but not used: plugin %r cannot be used here (%s) and the config does "
+                           "not choose it", where, key, owner.plugin, owner.reason or "see `drivetrain plugins list`")
             return dict(value)
         raise _unusable(key, owner, where)
     section = owner.section
