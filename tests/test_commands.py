@@ -322,3 +322,15 @@ def test_config_utils_ask_and_convert(monkeypatch, capsys):
         config_utils.DYNAMO_BACKENDS.index("INDUCTOR")) == "INDUCTOR"
     with pytest.raises(UsageError, match="does not configure SageMaker launches"):
         get_sagemaker_input()
+
+
+def test_an_unquoted_no_in_an_accelerate_file_means_no(tmp_path):
+    from drivetrain.commands.config.config_args import SageMakerConfig, load_config_from_file
+
+    path = tmp_path / "sm.yaml"
+    # Accelerate's SageMaker files write NO unquoted, which YAML reads as false
+    path.write_text("compute_environment: AMAZON_SAGEMAKER\ndistributed_type: NO\nmixed_precision: no\n"
+                    "debug: false\nuse_cpu: false\nec2_instance_type: MY_TYPE\ndebug: false\n")
+    config = load_config_from_file(str(path))
+    assert isinstance(config, SageMakerConfig) and config.distributed_type == "NO" and config.mixed_precision == "no"
+    assert config.ec2_instance_type == "MY_TYPE"

@@ -37,10 +37,56 @@ def test_simple_launcher_command_and_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("DRIVETRAIN_CONFIG_FILE", str(config))
     args = launch_command_parser().parse_args(["--cpu", "--mixed-precision", "bf16", "train.py", "--lr", "1"])
     command, env = prepare_simple_launcher_cmd_env(args)
-    assert command[:2] == [sys.executable, "-m"] and command[-3:] == ["train.py", "--lr", "1"]
+    assert command == [sys.executable, "train.py", "--lr", "1"]  # Accelerate's form: the script run by Python
     assert env["DRIVETRAIN_USE_CPU"] == "1" and env["ACCELERATE_MIXED_PRECISION"] == "bf16"
     args = launch_command_parser().parse_args(["--cpu", "--num-processes", "2", "train.py"])
     assert prepare_multi_gpu_env(args)["DRIVETRAIN_USE_CPU"] == "1"
+
+
+def _fake_mpirun(folder, version_text):
+    folder.mkdir(exist_ok=True)
+    program = folder / "mpirun"
+    program.write_text(f"#!/bin/sh\necho '{version_text}'\n")
+    program.chmod(0o755)
+    return folder
+
+
+@pytest.mark.parametrize("version_text, placement, exported", [
+    ("Intel(R) MPI Library for Linux* OS, Version 2021.10", ["-f", "HOSTFILE", "-ppn", "2", "-n", "4"], False),
+    ("mpirun (Open MPI) 4.1.2", ["--hostfile", "HOSTFILE", "--map-by", "ppr:2:node", "-np", "4", "--bind-to", "none"],
+     True),
+])
+def test_the_simple_launcher_command_goes_through_mpirun_from_the_config_file(tmp_path, monkeypatch, version_text,
+                                                                            placement, exported):
+    from drivetrain.commands.launch import _validate_launch_command, launch_command_parser
+    from drivetrain.utils import prepare_simple_launcher_cmd_env
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("node1\nnode2\n")
+    config = tmp_path / "mpi.yaml"
+    config.write_text(f"distributed_type: MULTI_CPU\nuse_cpu: true\nnum_machines: 2\nnum_processes: 4\n"
+                      f"main_process_ip: 10.0.0.1\nmpirun_config:\n  mpirun_hostfile: {hostfile}\n  mpirun_ccl: '2'\n")
+    monkeypatch.setenv("PATH", f"{_fake_mpirun(tmp_path / 'bin', version_text)}{os.pathsep}{os.environ['PATH']}")
+    args = launch_command_parser().parse_args(["--config_file", str(config), "train.py", "--lr", "1"])
+    args, _defaults, _ = _validate_launch_command(args)
+    command, env = prepare_simple_launcher_cmd_env(args)
+    expected = ["mpirun", *[str(hostfile) if word == "HOSTFILE" else word for word in placement]]
+    assert command[:len(expected)] == expected
+    assert command[-4:] == [sys.executable, "train.py", "--lr", "1"]
+    assert env["CCL_WORKER_COUNT"] == "2"
+    between = command[len(expected):-4]
+    assert (("-x" in between and "DRIVETRAIN_USE_CPU" in between) if exported else between == [])
+
+
+def test_the_mpirun_prefix_needs_mpirun(tmp_path, monkeypatch):
+    from drivetrain.commands.launch import launch_command_parser
+    from drivetrain.errors import LaunchError
+    from drivetrain.utils import prepare_simple_launcher_cmd_env
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mpirun here
+    args = launch_command_parser().parse_args(["--cpu", "--mpirun_hostfile", str(tmp_path / "h"), "train.py"])
+    with pytest.raises(LaunchError, match="needs 'mpirun' on PATH"):
+        prepare_simple_launcher_cmd_env(args)
 
 
 def test_filter_args_keeps_what_the_parser_knows():

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import os
 
-from drivetrain.plugin_api import ClusterEnvironmentSpec, LauncherSpec, PluginInfo, Probe, hookimpl
+from drivetrain.plugin_api import (
+    ClusterEnvironmentSpec,
+    ConfigField,
+    ConfigSection,
+    LauncherSpec,
+    PluginInfo,
+    Probe,
+    hookimpl,
+)
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="MPI launchers (Open MPI, MPICH, Intel MPI)")
+PLUGIN_INFO = PluginInfo(api_version="1.8", description="MPI launchers (Open MPI, MPICH, Intel MPI)")
 
 FLAVOURS = {
     "Open MPI": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
@@ -33,10 +41,22 @@ def drivetrain_register_cluster_environments():
 def drivetrain_add_launch_arguments(parser):
     group = parser.add_argument_group("MPI", "CPU processes on several machines through mpirun (plugin mpi)")
     group.add_argument("--mpirun-hostfile", help="hostfile of the machines; the job is started with mpirun")
+    group.add_argument("--mpirun-ccl", help="oneCCL worker threads per process (CCL_WORKER_COUNT) with mpirun")
+
+
+@hookimpl
+def drivetrain_register_config_sections():
+    # Accelerate's `mpirun_config:` block; its keys fill the options above
+    return [ConfigSection("mpirun_config", fields=(
+        ConfigField("mpirun_hostfile", str, None, help="hostfile of the machines (start the job with mpirun)"),
+        ConfigField("mpirun_ccl", str, None, env="CCL_WORKER_COUNT",
+                    help="oneCCL worker threads per process (CCL_WORKER_COUNT)"),
+    ), enabled_when="MULTI_CPU", description="CPU processes on several machines through mpirun")]
 
 
 @hookimpl
 def drivetrain_register_launchers():
     return [LauncherSpec("mpirun", "drivetrain_mpi.launcher:launch_mpirun",
                          applies=lambda args: bool(getattr(args, "mpirun_hostfile", None)), priority=20,
-                         description="mpirun with a hostfile (Open MPI, MPICH, Intel MPI)")]
+                         description="mpirun with a hostfile (Open MPI, MPICH, Intel MPI)",
+                         command_prefix="drivetrain_mpi.launcher:mpirun_prefix")]

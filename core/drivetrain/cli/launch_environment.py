@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+from shutil import which
 from typing import Any, Callable, Sequence
 
 from ..selection.enums import DistributedType
 from ..kernel.errors import LaunchError
-from ..services.launchers import CHILD_MODULE
 from ..kernel.contributed import contributed_getattr
 
 
@@ -65,21 +66,51 @@ def _resolved(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def _child_command(args: argparse.Namespace) -> list[str]:
-    if getattr(args, "no_python", False):
-        return [args.training_script, *args.training_script_args]
-    mode = "--module" if getattr(args, "module", False) else "--script"
-    return [sys.executable, "-m", CHILD_MODULE, mode, args.training_script, *args.training_script_args]
+def find_executable(name: str) -> str | None:
+    """The path of the program ``name`` on ``PATH``, or ``None``: the one look-up launchers use,
+    so a test replaces ``drivetrain.utils.launch.which`` for all of them."""
+    return which(name)
+
+
+def program_version(name: str) -> str:
+    """What ``name --version`` prints (standard output and error), to tell implementations of a
+    program apart (Open MPI from Intel MPI); empty when it cannot run."""
+    try:
+        out = subprocess.check_output([name, "--version"], stderr=subprocess.STDOUT)
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return out.decode(errors="replace") if isinstance(out, bytes) else str(out)
+
+
+def _command_prefix(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
+    """What the launcher plugin that applies puts before the command (``mpirun ...``), if any."""
+    from ..kernel.plugin_manager import get_plugin_manager
+
+    manager = get_plugin_manager()
+    found = [(spec.priority, plugin, spec) for plugin, spec in
+             manager.registrations("drivetrain_register_launchers", usable_only=True)
+             if spec.command_prefix is not None and spec.applies(args)]
+    if not found:
+        return []
+    _priority, plugin, spec = max(found, key=lambda item: item[0])
+    prefix = manager.resolve_factory(plugin, spec, f"launcher {spec.name!r}", attribute="command_prefix")
+    return list(prefix(args, env))
 
 
 def prepare_simple_launcher_cmd_env(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment of a single-process launch of ``args``."""
+    """The command line and environment of a launch of ``args`` as one command: the script run by
+    Python (``python script args``, as Accelerate's simple launcher runs it), behind the words of
+    a launcher plugin that starts every process itself (``mpirun -f hostfile ...``)."""
     from .launch_cmd import child_environment
 
     args = _resolved(args)
     env = dict(os.environ)
     env.update(child_environment(args, args.selection))
-    return _child_command(args), env
+    if getattr(args, "no_python", False):
+        command = [args.training_script]
+    else:
+        command = [sys.executable, *(["-m"] if getattr(args, "module", False) else []), args.training_script]
+    return [*_command_prefix(args, env), *command, *args.training_script_args], env
 
 
 def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:

@@ -245,6 +245,10 @@ class LauncherSpec:
         applies: callable ``applies(args) -> bool`` telling whether this launcher should
             run the job described by the parsed launch arguments (merged with the config).
         priority: among launchers that apply, the highest priority runs the job.
+        command_prefix: lazy reference to a callable ``prefix(args, env) -> list[str]`` for a
+            launcher that is one command starting every process (``mpirun ...``): the words put
+            before a process's command line in ``prepare_simple_launcher_cmd_env`` (``env`` is
+            the environment the command runs with); ``None`` otherwise.
     """
 
     name: str
@@ -252,6 +256,7 @@ class LauncherSpec:
     applies: Callable[[Any], bool] = lambda args: True
     priority: int = 0
     description: str = ""
+    command_prefix: LazyRef | None = None
 
 
 @dataclass(frozen=True)

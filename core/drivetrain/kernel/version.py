@@ -19,5 +19,7 @@ __version__ = "0.1.0"
 #: 1.7: ``prepared_objects(accelerator)``: what an accelerator has prepared, read by plugins
 #: instead of the facade's private lists.
 #: 1.8: ``ConfigField(needs_library=False)``: a descriptive key accepted where the plugin's
-#: library is missing.
+#: library is missing; ``LauncherSpec(command_prefix=...)``: a launcher that is one command
+#: (mpirun) says what goes before a process's command line; ``find_executable`` and
+#: ``program_version``, the look-ups launchers make.
 PLUGIN_API_VERSION = "1.8"

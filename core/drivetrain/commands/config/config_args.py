@@ -116,6 +116,11 @@ class BaseConfig:
     _distributed_kind = DistributedType
 
     def __post_init__(self) -> None:
+        # YAML reads an unquoted `NO` / `no` as false (Accelerate's own files write `distributed_type: NO`)
+        if self.distributed_type is False:
+            self.distributed_type = "NO"
+        if self.mixed_precision is False:
+            self.mixed_precision = "no"
         self.compute_environment = _as_enum(ComputeEnvironment, self.compute_environment)
         self.distributed_type = _as_enum(self._distributed_kind, self.distributed_type)
         if self.mixed_precision is None:
