@@ -34,6 +34,11 @@ class DistributedError(DrivetrainError, RuntimeError):
     """A distributed operation failed (peer died, timeout, mismatched shapes)."""
 
 
+class NoExecutableBatchSizeError(DrivetrainError, RuntimeError):
+    """``find_executable_batch_size`` ran out of batch sizes to try (a ``RuntimeError``, the type
+    Accelerate raises there)."""
+
+
 class CheckpointError(DrivetrainError):
     """A checkpoint cannot be written or read."""
 
