@@ -26,6 +26,15 @@ class ConfigError(DrivetrainError, ValueError):
     """A configuration file, environment variable or argument is invalid."""
 
 
+class ModelNotFoundError(DrivetrainError, OSError):
+    """The model named cannot be found: not a local folder or file, not a repository on the
+    Hugging Face Hub, not a name its library knows (an ``OSError``, as Accelerate raises)."""
+
+
+class GatedModelError(ModelNotFoundError):
+    """The model's Hub repository is gated: it needs accepted conditions and a login."""
+
+
 class IncompatibleChoiceError(ConfigError):
     """The chosen platform, strategy and precision cannot work together."""
 
