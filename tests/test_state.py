@@ -122,6 +122,17 @@ def test_split_tensors_dicts_and_datasets():
     assert _split(Rows("abcde"), 2, 1, True).rows == ["d", "e", "e"]
     assert _split(Rows("abcde"), 2, 1, False).rows == ["d", "e"]
     assert _split(7, 2, 1, False) == 7  # nothing to split
+
+
+def test_split_a_datasets_dataset_by_rows():
+    """A datasets.Dataset has a shape, and slicing it gives a dict of columns: its rows are split."""
+    datasets = pytest.importorskip("datasets")
+
+    rows = datasets.Dataset.from_list([{"k": value} for value in range(5)])
+    assert _split(rows, 2, 0, False)["k"] == [0, 1, 2]
+    assert _split(rows, 2, 1, False)["k"] == [3, 4]
+    assert _split(rows, 2, 1, True)["k"] == [3, 4, 4]
+    assert isinstance(_split(rows, 2, 1, False), datasets.Dataset)
     with PartialState().split_between_processes([1, 2, 3]) as everything:
         assert everything == [1, 2, 3]
 

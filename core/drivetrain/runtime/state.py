@@ -321,6 +321,12 @@ _SET_UP_ATTRIBUTES = frozenset({"run", "platform", "cluster", "debug", "fork_lau
                                 "_partial", "_run", "plugins", "dynamo_plugin"})
 
 
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
 def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
     if parts == 1:
         return inputs
@@ -337,7 +343,9 @@ def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
     start = index * per_part + min(index, extra)
     end = min(start + per_part + (1 if index < extra else 0), length)
     target = per_part + (1 if extra else 0)
-    if hasattr(inputs, "select") and not hasattr(inputs, "shape"):  # a datasets.Dataset
+    # a datasets.Dataset: rows are picked with select() (slicing one gives a dict of columns;
+    # it has a shape too, so only a tensor's select(dim, index) is told apart by its type)
+    if hasattr(inputs, "select") and not _is_tensor(inputs):
         indices = list(range(start, end)) if start < length else [length - 1]
         if apply_padding:
             indices += [indices[-1]] * (target - len(indices))
