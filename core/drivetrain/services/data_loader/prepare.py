@@ -315,6 +315,10 @@ def prepare_data_loader(
             _drop_last=dataloader.drop_last or bool(getattr(inner, "drop_last", False)), _non_blocking=non_blocking,
             slice_fn=slice_fn_for_dispatch, device=placement, even_batches=even_batches, _progress=progress,
             _shard_sampler=shard, **sampling, **arguments)
+    if shuffling.synchronized is not None and "generator" not in [str(t) for t in rng_types or ()]:
+        # the shards must come from one order even when the processes were seeded apart; when
+        # they agree already, handing process 0's state over changes nothing
+        rng_types = [*(rng_types or ()), "generator"]
     return DataLoaderShard(
         dataset, device=placement, rng_types=rng_types, synchronized_generator=shuffling.synchronized,
         use_stateful_dataloader=use_stateful_dataloader, _drop_last=dataloader.drop_last, _non_blocking=non_blocking,
