@@ -5,6 +5,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from drivetrain.data_loader import prepare_data_loader, skip_first_batches
+from drivetrain.errors import ConfigError
 
 
 def ids(loader):
@@ -108,3 +109,19 @@ def test_skip_first_batches_after_a_restore_replays_the_restored_epoch():
                                 process_index=0)
     fresh.load_state_dict(saved)
     assert ids(skip_first_batches(fresh, 2)) == first[2:]
+
+
+def test_a_draws_record_that_cannot_be_replayed_is_refused_before_the_position_changes():
+    torch.manual_seed(0)
+    loader = prepare_data_loader(DataLoader(list(range(12)), batch_size=2, shuffle=True), num_processes=1,
+                                 process_index=0)
+    iterator = iter(loader)
+    next(iterator)
+    saved = loader.state_dict()
+    del iterator
+    saved["draws"]["loader"] = torch.zeros(3, dtype=torch.uint8)
+    fresh = prepare_data_loader(DataLoader(list(range(12)), batch_size=2, shuffle=True), num_processes=1,
+                                process_index=0)
+    with pytest.raises(ConfigError, match="generator state"):
+        fresh.load_state_dict(saved)
+    assert fresh.state_dict()["batches_yielded"] == 0

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from ...kernel.errors import ConfigError
+
 
 def draw_int64(generator: torch.Generator | None) -> int:
     """One number as a ``DataLoader`` or ``RandomSampler`` takes it (``None``: the global generator)."""
@@ -87,8 +89,15 @@ class EpochDraws:
         if len(samplers) != len(self._samplers()):
             self.record = None  # a loader of another shape: its draws do not apply
             return
-        self.record = {"epoch": int(state["epoch"]), "loader": _byte_state(state["loader"]),
-                       "samplers": [_byte_state(s) for s in samplers], "replay": True}
+        record = {"epoch": int(state["epoch"]), "loader": _byte_state(state["loader"]),
+                  "samplers": [_byte_state(s) for s in samplers], "replay": True}
+        for saved in [record["loader"], *record["samplers"]]:
+            try:
+                torch.Generator().set_state(saved)
+            except RuntimeError as error:
+                raise ConfigError(f"this data loader state holds a generator state this torch cannot use ({error}); "
+                                  "it was saved by another torch build: resume from an epoch boundary") from None
+        self.record = record
 
 
 def _byte_state(value: Any) -> torch.Tensor:

@@ -256,6 +256,8 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
             raise ConfigError(f"this data loader state has format {state_dict['format']}, newer than this "
                               f"drivetrain reads ({STATE_FORMAT}); upgrade drivetrain")
         progress = self._progress
+        if progress.draws is not None:  # first: it refuses a state it cannot replay, before anything changes
+            progress.draws.load_state_dict(state_dict.get("draws"))
         batches = int(state_dict["batches_yielded"])
         saved_total = state_dict.get("total_batch_size")
         total = self.total_batch_size
@@ -271,8 +273,6 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
         progress.fresh = True
         progress.seed = int(state_dict["seed"])
         progress.seed_agreed = True
-        if progress.draws is not None:
-            progress.draws.load_state_dict(state_dict.get("draws"))
         progress.apply_epoch(progress.epoch)
 
     @property
