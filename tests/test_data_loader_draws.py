@@ -23,7 +23,8 @@ def epochs(loader, count=3):
 
 
 @pytest.mark.parametrize("options", [dict(shuffle=True), dict(shuffle=True, drop_last=True), dict(shuffle=False),
-                                     dict(shuffle=True, num_workers=1)])
+                                     dict(shuffle=True, num_workers=1),
+                                     dict(shuffle=True, num_workers=1, persistent_workers=True)])
 def test_one_process_matches_a_plain_loader_under_the_same_seed(options):
     def run(prepare):
         torch.manual_seed(42)

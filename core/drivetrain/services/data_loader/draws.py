@@ -54,7 +54,9 @@ class EpochDraws:
         """Draw (or, after a restore, replay) the numbers of the pass of ``epoch``.
 
         ``loader_generator`` is the private generator the loader was built with; it is given the
-        state the base seed comes from, and the real source moves on by that one draw.
+        state the base seed comes from, and the real source moves on by that one draw. ``None``:
+        no base seed is drawn here (the loader keeps its iterator, or draws from the user's
+        generator itself).
         """
         record = self.record
         samplers = self._samplers()

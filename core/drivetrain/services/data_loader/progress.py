@@ -71,7 +71,7 @@ class _Progress:
         if collectives.world_size > 1 and self.num_processes in (collectives.world_size, state.run.data_parallel_size):
             self.seed = broadcast_object_list([self.seed])[0]
 
-    def begin_pass(self) -> tuple[int, int]:
+    def begin_pass(self, new_iterator: bool = True) -> tuple[int, int]:
         """Start a pass: returns (epoch, batches to skip) and seeds everything for the epoch."""
         if not self.fresh:
             self.epoch += 1
@@ -80,7 +80,7 @@ class _Progress:
         skip = self.batches_yielded
         self.apply_epoch(self.epoch)
         if self.draws is not None:
-            self.draws.begin(self.epoch, self.loader_generator)
+            self.draws.begin(self.epoch, self.loader_generator if new_iterator else None)
         return self.epoch, skip
 
     def apply_epoch(self, epoch: int) -> None:
@@ -202,7 +202,10 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
         """Seeds and epoch for a new pass; returns how many batches to leave out first."""
         progress = self._progress
         progress.agree_on_seed()
-        _epoch, resume = progress.begin_pass()
+        # persistent workers keep one iterator, which drew its base seed once, when it was made
+        reused = bool(getattr(self, "persistent_workers", False) and getattr(self, "num_workers", 0)
+                      and getattr(self, "_iterator", None) is not None)
+        _epoch, resume = progress.begin_pass(new_iterator=not reused)
         if self.skip_batches:  # an explicit skip_first_batches replaces a restored position
             progress.batches_yielded = self.skip_batches
             return self.skip_batches
