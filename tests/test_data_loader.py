@@ -191,8 +191,7 @@ def ids(loader):
 
 def test_prepared_shards_cover_the_dataset_and_signal_the_end():
     state = GradientState()
-    loaders = [prepare_data_loader(DataLoader(list(range(10)), batch_size=2, shuffle=True), num_processes=2,
-                                   process_index=i) for i in range(2)]
+    loaders = [on_process(i, dataloader=DataLoader(list(range(10)), batch_size=2, shuffle=True)) for i in range(2)]
     assert all(isinstance(loader, DataLoaderShard) for loader in loaders)
     seen, ends = [], []
     for loader in loaders:
@@ -206,49 +205,51 @@ def test_prepared_shards_cover_the_dataset_and_signal_the_end():
     assert ends == [False, False, True] * 2
 
 
-def test_shuffling_is_reproducible_and_leaves_the_global_generator_alone():
+def test_shuffling_is_reproducible_and_seedable_shuffling_depends_only_on_its_seed():
     def order(seed, **options):
         torch.manual_seed(seed)
         loader = prepare_data_loader(DataLoader(list(range(20)), batch_size=4, shuffle=True), num_processes=1,
                                      process_index=0, **options)
-        state = torch.get_rng_state()
-        epochs = [ids(loader), ids(loader)]
-        assert torch.equal(state, torch.get_rng_state()), "iterating drew from the global generator"
-        return epochs
+        return [ids(loader), ids(loader)]
 
     first = order(1)
     assert first == order(1) and first[0] != first[1] and first != order(2)
-    assert order(1, data_seed=9) == order(2, data_seed=9)
-    assert order(1, use_seedable_sampler=True, data_seed=9) == order(3, data_seed=9)
+    assert order(1, use_seedable_sampler=True, data_seed=9) == order(3, use_seedable_sampler=True, data_seed=9)
     generator = torch.Generator().manual_seed(5)
     loader = prepare_data_loader(DataLoader(list(range(20)), batch_size=4, shuffle=True, generator=generator),
                                  num_processes=1, process_index=0)
     assert loader.state_dict()["seed"] == 5 and generator.initial_seed() == 5
 
 
+def on_process(index, seed=0, **options):
+    """A loader prepared as process ``index`` of two, each of which ran ``set_seed(seed)``."""
+    torch.manual_seed(seed)
+    return prepare_data_loader(num_processes=2, process_index=index, **options)
+
+
 def test_shards_of_one_shuffle_are_disjoint():
-    torch.manual_seed(0)
-    loaders = [prepare_data_loader(DataLoader(list(range(24)), batch_size=3, shuffle=True), num_processes=2,
-                                   process_index=i) for i in range(2)]
+    loaders = [on_process(i, dataloader=DataLoader(list(range(24)), batch_size=3, shuffle=True)) for i in range(2)]
     for _epoch in range(2):
         seen = [i for loader in loaders for batch in loader for i in batch.tolist()]
         assert sorted(seen) == list(range(24))
 
 
-def test_samplers_with_a_generator_are_copied_not_changed():
-    user_generator = torch.Generator().manual_seed(3)
-    before = user_generator.get_state()
+def test_a_samplers_own_generator_is_drawn_from_as_a_plain_loader_draws_from_it():
+    user_generator = torch.Generator()
     sampler = torch.utils.data.WeightedRandomSampler([1.0] * 10, 10, generator=user_generator)
     loader = DataLoader(list(range(10)), batch_size=5, sampler=sampler)
 
-    def draws():
-        prepared = [prepare_data_loader(loader, num_processes=2, process_index=i, data_seed=1) for i in range(2)]
-        assert get_sampler(prepared[0]) is not sampler
-        return [ids(p) for p in prepared]
+    def draws(prepare):
+        user_generator.manual_seed(3)
+        torch.manual_seed(0)
+        used = prepare_data_loader(loader, num_processes=1, process_index=0) if prepare else loader
+        assert get_sampler(used).generator is user_generator
+        return [ids(used), ids(used)], user_generator.get_state(), torch.get_rng_state()
 
-    first = draws()
-    assert first == draws() and len(first[0]) == len(first[1]) == 1  # one draw of 10, one batch of 5 each
-    assert sampler.generator is user_generator and torch.equal(user_generator.get_state(), before)
+    plain, prepared = draws(False), draws(True)
+    assert prepared[0] == plain[0] and prepared[0][0] != prepared[0][1]
+    assert torch.equal(prepared[1], plain[1]) and torch.equal(prepared[2], plain[2])
+    assert get_sampler(prepare_data_loader(loader, num_processes=1, process_index=0)) is not sampler
 
 
 def test_set_epoch_forwarding_and_replay():
@@ -262,7 +263,7 @@ def test_set_epoch_forwarding_and_replay():
 
     torch.manual_seed(0)
     shuffled = prepare_data_loader(DataLoader(list(range(12)), batch_size=3, shuffle=True), num_processes=1,
-                                   process_index=0)
+                                   process_index=0, use_seedable_sampler=True)
     first = ids(shuffled)
     ids(shuffled)
     shuffled.set_epoch(0)
@@ -329,7 +330,7 @@ def test_load_state_dict_converts_a_position_saved_with_another_batch_size():
 def test_skip_first_batches_on_prepared_and_plain_loaders():
     torch.manual_seed(2)
     loader = prepare_data_loader(DataLoader(list(range(20)), batch_size=2, shuffle=True), num_processes=2,
-                                 process_index=1)
+                                 process_index=1, use_seedable_sampler=True)
     full = ids(loader)
     loader.set_epoch(0)
     skipped = skip_first_batches(loader, 2)
@@ -369,9 +370,7 @@ def test_loaders_without_batching_and_with_a_batch_sampler_as_sampler():
             return torch.tensor(indices)
 
     sampler = BatchSampler(RandomSampler(range(8)), 2, False)
-    torch.manual_seed(0)
-    loaders = [prepare_data_loader(DataLoader(Indexable(), sampler=sampler, batch_size=None), num_processes=2,
-                                   process_index=i) for i in range(2)]
+    loaders = [on_process(i, dataloader=DataLoader(Indexable(), sampler=sampler, batch_size=None)) for i in range(2)]
     seen = sorted(i for loader in loaders for batch in loader for i in batch.tolist())
     assert seen == list(range(8))
 

@@ -16,7 +16,7 @@ from ..kernel.version import __version__
 from .json_output import json_only_stdout
 
 # command name -> module in drivetrain.cli that defines add_parser(subparsers)
-_BUILT_IN_COMMANDS = ("plugins", "launch", "config", "env", "test", "estimate")
+_BUILT_IN_COMMANDS = ("plugins", "launch", "config", "env", "test", "estimate", "checkpoint")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,7 +22,7 @@ import torch
 from ...kernel import environment
 from ...kernel.errors import CheckpointError
 from ...kernel.version import PLUGIN_API_VERSION, __version__
-from . import checksums, commit, compatibility, layout, peers, target
+from . import accelerate_layout, checksums, commit, compatibility, layout, peers, target
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
 from .model_files import read_model_files_later, write_model_files
 from .safetensors_io import read_safetensors, write_safetensors
@@ -199,6 +199,7 @@ def _manifest(accelerator: Accelerator, prepared: PreparedObjects, files: dict[s
         "distributed_type": str(accelerator.distributed_type),
         "mixed_precision": accelerator.mixed_precision,
         "world_size": accelerator.num_processes,
+        "platform": accelerator.run.platform.name,  # names the device generator states (an export needs it)
         "counts": prepared.counts(),
         "files": sorted(files),
         "checksum_algorithm": checksums.ALGORITHM,
@@ -455,6 +456,16 @@ def _check_strategy_states(accelerator: Accelerator, prepared: PreparedObjects, 
 
 def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directory: Path, options: dict[str, Any],
                     location: torch.device | str) -> dict[str, Any]:
+    run = accelerator.run
+    if accelerate_layout.is_accelerate_layout(directory):
+        counts = {"models": len(prepared.models), "optimizers": len(prepared.optimizers),
+                  "schedulers": len(prepared.schedulers), "dataloaders": len(prepared.dataloaders),
+                  "custom_objects": len(prepared.custom_objects)}
+        read = accelerate_layout.read_checkpoint(
+            directory, counts, accelerator.process_index, location, run.platform.name,
+            accelerator.device.index or 0, strategy_loads_models=bool(run.hook("drivetrain_load_model_state").get_hookimpls()))
+        _check_read(accelerator, prepared, directory, read, options, read.pop("rng_file"))
+        return read
     manifest = layout.read_manifest(directory)
     if manifest.get("kind") != KIND:
         raise CheckpointError(f"{directory} is a {manifest.get('kind')!r} checkpoint, not a run state written by save_state")
@@ -463,7 +474,7 @@ def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directo
         raise CheckpointError(f"{directory} does not match what was prepared ({problem}); prepare the same objects "
                               "before load_state()")
     verifier = checksums.Verifier.for_manifest(directory, manifest)
-    run, rank = accelerator.run, accelerator.process_index
+    rank = accelerator.process_index
     resized = manifest.get("world_size") != accelerator.num_processes
 
     # Read everything (files side by side on a few threads), verifying checksums as the bytes pass.
@@ -510,6 +521,16 @@ def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directo
                 f"{directory} was saved mid-epoch by {manifest['world_size']} processes; it cannot resume that epoch "
                 f"on {accelerator.num_processes}: resume with {manifest['world_size']} processes, or from a "
                 "checkpoint saved at an epoch boundary")
+    read = {"manifest": manifest, "models": models, "trees": trees, "rng": rng, "grads": grads}
+    _check_read(accelerator, prepared, directory, read, options, str(rng_prefix) + ".json", grads_file)
+    return read
+
+
+def _check_read(accelerator: Accelerator, prepared: PreparedObjects, directory: Path, read: dict[str, Any],
+                options: dict[str, Any], rng_file: Any, grads_file: Path | None = None) -> None:
+    """Every state read against the object it is for, before anything is changed."""
+    run = accelerator.run
+    models, trees, rng, grads = read["models"], read["trees"], read["rng"], read["grads"]
     for index, state in models.items():
         compatibility.check_model(state, accelerator.unwrap_model(prepared.models[index]),
                                   f"{directory}/model_{index}", bool(options.get("strict", True)))
@@ -531,8 +552,7 @@ def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directo
             compatibility.check_tree({k.partition(".")[2]: v for k, v in grads.items() if k.startswith(f"{index}.")},
                                      {k: p.detach() for k, p in own.items()}, f"{grads_file}")
     if rng is not None:
-        compatibility.check_rng(rng, rng_state(run.platform), str(rng_prefix) + ".json")
-    return {"manifest": manifest, "models": models, "trees": trees, "rng": rng, "grads": grads}
+        compatibility.check_rng(rng, rng_state(run.platform), str(rng_file))
 
 
 def _restore(accelerator: Accelerator, prepared: PreparedObjects, directory: Path, read: dict[str, Any],

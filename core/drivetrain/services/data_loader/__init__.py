@@ -15,11 +15,13 @@ uses to drop the samples repeated to even out the last batch), and both know the
 ``state_dict()`` / ``load_state_dict()`` save and restore the epoch and the number of batches
 already handed out, so a resumed run continues with the next unseen batch.
 
-Shuffling never draws from the global torch generator: a shuffling sampler gets its own
-generator, seeded with ``seed + epoch`` at the start of each epoch, where ``seed`` is
-``data_seed`` when given and otherwise the initial seed of the user's generator or of torch
-(``set_seed`` makes it reproducible). Process 0's seed is adopted by every process before the
-first epoch, so all of them shuffle alike and their shards never overlap.
+Shuffling draws what a plain ``DataLoader`` would draw from torch's generators (its base
+seed; a ``RandomSampler``'s seed on one process, or, on several, a sampler generator seeded
+once from the global one and handed from process 0 to the others at each pass; see
+:mod:`.draws`), so ``set_seed`` gives the order and the later random numbers that the plain
+loader, and Accelerate, give. The states a pass started from are part of the loader's state,
+so a resumed pass replays them. ``use_seedable_sampler`` shuffles epoch ``e`` with a private
+generator seeded ``seed + e`` instead.
 """
 
 from __future__ import annotations

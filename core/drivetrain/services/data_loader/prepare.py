@@ -13,6 +13,7 @@ from ...kernel.errors import ConfigError
 from ...runtime.state import PartialState
 
 from .mesh import data_parallel_share, shares_batches_across_peers
+from .draws import EpochDraws, draw_int64
 from .progress import _PreparedLoader, _Progress, epoch_followers
 from .sharding import (
     BatchSamplerShard,
@@ -108,39 +109,66 @@ def _base_seed(sampler: Any, data_seed: int | None) -> int:
     return torch.initial_seed()
 
 
-def _own_shuffling(sampler: Any, use_seedable_sampler: bool, seed: int, generators: list[torch.Generator],
-                   seedable: list[SeedableRandomSampler]) -> Any:
-    """A copy of ``sampler`` that shuffles with a generator the loader seeds per epoch."""
-    if use_seedable_sampler and type(sampler) is RandomSampler:
-        replacement = SeedableRandomSampler(data_source=sampler.data_source, replacement=sampler.replacement,
-                                            num_samples=sampler._num_samples, data_seed=seed)
-        seedable.append(replacement)
-        return replacement
-    if isinstance(sampler, SeedableRandomSampler):
-        seedable.append(sampler)
-        return sampler
-    if hasattr(sampler, "generator"):
+class _Shuffling:
+    """How the prepared loader's samplers shuffle; collects the generators the pass seeds.
+
+    ``draws`` (set when each process reads its own batches) makes the main sampler draw as torch's
+    does under a plain loader: see :mod:`.draws`. Other generators (a custom batch sampler's) are
+    private and seeded with ``seed + epoch``.
+    """
+
+    def __init__(self, use_seedable_sampler: bool, seed: int, draws: EpochDraws | None, num_processes: int) -> None:
+        self.use_seedable_sampler = use_seedable_sampler
+        self.seed = seed
+        self.draws = draws
+        self.num_processes = num_processes
+        self.generators: list[torch.Generator] = []
+        self.seedable: list[SeedableRandomSampler] = []
+        self.synchronized: torch.Generator | None = None
+
+    def sampler(self, sampler: Any) -> Any:
+        """A copy of ``sampler`` that shuffles as the loader decides."""
+        if self.use_seedable_sampler and type(sampler) is RandomSampler:
+            replacement = SeedableRandomSampler(data_source=sampler.data_source, replacement=sampler.replacement,
+                                                num_samples=sampler._num_samples, data_seed=self.seed)
+            self.seedable.append(replacement)
+            return replacement
+        if isinstance(sampler, SeedableRandomSampler):
+            self.seedable.append(sampler)
+            return sampler
+        if not hasattr(sampler, "generator"):
+            return sampler
         replacement = copy.copy(sampler)
+        draws = self.draws
+        if draws is not None and (sampler.generator is not None or self.num_processes > 1):
+            if sampler.generator is None:
+                # several processes: one generator for the whole run, seeded now from the global
+                # one and handed from process 0 to the others at every pass
+                replacement.generator = torch.Generator()
+                replacement.generator.manual_seed(draw_int64(None))
+            draws.persistent.append(replacement.generator)
+            if self.num_processes > 1 and not self.use_seedable_sampler:
+                self.synchronized = replacement.generator
+            return replacement
         replacement.generator = torch.Generator()
-        generators.append(replacement.generator)
+        if draws is not None and isinstance(sampler, RandomSampler):
+            draws.per_pass.append(replacement.generator)  # seeded from the global generator at each pass
+        else:
+            self.generators.append(replacement.generator)
         return replacement
-    return sampler
 
-
-def _rebuild_batch_sampler(batch_sampler: Any, use_seedable_sampler: bool, seed: int,
-                           generators: list[torch.Generator], seedable: list[SeedableRandomSampler]) -> Any:
-    if type(batch_sampler) is BatchSampler:
-        sampler = _own_shuffling(batch_sampler.sampler, use_seedable_sampler, seed, generators, seedable)
-        return BatchSampler(sampler, batch_sampler.batch_size, batch_sampler.drop_last)
-    rebuilt = batch_sampler
-    if hasattr(batch_sampler, "generator") or hasattr(getattr(batch_sampler, "sampler", None), "generator"):
-        rebuilt = copy.copy(batch_sampler)
-        if hasattr(rebuilt, "generator"):
-            rebuilt.generator = torch.Generator()
-            generators.append(rebuilt.generator)
-        if hasattr(getattr(rebuilt, "sampler", None), "generator"):
-            rebuilt.sampler = _own_shuffling(rebuilt.sampler, use_seedable_sampler, seed, generators, seedable)
-    return rebuilt
+    def batch_sampler(self, batch_sampler: Any) -> Any:
+        if type(batch_sampler) is BatchSampler:
+            return BatchSampler(self.sampler(batch_sampler.sampler), batch_sampler.batch_size, batch_sampler.drop_last)
+        rebuilt = batch_sampler
+        if hasattr(batch_sampler, "generator") or hasattr(getattr(batch_sampler, "sampler", None), "generator"):
+            rebuilt = copy.copy(batch_sampler)
+            if hasattr(rebuilt, "generator"):
+                rebuilt.generator = torch.Generator()
+                self.generators.append(rebuilt.generator)
+            if hasattr(getattr(rebuilt, "sampler", None), "generator"):
+                rebuilt.sampler = self.sampler(rebuilt.sampler)
+        return rebuilt
 
 
 def prepare_data_loader(
@@ -225,13 +253,11 @@ def prepare_data_loader(
     placement = device if put_on_device else None
     sampler = get_sampler(dataloader)
     seed = _base_seed(sampler, data_seed)
-    generators: list[torch.Generator] = []
-    seedable: list[SeedableRandomSampler] = []
     followers: list[Any] = [dataset] if hasattr(dataset, "set_epoch") else []
 
     if iterable:
-        progress = _Progress(seed, num_processes, process_index, generators, seedable, followers,
-                             agree_on_seed=False)
+        progress = _Progress(seed, num_processes, process_index, [], [], followers, agree_on_seed=False,
+                             draws=None if dispatch_batches else EpochDraws(dataloader.generator))
         synchronized = getattr(dataset, "generator", None)
         if dispatch_batches:
             return DataLoaderDispatcher(
@@ -258,19 +284,21 @@ def prepare_data_loader(
     # Map-style dataset: shard the batch sampler.
     sampler_is_batch_sampler = isinstance(dataloader.sampler, BatchSampler)
     unbatched = dataloader.batch_sampler is None and not sampler_is_batch_sampler
+    draws = None if dispatch_batches else EpochDraws(dataloader.generator)
+    shuffling = _Shuffling(use_seedable_sampler, seed, draws, num_processes)
     if sampler_is_batch_sampler:
-        inner = _rebuild_batch_sampler(dataloader.sampler, use_seedable_sampler, seed, generators, seedable)
+        inner = shuffling.batch_sampler(dataloader.sampler)
     elif unbatched:
-        inner = BatchSampler(_own_shuffling(dataloader.sampler, use_seedable_sampler, seed, generators, seedable),
-                             1, False)
+        inner = BatchSampler(shuffling.sampler(dataloader.sampler), 1, False)
     else:
-        inner = _rebuild_batch_sampler(dataloader.batch_sampler, use_seedable_sampler, seed, generators, seedable)
+        inner = shuffling.batch_sampler(dataloader.batch_sampler)
+    generators, seedable = shuffling.generators, shuffling.seedable
     # the rebuilt batch sampler and the user's own (a custom one reads its epoch when iterated)
     for part in epoch_followers(None, dataloader.sampler, dataloader.batch_sampler) + epoch_followers(None, None, inner):
         if not isinstance(part, SeedableRandomSampler) and not any(part is seen for seen in followers):
             followers.append(part)
     progress = _Progress(seed, num_processes, process_index, generators, seedable, followers,
-                         agree_on_seed=not dispatch_batches and bool(generators or seedable))
+                         agree_on_seed=not dispatch_batches and bool(generators or seedable), draws=draws)
     shards = 1 if dispatch_batches else num_processes
     shard = BatchSamplerShard(inner, num_processes=shards, process_index=0 if dispatch_batches else process_index,
                               split_batches=split_batches and not dispatch_batches,
@@ -287,8 +315,12 @@ def prepare_data_loader(
             _drop_last=dataloader.drop_last or bool(getattr(inner, "drop_last", False)), _non_blocking=non_blocking,
             slice_fn=slice_fn_for_dispatch, device=placement, even_batches=even_batches, _progress=progress,
             _shard_sampler=shard, **sampling, **arguments)
+    if shuffling.synchronized is not None and "generator" not in [str(t) for t in rng_types or ()]:
+        # the shards must come from one order even when the processes were seeded apart; when
+        # they agree already, handing process 0's state over changes nothing
+        rng_types = [*(rng_types or ()), "generator"]
     return DataLoaderShard(
-        dataset, device=placement, rng_types=rng_types, synchronized_generator=None,
+        dataset, device=placement, rng_types=rng_types, synchronized_generator=shuffling.synchronized,
         use_stateful_dataloader=use_stateful_dataloader, _drop_last=dataloader.drop_last, _non_blocking=non_blocking,
         _progress=progress, _shard_sampler=shard, **sampling, **arguments)
 

@@ -13,6 +13,7 @@ from ...kernel.errors import ConfigError
 from ...runtime.state import GradientState, PartialState
 from ..cross_process import broadcast_object_list
 
+from .draws import EpochDraws
 from .sharding import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler, _mix
 from .stateful import StatefulVariants
 
@@ -29,7 +30,8 @@ class _Progress:
     :func:`skip_first_batches` derives from it, so they all advance one position."""
 
     def __init__(self, seed: int, num_processes: int, process_index: int, generators: list[torch.Generator],
-                 seedable: list[SeedableRandomSampler], epoch_followers: list[Any], agree_on_seed: bool) -> None:
+                 seedable: list[SeedableRandomSampler], epoch_followers: list[Any], agree_on_seed: bool,
+                 draws: EpochDraws | None = None) -> None:
         self.epoch = 0
         self.batches_yielded = 0
         # True: the next pass plays ``epoch`` from batch ``batches_yielded`` (fresh start, or
@@ -44,6 +46,9 @@ class _Progress:
         self.seed_agreed = not agree_on_seed
         # None: the loader keeps the generator its user gave (see ``loader_generator_for``)
         self.loader_generator: torch.Generator | None = torch.Generator()
+        # the numbers a plain DataLoader would draw at each pass (None: the loader draws nothing
+        # from torch's generators and seeds its own per epoch)
+        self.draws = draws
 
     def loader_generator_for(self, given: torch.Generator | None, use_stateful_dataloader: bool) -> Any:
         """The generator the loader is built with: its own, seeded per epoch; with
@@ -66,7 +71,7 @@ class _Progress:
         if collectives.world_size > 1 and self.num_processes in (collectives.world_size, state.run.data_parallel_size):
             self.seed = broadcast_object_list([self.seed])[0]
 
-    def begin_pass(self) -> tuple[int, int]:
+    def begin_pass(self, new_iterator: bool = True) -> tuple[int, int]:
         """Start a pass: returns (epoch, batches to skip) and seeds everything for the epoch."""
         if not self.fresh:
             self.epoch += 1
@@ -74,6 +79,8 @@ class _Progress:
         self.fresh = False
         skip = self.batches_yielded
         self.apply_epoch(self.epoch)
+        if self.draws is not None:
+            self.draws.begin(self.epoch, self.loader_generator if new_iterator else None)
         return self.epoch, skip
 
     def apply_epoch(self, epoch: int) -> None:
@@ -84,7 +91,7 @@ class _Progress:
             sampler.set_epoch(epoch)
         for follower in self.epoch_followers:
             follower.set_epoch(epoch)
-        if self.loader_generator is not None:
+        if self.loader_generator is not None and self.draws is None:
             self.loader_generator.manual_seed(_mix(self.seed, epoch, self.process_index))
 
     def finish_pass(self) -> None:
@@ -195,7 +202,10 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
         """Seeds and epoch for a new pass; returns how many batches to leave out first."""
         progress = self._progress
         progress.agree_on_seed()
-        _epoch, resume = progress.begin_pass()
+        # persistent workers keep one iterator, which drew its base seed once, when it was made
+        reused = bool(getattr(self, "persistent_workers", False) and getattr(self, "num_workers", 0)
+                      and getattr(self, "_iterator", None) is not None)
+        _epoch, resume = progress.begin_pass(new_iterator=not reused)
         if self.skip_batches:  # an explicit skip_first_batches replaces a restored position
             progress.batches_yielded = self.skip_batches
             return self.skip_batches
@@ -219,7 +229,7 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
                 return self._stateful_snapshot
             return base.state_dict(self)
         progress = self._progress
-        return {
+        state = {
             "format": STATE_FORMAT,
             "epoch": progress.epoch,
             "batches_yielded": progress.batches_yielded,
@@ -227,6 +237,10 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
             "total_batch_size": self.total_batch_size,
             "num_processes": progress.num_processes,
         }
+        draws = progress.draws.state_dict() if progress.draws is not None else None
+        if draws is not None:
+            state["draws"] = draws  # what the pass in progress drew, replayed on resume
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a saved position: the next pass resumes at the next unseen batch."""
@@ -245,6 +259,8 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
             raise ConfigError(f"this data loader state has format {state_dict['format']}, newer than this "
                               f"drivetrain reads ({STATE_FORMAT}); upgrade drivetrain")
         progress = self._progress
+        if progress.draws is not None:  # first: it refuses a state it cannot replay, before anything changes
+            progress.draws.load_state_dict(state_dict.get("draws"))
         batches = int(state_dict["batches_yielded"])
         saved_total = state_dict.get("total_batch_size")
         total = self.total_batch_size

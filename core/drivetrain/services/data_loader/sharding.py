@@ -84,11 +84,16 @@ def _all_indices(sampler: Any) -> list[int]:
     """Every index ``sampler`` yields in one pass, as a list.
 
     A ``RandomSampler`` with its own generator gives the permutation it would yield, drawn
-    in one call (its ``__iter__`` hands the indices out one by one through Python).
+    in one call (its ``__iter__`` hands the indices out one by one through Python), and leaves
+    the generator where its ``__iter__`` would: that also draws an empty tail permutation, a
+    full one whose state a generator kept across passes carries on with.
     """
     if (type(sampler) is RandomSampler and not sampler.replacement and sampler.generator is not None
             and sampler.num_samples == len(sampler.data_source)):
-        return torch.randperm(len(sampler.data_source), generator=sampler.generator).tolist()
+        size = len(sampler.data_source)
+        order = torch.randperm(size, generator=sampler.generator).tolist()
+        torch.randperm(size, generator=sampler.generator)
+        return order
     return list(sampler)
 
 
