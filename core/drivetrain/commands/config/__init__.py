@@ -15,11 +15,21 @@ from .config import config_command, config_command_parser, default_config_comman
 get_config_parser = config_command_parser
 
 
+def __getattr__(name: str) -> object:
+    # Accelerate offers these two here too (transformers' `env` command imports them); they load
+    # the plugins' config sections, so they are imported only when asked for.
+    if name in ("default_config_file", "load_config_from_file"):
+        from . import config_args
+
+        return getattr(config_args, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``drivetrain config`` as a function: parse ``argv`` and run the chosen action."""
     parser: argparse.ArgumentParser = get_config_parser()
     return config_command(parser.parse_args(argv))
 
 
-__all__ = ["config_command", "config_command_parser", "default_config_command", "get_config_parser", "main",
-           "update_config_command"]
+__all__ = ["config_command", "config_command_parser", "default_config_command", "default_config_file",
+           "get_config_parser", "load_config_from_file", "main", "update_config_command"]
