@@ -42,3 +42,11 @@ def test_backend_names_leave_with_their_plugin():
                             env=clean_environ(DRIVETRAIN_BLOCK_PLUGINS="deepspeed,fsdp"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["missing HfDeepSpeedConfig", "missing FSDP_SHARDING_STRATEGY"]
+
+
+def test_a_scripts_own_option_that_prefixes_launch_options_reaches_the_script():
+    from drivetrain.cli import launch_cmd
+
+    # transformers' example scripts and Trainer jobs take `--fsdp`, `--deepspeed`, `--bf16`
+    args = launch_cmd.build_parser().parse_args(["--num_processes", "2", "train.py", "--fsdp", "--deepspeed", "x"])
+    assert args.training_script == "train.py" and args.training_script_args == ["--fsdp", "--deepspeed", "x"]

@@ -96,7 +96,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 def build_parser(prog: str = "drivetrain launch") -> LaunchParser:
     from ..kernel.plugin_manager import get_plugin_manager
 
-    parser = LaunchParser(prog=prog, description="Launch a script on every process of a job.")
+    # No abbreviations: a script's own option (`--fsdp`) that prefixes launch options must reach
+    # the script, not be an "ambiguous option" of launch.
+    parser = LaunchParser(prog=prog, description="Launch a script on every process of a job.", allow_abbrev=False)
     _configure(parser)
     _add_plugin_arguments(parser, get_plugin_manager())
     return parser
