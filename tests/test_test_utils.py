@@ -45,6 +45,23 @@ def test_mocked_dataloaders_are_local_and_shaped_for_the_examples():
     assert torch.equal(causal["labels"][~padded], causal["input_ids"][~padded]) and (causal["labels"][padded] == -100).all()
 
 
+def test_mocked_batches_move_themselves_as_tokenizer_batches_do():
+    # The example scripts call `batch.to(accelerator.device)` on every batch, prepared or not.
+    from drivetrain import Accelerator
+    from drivetrain.test_utils.training import mocked_dataloaders, mocked_dataloaders_for_autoregressive_models
+
+    train, evaluation = mocked_dataloaders(None, batch_size=4)
+    for loader in (train, mocked_dataloaders_for_autoregressive_models(None, batch_size=4)[0]):
+        batch = next(iter(loader))
+        assert batch.to("cpu") is batch and batch["input_ids"].device.type == "cpu"
+    accelerator = Accelerator(cpu=True)
+    prepared = accelerator.prepare(evaluation)
+    batch = next(iter(prepared))
+    moved = batch.to(accelerator.device)
+    assert moved["labels"].shape == (4,) and moved["input_ids"].device == accelerator.device
+    assert type(moved) is type(next(iter(evaluation)))
+
+
 def _skipped(decorator) -> bool:
     @decorator
     class Case(unittest.TestCase):

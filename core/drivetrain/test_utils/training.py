@@ -63,7 +63,18 @@ class _PairDataset(torch.utils.data.Dataset):
         return self.samples[index]
 
 
-def _collate(samples: list[dict[str, Any]], pad_to: int | None, causal: bool) -> dict[str, torch.Tensor]:
+class _Batch(dict):
+    """Named tensors that move themselves, as a tokenizer's padded batch does: the example
+    scripts call ``batch.to(accelerator.device)`` on every batch."""
+
+    def to(self, device: Any, non_blocking: bool = False) -> "_Batch":
+        for key, value in self.items():
+            if isinstance(value, torch.Tensor):
+                self[key] = value.to(device, non_blocking=non_blocking)
+        return self
+
+
+def _collate(samples: list[dict[str, Any]], pad_to: int | None, causal: bool) -> _Batch:
     width = pad_to or max(len(s["input_ids"]) for s in samples)
     input_ids = torch.zeros(len(samples), width, dtype=torch.long)
     attention_mask = torch.zeros(len(samples), width, dtype=torch.long)
@@ -71,7 +82,7 @@ def _collate(samples: list[dict[str, Any]], pad_to: int | None, causal: bool) ->
         ids = sample["input_ids"][:width]
         input_ids[row, :len(ids)] = ids
         attention_mask[row, :len(ids)] = 1
-    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    batch = _Batch(input_ids=input_ids, attention_mask=attention_mask)
     if causal:
         batch["labels"] = input_ids.masked_fill(attention_mask == 0, -100)
     else:
