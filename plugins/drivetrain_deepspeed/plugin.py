@@ -170,6 +170,14 @@ def drivetrain_public_names():
         **{f"utils.{name}": f"drivetrain_deepspeed.helpers:{name}" for name in (
             "compile_regions_deepspeed", "map_pytorch_optim_to_deepspeed", "prepare_deepspeed_cmd_env")},
         "utils.DeepSpeedSequenceParallelConfig": "drivetrain_deepspeed.sequence_parallel:DeepSpeedSequenceParallelConfig",
+        # Accelerate's `accelerate.utils.deepspeed` module, where transformers imports them from
+        **{f"utils.deepspeed.{name}": f"drivetrain_deepspeed.compat:{name}" for name in (
+            "HfDeepSpeedConfig", "DeepSpeedEngineWrapper")},
+        **{f"utils.deepspeed.{name}": f"drivetrain_deepspeed.options:{name}" for name in (
+            "DummyOptim", "DummyScheduler", "get_active_deepspeed_plugin")},
+        **{f"utils.deepspeed.{name}": f"drivetrain_deepspeed.engine:{name}" for name in (
+            "DeepSpeedOptimizerWrapper", "DeepSpeedSchedulerWrapper")},
+        "utils.deepspeed.map_pytorch_optim_to_deepspeed": "drivetrain_deepspeed.helpers:map_pytorch_optim_to_deepspeed",
         "utils.constants.BETA_SP_AVAILABLE_DEEPSPEED_VERSION":
             "drivetrain_deepspeed.sequence_parallel:BETA_SP_AVAILABLE_DEEPSPEED_VERSION",
     }

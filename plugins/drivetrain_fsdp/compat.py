@@ -8,7 +8,7 @@ from typing import Any
 
 from drivetrain.plugin_api import environment
 
-from .options import ENV
+from .options import AUTO_WRAP_POLICIES, BACKWARD_PREFETCH, ENV, SHARDING_STRATEGIES
 
 _RAM_EFFICIENT = ENV["cpu_ram_efficient_loading"]
 
@@ -55,3 +55,10 @@ def get_fsdp2_grad_scaler(**kwargs: Any) -> Any:
     import torch
 
     return torch.amp.GradScaler(**kwargs)
+
+
+# Accelerate's `accelerate.utils.constants` lists of the option values (lists, as there: callers
+# index them and print them)
+FSDP_SHARDING_STRATEGY = list(SHARDING_STRATEGIES)
+FSDP_AUTO_WRAP_POLICY = list(AUTO_WRAP_POLICIES)
+FSDP_BACKWARD_PREFETCH = list(BACKWARD_PREFETCH)

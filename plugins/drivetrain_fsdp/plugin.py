@@ -160,4 +160,6 @@ def drivetrain_public_names():
             **{f"utils.{name}": f"drivetrain_fsdp.helpers:{name}" for name in (
                 "save_fsdp_model", "load_fsdp_model", "save_fsdp_optimizer", "load_fsdp_optimizer",
                 "fsdp2_prepare_model", "fsdp2_load_full_state_dict", "fsdp2_switch_optimizer_parameters",
-                "fsdp2_apply_ac")}}
+                "fsdp2_apply_ac")},
+            **{f"utils.constants.{name}": f"drivetrain_fsdp.compat:{name}" for name in (
+                "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREFETCH")}}

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from drivetrain import PartialState, prepare_pippy
+from drivetrain.errors import ConfigError
 
 
 class Stack(nn.Module):
@@ -46,6 +47,28 @@ def main() -> None:
     with torch.no_grad():
         output = piped(inputs)
     assert torch.allclose(output, expected, atol=1e-6), (output - expected).abs().max()
+
+    # Accelerate's convention: the example is ONE microbatch, the call is num_chunks of them;
+    # the pipeline traced at prepare time serves it, nothing is traced again.
+    piped = prepare_pippy(copy.deepcopy(model), split_points=["layers.2"], example_args=(inputs[:4],),
+                          gather_output=True)
+    traced = piped.pippy_stage
+    with torch.no_grad():
+        output = piped(inputs)
+    assert piped.pippy_stage is traced
+    assert torch.allclose(output, expected, atol=1e-6), (output - expected).abs().max()
+    # Another batch size is traced once for its microbatch size, and the model still answers right.
+    with torch.no_grad():
+        output = piped(inputs[:2])
+    assert piped.pippy_stage is not traced
+    assert torch.allclose(output, expected[:2], atol=1e-6), (output - expected[:2]).abs().max()
+    # A batch that does not divide into the microbatches is refused on every process before any transfer.
+    try:
+        piped(inputs[:3])
+    except ConfigError as error:
+        assert "num_chunks=2" in str(error), error
+    else:
+        raise AssertionError("a batch of 3 in 2 microbatches was accepted")
     print(f"pippy ok on process {state.process_index}", flush=True)
 
 

@@ -31,6 +31,27 @@ def _version(distribution: str) -> str:
         return "not installed"
 
 
+ALIAS_LABEL = "+drivetrain"  # the local version label of the `accelerate` alias distribution (compat/accelerate)
+
+
+def accelerate_package() -> str:
+    """What the name ``accelerate`` is here: drivetrain's alias, Hugging Face Accelerate, both, or nothing."""
+    import importlib.metadata
+
+    versions = [str(dist.version) for dist in importlib.metadata.distributions(name="accelerate")]
+    alias = [v for v in versions if v.endswith(ALIAS_LABEL)]
+    real = [v for v in versions if not v.endswith(ALIAS_LABEL)]
+    if alias and real:
+        return (f"conflict: the drivetrain alias {alias[0]} and Hugging Face Accelerate {real[0]} are both "
+                "installed; `pip uninstall accelerate` until one is left")
+    if alias:
+        return (f"{alias[0]}, the drivetrain alias: `import accelerate` is drivetrain and the `accelerate` "
+                "command runs `drivetrain`")
+    if real:
+        return f"{real[0]}, Hugging Face Accelerate (a separate library, not drivetrain)"
+    return "not installed"
+
+
 def _plugin_lines(manager: Any) -> list[dict[str, str]]:
     """Every loaded plugin's ``drivetrain_env_report`` lines; a failing one becomes a line too."""
     from ..kernel.plugin_manager import PluginStatus
@@ -64,6 +85,7 @@ def collect(config_file: str | None = None) -> dict[str, Any]:
         "python_executable": sys.executable,
         "numpy_version": _version("numpy"),
         "torch_version": _version("torch"),
+        "accelerate": accelerate_package(),
         "cpu_count": os.cpu_count(),
     }
     try:
@@ -124,6 +146,7 @@ def render(report: dict[str, Any]) -> str:
     add(f"- Python version: {report['python_version']} ({report['python_executable']})")
     add(f"- Numpy version: {report['numpy_version']}")
     add(f"- PyTorch version: {report['torch_version']}")
+    add(f"- accelerate: {report['accelerate']}")
     add(f"- CPUs: {report['cpu_count']}" + (f", RAM: {report['ram_gib']} GiB" if "ram_gib" in report else ""))
     detection = report["detection"]
     add(f"- Detected platform: {detection['platform'] or 'none'}"

@@ -4,8 +4,10 @@
 names; found by balancing sizes with ``"auto"``), traces it with example inputs, and
 replaces its ``forward``: the first process feeds microbatches in, every process runs its
 stage, and the last process holds the output (every process with ``gather_output``).
-Every process must call the model with inputs of the example's shape; only the first
-process's inputs are used.
+The example is one microbatch, as in Accelerate: a call's batch is cut into ``num_chunks``
+microbatches, and a call whose microbatches have another batch size than the example's is
+traced again for that size (once per size). Every process must call the model with inputs
+of the same shape; only the first process's inputs are used.
 """
 
 from __future__ import annotations
@@ -64,23 +66,40 @@ def find_pippy_batch_size(args: Any, kwargs: dict[str, Any] | None) -> int | Non
 
 def build_pipeline(model: nn.Module, split_points: list[str], args: tuple[Any, ...] = (),
                    kwargs: dict[str, Any] | None = None, num_chunks: int | None = None) -> Any:
-    """Trace ``model`` with one microbatch of the example inputs, cut it at ``split_points`` and
-    return this process's schedule (``torch.distributed.pipelining.ScheduleGPipe``)."""
+    """Trace ``model`` with ``args``/``kwargs`` as one microbatch, cut it at ``split_points`` and
+    return this process's schedule (``torch.distributed.pipelining.ScheduleGPipe``) of
+    ``num_chunks`` microbatches per step."""
     from torch.distributed.pipelining import ScheduleGPipe, SplitPoint, pipeline
 
     state = PartialState()
     num_chunks = num_chunks or state.num_processes
-    batch = find_pippy_batch_size(args, kwargs)
-    if batch is not None and batch % num_chunks:
-        raise ConfigError(f"the example batch ({batch}) does not divide into num_chunks={num_chunks} microbatches; "
-                          "make it a multiple")
-    micro = slice(0, batch // num_chunks) if batch is not None else None
-    mb_args = tuple(slice_tensors(a, micro) for a in args) if micro is not None else tuple(args)
-    mb_kwargs = {k: slice_tensors(v, micro) for k, v in (kwargs or {}).items()} if micro is not None else kwargs
-    pipe = pipeline(model, mb_args=mb_args, mb_kwargs=mb_kwargs or None,
-                    split_spec={point: SplitPoint.BEGINNING for point in split_points})
+    try:
+        pipe = pipeline(model, mb_args=tuple(args), mb_kwargs=kwargs or None,
+                        split_spec={point: SplitPoint.BEGINNING for point in split_points})
+    finally:
+        # torch marks the split points by wrapping those submodules' forward in place; undo it
+        # so that the model can be traced again (for another microbatch size) or run whole.
+        _unwrap_split_points(model, split_points)
     stage = pipe.build_stage(state.process_index, device=state.device)
     return ScheduleGPipe(stage, num_chunks)
+
+
+def _unwrap_split_points(model: nn.Module, split_points: list[str]) -> None:
+    for point in split_points:
+        try:
+            module = model.get_submodule(point)
+        except AttributeError:
+            continue
+        original = module.__dict__.pop("_orig_forward", None)
+        if original is not None:
+            module.forward = original
+            if getattr(original, "__self__", None) is module and original.__func__ is type(module).forward:
+                del module.forward  # back to the class's forward, as before tracing
+
+
+def _microbatch(args: tuple[Any, ...], kwargs: dict[str, Any], size: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    part = slice(0, size)
+    return tuple(slice_tensors(a, part) for a in args), {k: slice_tensors(v, part) for k, v in kwargs.items()}
 
 
 def pippy_forward(forward: Callable[..., Any], num_chunks: int, gather_output: bool, *args: Any, **kwargs: Any) -> Any:
@@ -109,8 +128,8 @@ def prepare_pippy(model: nn.Module, split_points: str | list[str] = "auto",
     Args:
         split_points: module names where each stage after the first begins, or ``"auto"``
             (balanced by size, never inside ``no_split_module_classes``).
-        example_args, example_kwargs: inputs of the shape the model will be called with
-            (a batch that ``num_chunks`` divides).
+        example_args, example_kwargs: one microbatch of inputs (the model is called with
+            ``num_chunks`` times its batch; another batch size is traced again on first use).
         num_chunks: microbatches per call (default: the number of processes).
         gather_output: every process gets the output, not only the last one.
     """
@@ -125,13 +144,36 @@ def prepare_pippy(model: nn.Module, split_points: str | list[str] = "auto",
         raise ConfigError(f"{len(split_points)} split points make {len(split_points) + 1} stages but the job has "
                           f"{state.num_processes} processes; give one split point fewer than processes")
     schedule = build_pipeline(model, split_points, example_args, example_kwargs, num_chunks)
+    schedules = {find_pippy_batch_size(example_args, example_kwargs): schedule}
     model._original_forward = model.forward
     model._original_call = model.__call__
     model.pippy_stage = schedule
     model.hf_split_points = split_points
 
+    def schedule_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        batch = find_pippy_batch_size(args, kwargs)
+        if batch is None:
+            return model.pippy_stage
+        if batch % num_chunks:
+            raise ConfigError(f"the batch ({batch}) does not divide into num_chunks={num_chunks} microbatches; "
+                              "make it a multiple, or give prepare_pippy another num_chunks")
+        size = batch // num_chunks
+        if size in schedules:
+            return schedules[size]
+        logger.info("prepare_pippy: tracing the model again for microbatches of %d (the example had %s)",
+                    size, next(iter(schedules)))
+        mb_args, mb_kwargs = _microbatch(args, kwargs, size)
+        wrapper = model.__dict__.pop("forward")
+        try:  # trace the model's own forward, not this wrapper
+            schedules[size] = build_pipeline(model, split_points, mb_args, mb_kwargs, num_chunks)
+        finally:
+            model.forward = wrapper
+        return schedules[size]
+
     def forward(*args: Any, **kwargs: Any) -> Any:
-        return pippy_forward(schedule.step, num_chunks, gather_output, *args, **kwargs)
+        current = schedule_for(args, kwargs)
+        model.pippy_stage = current
+        return pippy_forward(current.step, num_chunks, gather_output, *args, **kwargs)
 
     forward.__wrapped__ = model._original_forward
     model.forward = forward

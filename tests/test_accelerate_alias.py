@@ -1,0 +1,119 @@
+"""The `accelerate` alias distribution (compat/accelerate), installed by pip into a throwaway
+virtual environment: its modules are drivetrain's, its command is drivetrain's, and it refuses
+to share the name with a real Hugging Face Accelerate."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from alias_env import fake_real_accelerate, make_alias_env, make_env
+from conftest import clean_environ
+
+pytestmark = pytest.mark.slow
+
+IDENTITY = r"""
+import importlib.metadata, pickle, sys
+from unittest import mock
+
+import accelerate, drivetrain
+assert accelerate is drivetrain and sys.modules["accelerate"] is drivetrain
+assert accelerate.Accelerator is drivetrain.Accelerator
+import accelerate.utils.operations
+import drivetrain.utils.operations
+assert accelerate.utils.operations is drivetrain.utils.operations
+assert sys.modules["accelerate.utils"] is drivetrain.utils and drivetrain.utils.__name__ == "drivetrain.utils"
+assert drivetrain.utils.__spec__.name == "drivetrain.utils"  # the alias leaves drivetrain's modules as they are
+from accelerate.state import PartialState
+from accelerate.hooks import add_hook_to_module
+from accelerate.big_modeling import init_empty_weights
+import drivetrain.state, drivetrain.hooks, drivetrain.big_modeling
+assert PartialState is drivetrain.state.PartialState and add_hook_to_module is drivetrain.hooks.add_hook_to_module
+assert init_empty_weights is drivetrain.big_modeling.init_empty_weights
+# a patch through one name is seen through the other
+with mock.patch("accelerate.utils.operations.gather", lambda tensor: "patched"):
+    assert drivetrain.utils.operations.gather(1) == "patched"
+# what a real Accelerate pickled names accelerate's module path: it resolves to drivetrain's class
+cls = pickle.loads(b"caccelerate.utils.dataclasses\nProjectConfiguration\n.")
+assert cls is drivetrain.utils.ProjectConfiguration
+try:
+    import accelerate.no_such_module
+except ModuleNotFoundError as exc:
+    assert "accelerate.no_such_module" in str(exc)
+else:
+    raise AssertionError("an unknown submodule imported")
+# the version libraries check: the Accelerate API it implements, marked as the alias
+assert importlib.metadata.version("accelerate") == "1.15.0+drivetrain"
+from transformers.utils import is_accelerate_available
+assert is_accelerate_available()
+print("ok")
+"""
+
+
+@pytest.fixture(scope="module")
+def alias(tmp_path_factory):
+    return make_alias_env(tmp_path_factory.mktemp("alias") / "venv")
+
+
+def run(command, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(part) for part in command], capture_output=True, text=True, timeout=240,
+                          env=clean_environ(**env))
+
+
+def test_accelerate_modules_are_drivetrains_own_module_objects(alias):
+    result = run([alias.python, "-c", IDENTITY])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_the_accelerate_command_is_drivetrain_and_says_so(alias):
+    result = run([alias.bin / "accelerate", "env"])
+    assert result.returncode == 0, result.stderr
+    assert "- accelerate: 1.15.0+drivetrain, the drivetrain alias" in result.stdout
+    assert "`drivetrain` version" in result.stdout
+    version = run([alias.bin / "accelerate", "--version"])
+    assert version.stdout.startswith("drivetrain ")
+    launch_help = run([alias.bin / "accelerate-launch", "--help"])
+    assert launch_help.returncode == 0 and "--num_processes" in launch_help.stdout
+
+
+def test_the_alias_refuses_to_run_beside_a_real_accelerate(alias, tmp_path):
+    fake_real_accelerate(tmp_path)
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    imported = run([alias.python, "-c", "import accelerate"], PYTHONPATH=path)
+    assert imported.returncode == 1
+    last = imported.stderr.strip().splitlines()[-1]
+    assert "cannot run beside a real Hugging Face Accelerate (accelerate 1.15.0 in" in last
+    assert "pip uninstall accelerate" in last
+    command = run([alias.bin / "accelerate", "env"], PYTHONPATH=path)
+    assert command.returncode == 1
+    assert command.stderr.count("\n") == 1 and "cannot run beside a real Hugging Face Accelerate" in command.stderr
+
+
+def test_install_refuses_a_real_accelerate_and_uninstall_restores_the_environment(tmp_path):
+    env = make_env(tmp_path / "venv")
+    site = env.site_packages
+    fake_real_accelerate(site)
+    refused = env.install_alias()
+    assert refused.returncode != 0
+    assert "will not install over a real Hugging Face Accelerate (accelerate 1.15.0 in" in refused.stderr
+    assert (site / "accelerate-1.15.0.dist-info").is_dir()  # the real one is left alone
+    for leftover in site.glob("accelerate-1.15.0.dist-info"):
+        (leftover / "METADATA").unlink()
+        leftover.rmdir()
+
+    before = sorted(p.name for p in site.iterdir())
+    bin_before = sorted(p.name for p in env.bin.iterdir())
+    installed = env.install_alias()
+    assert installed.returncode == 0, installed.stderr
+    assert (env.bin / "accelerate").exists()
+    assert run([env.python, "-c", "import accelerate"]).returncode == 0
+    removed = env.pip("uninstall", "--yes", "accelerate")
+    assert removed.returncode == 0, removed.stderr
+    assert sorted(p.name for p in site.iterdir() if p.name != "__pycache__") == before
+    assert sorted(p.name for p in env.bin.iterdir()) == bin_before
+    # nothing of the alias is left in this environment (a base environment may have its own copy)
+    gone = run([env.python, "-c", "import importlib.util as u; s = u.find_spec('accelerate'); print(s and s.origin)"])
+    assert not gone.stdout.strip().startswith(str(site)), gone.stdout
