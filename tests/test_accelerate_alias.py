@@ -4,8 +4,10 @@ to share the name with a real Hugging Face Accelerate."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +119,14 @@ def test_install_refuses_a_real_accelerate_and_uninstall_restores_the_environmen
     # nothing of the alias is left in this environment (a base environment may have its own copy)
     gone = run([env.python, "-c", "import importlib.util as u; s = u.find_spec('accelerate'); print(s and s.origin)"])
     assert not gone.stdout.strip().startswith(str(site)), gone.stdout
+
+
+def test_from_pretrained_offloads_part_of_a_model_to_disk_through_the_alias(alias):
+    # the client suite's representative in the main suite (one process, seconds): transformers
+    # dispatches through `accelerate`, which is drivetrain here
+    script = Path(__file__).parent / "clients" / "scripts" / "offload_job.py"
+    result = run([alias.python, script])
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.split("RESULT ", 1)[1])
+    assert "disk" in report["placement"]
+    assert report["same_logits"] and report["same_tokens"]
