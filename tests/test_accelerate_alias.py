@@ -21,8 +21,9 @@ import importlib.metadata, pickle, sys
 from unittest import mock
 
 import accelerate, drivetrain
-assert accelerate is drivetrain and sys.modules["accelerate"] is drivetrain
-assert accelerate.Accelerator is drivetrain.Accelerator
+assert accelerate.Accelerator is drivetrain.Accelerator and accelerate.DeepSpeedPlugin is drivetrain.DeepSpeedPlugin
+# libraries compare `accelerate.__version__` with Accelerate releases (PEFT, TRL): the API version
+assert accelerate.__version__ == importlib.metadata.version("accelerate")
 import accelerate.utils.operations
 import drivetrain.utils.operations
 assert accelerate.utils.operations is drivetrain.utils.operations
