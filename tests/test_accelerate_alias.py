@@ -80,6 +80,11 @@ def test_the_accelerate_command_is_drivetrain_and_says_so(alias):
     assert version.stdout.startswith("drivetrain ")
     launch_help = run([alias.bin / "accelerate-launch", "--help"])
     assert launch_help.returncode == 0 and "--num_processes" in launch_help.stdout
+    # Accelerate's other console scripts are there too, each the drivetrain command of that name
+    merge_help = run([alias.bin / "accelerate-merge-weights", "--help"])
+    assert merge_help.returncode == 0 and "merge-weights" in merge_help.stdout
+    for script in ("accelerate-config", "accelerate-estimate-memory"):
+        assert run([alias.bin / script, "--help"]).returncode == 0, script
 
 
 def test_the_alias_refuses_to_run_beside_a_real_accelerate(alias, tmp_path):
