@@ -5,6 +5,7 @@ to share the name with a real Hugging Face Accelerate."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -136,3 +137,13 @@ def test_from_pretrained_offloads_part_of_a_model_to_disk_through_the_alias(alia
     report = json.loads(result.stdout.split("RESULT ", 1)[1])
     assert "disk" in report["placement"]
     assert report["same_logits"] and report["same_tokens"]
+
+
+def test_the_trainer_trains_on_drivetrain_through_the_alias(alias, tmp_path):
+    # the headline of the client suite, in one process: `Trainer(...)` needs `accelerate`
+    script = Path(__file__).parent / "clients" / "scripts" / "trainer_job.py"
+    result = run([alias.python, script, "--output-dir", tmp_path, "--max-steps", "2"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.split("RESULT ", 1)[1])
+    assert report["accelerator"] == "drivetrain.facade.accelerator" and report["world_size"] == 1
+    assert len(report["losses"]) == 2 and all(math.isfinite(loss) for loss in report["losses"])
