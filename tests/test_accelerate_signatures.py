@@ -150,6 +150,23 @@ def test_dynamo_plugin_reads_its_defaults_from_the_environment(monkeypatch):
         TorchDynamoPlugin()
 
 
+def test_dynamo_plugin_kwargs_count_values_from_the_environment_as_changes(monkeypatch):
+    """to_kwargs() compares with the defaults of no arguments and no variables, so options the
+    launcher set through the environment are passed on, and the environment is left alone."""
+    import os
+
+    from drivetrain.utils import TorchDynamoPlugin
+
+    assert TorchDynamoPlugin().to_kwargs() == {}
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "aot_eager")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_MODE", "reduce-overhead")
+    monkeypatch.setenv("DRIVETRAIN_DYNAMO_USE_DYNAMIC", "true")
+    before = dict(os.environ)
+    assert TorchDynamoPlugin().to_kwargs() == {"backend": "aot_eager", "mode": "reduce-overhead", "dynamic": True}
+    assert TorchDynamoPlugin(mode="default").to_kwargs() == {"backend": "aot_eager", "dynamic": True}
+    assert dict(os.environ) == before
+
+
 def test_init_process_group_backend_defaults_to_the_platform_s():
     from drivetrain import InitProcessGroupKwargs
 

@@ -14,7 +14,6 @@ from drivetrain import (
     GradScalerKwargs,
     ProfileKwargs,
     TorchDynamoPlugin,
-    find_executable_batch_size,
     get_logger,
     release_memory,
 )
@@ -327,26 +326,6 @@ def test_a_strategy_preparing_objects_together_still_gets_every_model_transform(
     torch.testing.assert_close(prepared(x), model(x))
     assert accelerator.prepare(prepared) is prepared  # prepared already: no model transform again
     assert calls[4:] == [("drivetrain_transform_objects", "list")]  # (plugins see every call's objects)
-
-
-def test_find_executable_batch_size_halves_until_it_fits():
-    tried = []
-
-    @find_executable_batch_size(starting_batch_size=64)
-    def train(batch_size, scale):
-        tried.append(batch_size)
-        if batch_size > 16:
-            raise torch.OutOfMemoryError("out of memory")
-        return batch_size * scale
-
-    assert train(2) == 32 and tried == [64, 32, 16]
-
-    @find_executable_batch_size(starting_batch_size=8)
-    def broken(batch_size):
-        raise ValueError("not memory")
-
-    with pytest.raises(ValueError):
-        broken()
 
 
 def test_release_memory_and_free_memory():

@@ -391,22 +391,23 @@ class BufferHeavy(nn.Module):
         return x
 
 
-def test_buffers_of_offloaded_modules_count_against_the_main_device():
-    """Without offload_buffers, the buffers of disk-mapped modules stay in CPU memory (the main
-    device here): the map keeps room for them; with offload_buffers=True they go to disk too."""
+def test_buffers_of_offloaded_modules_leave_the_map_as_accelerate_makes_it():
+    """The map is planned by sizes alone, as Accelerate's: buffers of offloaded modules (kept
+    on the main device unless offload_buffers) do not move layers elsewhere. With the CPU as
+    the main device there is no platform device to warn about."""
+    import warnings
+
     model = BufferHeavy()
     layer = 16 * 16 * 4 + 16 * 4 + 256 * 4  # 2112 bytes per layer
     budget = {"cpu": 5 * layer}
-    kept = infer_auto_device_map(model, max_memory=budget)
-    offloaded = infer_auto_device_map(model, max_memory=budget, offload_buffers=True)
-    # The largest layer is reserved on the main device: 4 layers fit when buffers go to disk.
-    assert [offloaded[f"layers.{i}"] for i in range(6)] == ["cpu"] * 4 + ["disk"] * 2
-    on_cpu = [name for name, device in kept.items() if device == "cpu"]
-    on_disk = [name for name, device in kept.items() if device == "disk"]
-    buffer_bytes = 256 * 4
-    # The CPU holds its layers, the reserve for one offloaded layer, and the disk layers' buffers.
-    assert len(on_cpu) * layer + layer + len(on_disk) * buffer_bytes <= budget["cpu"]
-    assert len(on_cpu) == 2 and len(on_disk) == 4
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kept = infer_auto_device_map(model, max_memory=budget)
+        offloaded = infer_auto_device_map(model, max_memory=budget, offload_buffers=True)
+    assert caught == []
+    # The largest layer is reserved on the main device: 4 layers fit, 2 go to disk.
+    assert [kept[f"layers.{i}"] for i in range(6)] == ["cpu"] * 4 + ["disk"] * 2
+    assert kept == offloaded
 
 
 def test_a_block_kept_in_memory_hooks_its_submodules_like_accelerate(tmp_path):
@@ -494,8 +495,6 @@ def test_an_offload_index_naming_a_file_outside_its_folder_is_refused(tmp_path):
 @pytest.mark.parametrize("device_map, match", [
     ({"": "cuda:7"}, r"names device 'cuda:7', which does not exist"),
     ({"": 5}, r"names device 5, which does not exist"),
-    ({"embed": "cpu", "blocks": "cpu", "norm": "cpu", "head": "cpu", "scale": "cpu", "offset": "cpu",
-      "decoder": "cpu"}, r"names 'decoder', which PlainNet has no module"),
     ({"": "gpu!"}, r"names 'gpu!', which is not a device"),
 ])
 def test_a_device_map_naming_what_does_not_exist_is_one_line(tmp_path, device_map, match):

@@ -37,8 +37,12 @@ def launch(monkeypatch, tmp_path, capsys):
     (("--num-processes", "0"), "--num-processes must be at least 1, not 0"),
     (("--num_processes", "-2"), "--num-processes must be at least 1, not -2"),
     (("--num-machines", "0"), "--num-machines must be at least 1, not 0"),
-    (("--main-process-port", "99999"), "--main-process-port must be a port number between 1 and 65535, not 99999"),
-    (("--main-process-port", "0"), "--main-process-port must be a port number between 1 and 65535, not 0"),
+    (("--main-process-port", "99999"),
+     "--main-process-port must be a port number between 1 and 65535 (or 0 for a free one), not 99999"),
+    (("--main-process-port", "-1"), "--main-process-port must be a port number between 1 and 65535 (or 0 for a "
+                                    "free one), not -1"),
+    (("--main_process_port", "0", "--num_machines", "2", "--main_process_ip", "127.0.0.1"),
+     "--main-process-port is 0 (a free port of this machine), but the other machines cannot learn it"),
     (("--max-restarts", "-1"), "--max-restarts must be at least 0, not -1"),
     (("--gradient-accumulation-steps", "0"), "--gradient-accumulation-steps must be at least 1, not 0"),
     (("--gradient_accumulation_steps", "-1"), "--gradient-accumulation-steps must be at least 1, not -1"),
@@ -446,3 +450,18 @@ def test_an_unreachable_machine_zero_ends_the_launch_in_one_line(capsys):
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith(f"drivetrain launch: no rendezvous with machine 0 at 127.0.0.1:{port}: ") \
         and last.endswith("or wait longer with --rdzv-timeout (now 1.0 s)"), last
+
+
+def test_port_zero_on_one_machine_is_accepted_and_launches_on_a_free_port():
+    from drivetrain.cli import launch_checks
+    from drivetrain.cli.launch_cmd import build_parser
+    from drivetrain_torchrun.launcher import torchrun_arguments
+
+    args = build_parser().parse_args(["--num_processes", "2", "--main_process_port", "0", "train.py"])
+    given = launch_checks.given_on_command_line(args)
+    launch_checks.check_numbers(args, given)
+    launch_checks.check_rendezvous(args, given)
+    launch_checks.check_port_free(args, given)
+    args.num_machines, args.nproc_per_node, args.rdzv_backend, args.machine_rank = 1, 2, "static", 0
+    argv = torchrun_arguments(args)
+    assert "--standalone" in argv and "--master-port" not in argv  # torchrun's rendezvous picks a free port

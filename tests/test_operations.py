@@ -276,3 +276,28 @@ def test_the_torch_collectives_turn_a_backend_runtime_error_into_one_line(monkey
         with pytest.raises(DistributedError) as caught:
             call()
         assert str(caught.value) == f"gloo {name}: Read error [127.0.0.1]:9096: Connection reset by peer."
+
+
+def test_the_torch_collectives_take_tensors_that_require_grad():
+    """gloo writes a gather into views of its result, which autograd refuses for a parameter's
+    data unless the collective detaches it; a broadcast lands in a parameter's (view's) memory."""
+    import torch.distributed as dist
+    from drivetrain_torch_distributed.process_group import TorchCollectives
+
+    existed = dist.is_initialized()
+    if not existed:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        collectives = TorchCollectives()
+        weight = torch.nn.Parameter(torch.arange(6.0).reshape(2, 3))
+        gathered = collectives.all_gather_into(weight)
+        assert torch.equal(gathered, weight.detach()) and not gathered.requires_grad
+        scalar = collectives.all_gather_into(torch.nn.Parameter(torch.tensor(2.0)))
+        assert scalar.shape == (1,) and not scalar.requires_grad
+        assert [t.tolist() for t in collectives.all_gather(weight * 2)] == [(weight * 2).tolist()]
+        column = weight.t()[1]  # a non-contiguous view of a parameter
+        assert collectives.broadcast(column) is column and weight.requires_grad
+        assert collectives.broadcast(weight) is weight
+    finally:
+        if not existed:
+            dist.destroy_process_group()

@@ -44,6 +44,61 @@ def test_sizes_names_and_environment(clean_env):
     assert env["PARALLELISM_CONFIG_CP_COMM_STRATEGY"] == "alltoall"  # still in the environment
 
 
+class _RecordingMesh:
+    """What torch's init_device_mesh returns, reduced to what the layout asks of it."""
+
+    def __init__(self, device_type, shape, mesh_dim_names):
+        self.device_type, self.shape, self.mesh_dim_names = device_type, shape, mesh_dim_names
+        self.flattened = []
+
+    def __getitem__(self, dims):
+        mesh = self
+
+        class Slice:
+            def _flatten(self, name):
+                mesh.flattened.append((list(dims), name))
+                return f"flat:{name}"
+
+        return Slice()
+
+
+@pytest.mark.parametrize("sizes, names", [
+    ((1, 1, 1, 1), ()),
+    ((4, 1, 1, 1), ("dp_replicate",)),
+    ((1, 1, 1, 2), ("tp",)),
+    ((2, 1, 1, 2), ("dp_replicate", "tp")),
+    ((1, 2, 2, 1), ("dp_shard", "cp")),
+    ((2, 2, 2, 2), ("dp_replicate", "dp_shard", "cp", "tp")),
+])
+def test_the_mesh_holds_the_dimensions_larger_than_one(clean_env, monkeypatch, sizes, names):
+    import torch.distributed.device_mesh as device_mesh
+
+    from drivetrain import ParallelismConfig
+
+    monkeypatch.setattr(device_mesh, "init_device_mesh", _RecordingMesh)
+    replicate, shard, cp, tp = sizes
+    config = ParallelismConfig(dp_replicate_size=replicate, dp_shard_size=shard, cp_size=cp, tp_size=tp)
+    assert config._get_mesh() == (names, tuple(dict(zip(("dp_replicate", "dp_shard", "cp", "tp"), sizes))[n]
+                                               for n in names))
+    mesh = config.build_device_mesh("cpu")
+    if not names:  # one process: nothing to lay out, and no dimension to ask for
+        assert mesh is None and config.device_mesh is None and not config.has_dimension("dp")
+        return
+    assert (mesh.shape, mesh.mesh_dim_names) == (tuple(s for s in sizes if s > 1), names)
+    joined = {"dp": [n for n in names if n in ("dp_replicate", "dp_shard")],
+              "dp_shard_cp": [n for n in names if n in ("dp_shard", "cp")],
+              "dp_cp": [n for n in names if n != "tp"]}
+    assert mesh.flattened == [(dims, flat) for flat, dims in joined.items() if dims]
+    for flat, dims in joined.items():
+        assert config.has_dimension(flat) == bool(dims)
+        if dims:
+            assert config.submesh(flat) == f"flat:{flat}"
+    for absent in set(("dp_replicate", "dp_shard", "cp", "tp")) - set(names):
+        assert not config.has_dimension(absent)
+        with pytest.raises(ConfigError, match=f"no '{absent}' dimension, since its size is 1"):
+            config.submesh(absent)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(tp_size=0), "tp_size must be at least 1, got 0"),
     (dict(dp_shard_size="two"), "dp_shard_size='two' is not a whole number"),
@@ -107,6 +162,20 @@ def test_context_parallelism_is_refused_on_the_cpu(clean_env):
     check_platform(ParallelismConfig(cp_size=2), "cuda")  # torch has the kernels there
 
 
+def test_replicas_alone_need_a_torch_that_splits_a_mesh_dimension(clean_env, monkeypatch):
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from drivetrain import ParallelismConfig
+    from drivetrain_fsdp.parallelism.strategy import check_platform
+
+    check_platform(ParallelismConfig(dp_replicate_size=2, tp_size=2), "cpu")
+    monkeypatch.delattr(DeviceMesh, "_unflatten", raising=False)
+    with pytest.raises(ConfigError, match=r"^dp_replicate_size=2 with dp_shard_size=1 and cp_size=1 needs torch 2\.9 "
+                                          r"or later .*or shard the model instead \(dp_shard_size\)$"):
+        check_platform(ParallelismConfig(dp_replicate_size=2, tp_size=2), "cpu")
+    check_platform(ParallelismConfig(dp_replicate_size=2, dp_shard_size=2), "cpu")  # sharded: not needed
+
+
 def test_tensor_parallel_plan_from_the_model_or_the_user(clean_env):
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
@@ -146,7 +215,7 @@ def test_one_process_layout_and_refused_sizes(clean_env):
         Accelerator(parallelism_config=ParallelismConfig(), torch_tp_plugin=TorchTensorParallelPlugin())
     AcceleratorState._reset_state()
     accelerator = Accelerator(parallelism_config=ParallelismConfig())
-    assert accelerator.torch_device_mesh.mesh_dim_names[:4] == ("dp_replicate", "dp_shard", "cp", "tp")
+    assert accelerator.torch_device_mesh is None  # every size is 1: no dimension to lay out
     assert (accelerator.data_parallel_rank, accelerator.tensor_parallel_rank, accelerator.data_parallel_shard_rank) == (
         0, 0, 0)
     model = accelerator.prepare(torch.nn.Linear(4, 2))
@@ -217,7 +286,7 @@ def test_launch_options_and_config_block(clean_env, tmp_path):
 
 @pytest.mark.multiprocess
 def test_tensor_parallel_on_two_processes(tmp_path):
-    result = launch("check_parallelism.py", str(tmp_path), "1,1,2", num_processes=2, timeout=400)
+    result = launch("check_parallelism.py", str(tmp_path), "1,1,2", "2,1,1", num_processes=2, timeout=500)
     assert_ok(result)
     assert "CHECK-PARALLELISM-OK" in result.stdout
 

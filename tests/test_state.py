@@ -122,6 +122,17 @@ def test_split_tensors_dicts_and_datasets():
     assert _split(Rows("abcde"), 2, 1, True).rows == ["d", "e", "e"]
     assert _split(Rows("abcde"), 2, 1, False).rows == ["d", "e"]
     assert _split(7, 2, 1, False) == 7  # nothing to split
+
+
+def test_split_a_datasets_dataset_by_rows():
+    """A datasets.Dataset has a shape, and slicing it gives a dict of columns: its rows are split."""
+    datasets = pytest.importorskip("datasets")
+
+    rows = datasets.Dataset.from_list([{"k": value} for value in range(5)])
+    assert _split(rows, 2, 0, False)["k"] == [0, 1, 2]
+    assert _split(rows, 2, 1, False)["k"] == [3, 4]
+    assert _split(rows, 2, 1, True)["k"] == [3, 4, 4]
+    assert isinstance(_split(rows, 2, 1, False), datasets.Dataset)
     with PartialState().split_between_processes([1, 2, 3]) as everything:
         assert everything == [1, 2, 3]
 
@@ -231,10 +242,18 @@ def test_an_accelerator_whose_state_was_reset_says_so():
     accelerator = drivetrain.Accelerator()
     with pytest.raises(AttributeError, match="^'AcceleratorState' object has no attribute 'nothing_such'$"):
         accelerator.state.nothing_such
+    state = accelerator.state
     AcceleratorState._reset_state()
     # the Accelerator's property lets the state's error through instead of a generic one
     with pytest.raises(AttributeError, match=r"This happens if `AcceleratorState._reset_state\(\)`"):
-        accelerator.is_main_process
+        accelerator.distributed_type
+    # what belongs to the process (which outlives the Accelerator) still answers, as in Accelerate
+    assert accelerator.is_main_process and state.is_local_main_process and state.is_last_process
+    state.wait_for_everyone()
+    with state.split_between_processes([1, 2]) as share, state.main_process_first():
+        assert share == [1, 2]
+    state.destroy_process_group()  # no group of its own here: nothing to leave, and no error
+    assert not AcceleratorState._shared_state  # answering did not set the Accelerator's state up again
 
 
 def test_the_torch_device_variable_chooses_the_process_device(monkeypatch):

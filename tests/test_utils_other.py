@@ -130,3 +130,25 @@ def test_compile_regions_compiles_each_repeated_block():
     assert torch.allclose(regional(x), tower(x))
     # a model without repeated blocks is compiled whole
     assert is_compiled_module(compile_regions(torch.nn.Linear(2, 2), backend="eager"))
+
+
+@pytest.mark.slow
+def test_compile_regions_binds_instance_methods_to_the_copy():
+    """A forward installed on the instance (as wrappers do) runs on the compiled copy, not on
+    the original it was bound to."""
+    from types import MethodType
+
+    calls = []
+
+    def logged_forward(self, x):
+        calls.append(self)
+        return type(self).forward(self, x)
+
+    tower = Tower()
+    tower.forward = MethodType(logged_forward, tower)
+    tower.layers.describe = MethodType(lambda self: self, tower.layers)
+    regional = compile_regions(tower, backend="eager")
+    assert regional.__dict__["forward"].__self__ is regional and tower.__dict__["forward"].__self__ is tower
+    assert regional.layers.describe() is regional.layers and tower.layers.describe() is tower.layers
+    x = torch.randn(2, 4)
+    assert torch.allclose(regional(x), tower(x)) and calls == [regional, tower]

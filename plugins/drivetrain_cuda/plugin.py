@@ -6,10 +6,10 @@ and never initialises CUDA, so a notebook can still fork its workers afterwards.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from drivetrain.plugin_api import (
+    BackendFlag,
     ConfigField,
     ConfigSection,
     EnvReportLine,
@@ -73,17 +73,16 @@ def drivetrain_register_config_sections():
     ]
 
 
-class _MultiGpu(argparse.Action):
-    """``--multi-gpu``: the cuda platform, or, where no GPU is usable, CPU processes and one
+class _MultiGpu(BackendFlag):
+    """``--multi_gpu``: the cuda platform, or, where no GPU is usable, CPU processes and one
     warning (CI scripts written for Accelerate pass it on machines without GPUs)."""
 
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, **kwargs)
+    request, value = "platform", NAME
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def choose(self, namespace, option_string):
         answer = probe()
         if answer.available:
-            setattr(namespace, self.dest, NAME)
+            super().choose(namespace, option_string)
         else:
             print(f"warning: {option_string} given but {answer.reason}; starting CPU processes instead",
                   file=sys.stderr)
@@ -92,7 +91,7 @@ class _MultiGpu(argparse.Action):
 @hookimpl
 def drivetrain_add_launch_arguments(parser):
     group = parser.add_argument_group("CUDA", "NVIDIA GPUs (plugin cuda)")
-    group.add_argument("--multi-gpu", dest="platform", action=_MultiGpu, default=argparse.SUPPRESS,
+    group.add_argument("--multi-gpu", action=_MultiGpu,
                        help="run on the GPUs (the same as --platform cuda); without a GPU, CPU processes "
                             "with a warning, as Accelerate does")
     group.add_argument("--gpu-ids", help="GPUs of this machine to use, comma separated (default: all)")

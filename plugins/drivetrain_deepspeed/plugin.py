@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from drivetrain.plugin_api import (
+    BackendFlag,
     ClusterEnvironmentSpec,
     ConfigField,
     ConfigSection,
@@ -115,7 +116,7 @@ def drivetrain_register_cluster_environments():
 def drivetrain_add_launch_arguments(parser):
     group = parser.add_argument_group("DeepSpeed", "options of the deepspeed strategy (also read from "
                                                    "deepspeed_config: in the config file)")
-    group.add_argument("--use-deepspeed", dest="strategy", action="store_const", const=NAME,
+    group.add_argument("--use-deepspeed", action=BackendFlag.choosing("strategy", NAME),
                        help="use DeepSpeed (same as --strategy deepspeed)")
     for key, (option, kind, choices, _ask, text) in CONFIG_KEYS.items():
         if key == "gradient_accumulation_steps":

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, StrategySpec, bool_argument, hookimpl
+from drivetrain.plugin_api import BackendFlag, ConfigField, ConfigSection, PluginInfo, StrategySpec, bool_argument, hookimpl
 
 from .options import (
     AUTO_WRAP_POLICIES,
@@ -96,7 +96,7 @@ def drivetrain_register_config_sections():
 def drivetrain_add_launch_arguments(parser):
     group = parser.add_argument_group("FSDP", "options of the fsdp strategy (also read from fsdp_config: in the "
                                                "config file)")
-    group.add_argument("--use-fsdp", dest="strategy", action="store_const", const=NAME,
+    group.add_argument("--use-fsdp", action=BackendFlag.choosing("strategy", NAME),
                        help="use Fully Sharded Data Parallel (same as --strategy fsdp)")
     for key, (_option, kind, choices, _default, _ask, text) in CONFIG_KEYS.items():
         if key == "fsdp_backward_prefetch_policy":

@@ -14,7 +14,7 @@ the strategy's role object (``strategy.py``).
 from __future__ import annotations
 
 
-from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, StrategySpec, bool_argument, hookimpl
+from drivetrain.plugin_api import BackendFlag, ConfigField, ConfigSection, PluginInfo, StrategySpec, bool_argument, hookimpl
 
 from .options import ENV
 
@@ -57,7 +57,7 @@ def drivetrain_register_config_sections():
 def drivetrain_add_launch_arguments(parser):
     group = parser.add_argument_group("Megatron-LM", "options of the megatron_lm strategy (also read from "
                                                      "megatron_lm_config: in the config file)")
-    group.add_argument("--use-megatron-lm", dest="strategy", action="store_const", const=NAME,
+    group.add_argument("--use-megatron-lm", action=BackendFlag.choosing("strategy", NAME),
                        help="use Megatron-LM (same as --strategy megatron_lm)")
     for key, (_option, kind, text) in CONFIG_KEYS.items():
         group.add_argument("--" + key.replace("_", "-"), dest=key, type=bool_argument if kind is bool else kind,

@@ -8,9 +8,8 @@ any process starts), with the fix.
 
 from __future__ import annotations
 
-import argparse
 
-from drivetrain.plugin_api import EnvReportLine, PlatformSpec, PluginInfo, Probe, hookimpl
+from drivetrain.plugin_api import BackendFlag, EnvReportLine, PlatformSpec, PluginInfo, Probe, hookimpl
 
 from .support import BF16_MACOS, macos_version, precisions
 
@@ -57,8 +56,7 @@ def drivetrain_register_platforms():
 @hookimpl
 def drivetrain_add_launch_arguments(parser):
     group = parser.add_argument_group("MPS", "Apple silicon GPUs (plugin mps)")
-    group.add_argument("--use-mps-device", dest="platform", action="store_const", const=NAME,
-                       default=argparse.SUPPRESS,
+    group.add_argument("--use-mps-device", action=BackendFlag.choosing("platform", NAME),
                        help="run on the Mac's GPU (the same as --platform mps; detected without it)")
 
 

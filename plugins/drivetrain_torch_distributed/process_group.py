@@ -123,8 +123,12 @@ class TorchCollectives:
 
     @_backend_failures
     def all_gather_into(self, tensor: torch.Tensor) -> torch.Tensor:
-        """All processes' tensors concatenated along dim 0, in one call."""
-        tensor = tensor.contiguous()
+        """All processes' tensors concatenated along dim 0, in one call.
+
+        The result is new data without autograd history: the backend writes into views of
+        it, which autograd refuses when the input requires grad (a parameter, say).
+        """
+        tensor = tensor.detach().contiguous()
         if tensor.dim() == 0:
             tensor = tensor.reshape(1)
         shape = list(tensor.shape)
@@ -155,17 +159,20 @@ class TorchCollectives:
 
     @_backend_failures
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-        if tensor.dtype in self._missing:
-            buffer = tensor.contiguous()
+        # Written through a detached alias (same memory): a broadcast is data, not a step autograd
+        # could differentiate, and an in-place copy into a parameter's view would be refused.
+        target = tensor.detach()
+        if target.dtype in self._missing:
+            buffer = target.contiguous()
             dist.broadcast(_as_bytes(buffer), src=src)
-            if buffer is not tensor:
-                tensor.copy_(buffer)
-        elif tensor.is_contiguous():
-            dist.broadcast(tensor, src=src)
+            if buffer is not target:
+                target.copy_(buffer)
+        elif target.is_contiguous():
+            dist.broadcast(target, src=src)
         else:  # the backends need contiguous memory; the result still lands in ``tensor``
-            buffer = tensor.contiguous()
+            buffer = target.contiguous()
             dist.broadcast(buffer, src=src)
-            tensor.copy_(buffer)
+            target.copy_(buffer)
         return tensor
 
     def barrier(self) -> None:

@@ -8,9 +8,8 @@ the device runtime.
 
 from __future__ import annotations
 
-import argparse
 
-from drivetrain.plugin_api import EnvReportLine, PlatformSpec, PluginInfo, Probe, hookimpl
+from drivetrain.plugin_api import BackendFlag, EnvReportLine, PlatformSpec, PluginInfo, Probe, hookimpl
 
 PLUGIN_INFO = PluginInfo(api_version="1.3", description="Intel GPUs through torch.xpu (XCCL or oneCCL between processes)")
 
@@ -51,8 +50,7 @@ def drivetrain_register_platforms():
 @hookimpl
 def drivetrain_add_launch_arguments(parser):
     group = parser.add_argument_group("XPU", "Intel GPUs (plugin xpu)")
-    group.add_argument("--use-xpu", dest="platform", action="store_const", const=NAME,
-                       default=argparse.SUPPRESS,
+    group.add_argument("--use-xpu", action=BackendFlag.choosing("platform", NAME),
                        help="run on the Intel GPUs (the same as --platform xpu; detected without it)")
 
 

@@ -130,6 +130,23 @@ def check_pad_then_gather_uneven():
     assert pad_across_processes(same) is same
 
 
+def check_tensors_that_require_grad():
+    """A parameter, or a result of it, goes through every operation as its data would."""
+    weight = torch.nn.Parameter(filled((2, 3), torch.float32, RANK))
+    expected = torch.cat([filled((2, 3), torch.float32, r) for r in range(WORLD)])
+    for got in (gather(weight), gather_for_metrics(weight), gather({"w": [weight * 1]})["w"][0]):
+        assert torch.equal(got, expected) and not got.requires_grad, got
+    assert torch.equal(gather(torch.nn.Parameter(torch.tensor(float(RANK)))), torch.tensor([0.0, 1.0]))
+    assert torch.equal(reduce(weight, "sum"), filled((2, 3), torch.float32, 0) + filled((2, 3), torch.float32, 1))
+    assert torch.equal(weight, filled((2, 3), torch.float32, RANK)), "reduce changed its input"
+    padded = pad_across_processes(torch.nn.Parameter(torch.ones(2 + RANK)), pad_index=-1)
+    assert padded.tolist() == ([1.0, 1.0, -1.0] if RANK == 0 else [1.0, 1.0, 1.0])
+    column = weight.t()[1]  # a view of a parameter, not contiguous
+    assert broadcast(column, from_process=1) is column and weight.requires_grad
+    assert torch.equal(weight[:, 1], filled((2, 3), torch.float32, 1)[:, 1])
+    assert torch.equal(broadcast(weight, from_process=1), filled((2, 3), torch.float32, 1))
+
+
 def check_object_collectives():
     objects = gather_object([{"rank": RANK, "text": "x" * RANK}])
     assert objects == [{"rank": 0, "text": ""}, {"rank": 1, "text": "x"}], objects
@@ -222,8 +239,8 @@ def check_pad_mismatch_outside_debug_mode():
 
 
 CHECKS = [check_gather_shapes_and_dtypes, check_gather_nested, check_broadcast, check_reduce,
-          check_pad_then_gather_uneven, check_object_collectives, check_rng, check_debug_mode_names_each_rank,
-          check_pad_mismatch_outside_debug_mode]
+          check_pad_then_gather_uneven, check_tensors_that_require_grad, check_object_collectives, check_rng,
+          check_debug_mode_names_each_rank, check_pad_mismatch_outside_debug_mode]
 
 for check in CHECKS:
     check()

@@ -2,8 +2,8 @@
 
     check_parallelism.py DIRECTORY LAYOUT [LAYOUT ...]
 
-Each LAYOUT is ``dp_replicate,dp_shard,tp`` (``1,1,2`` is TP=2; ``1,2,2`` FSDP2 × TP; ``2,2,1``
-HSDP). For each, in turn (the state reset between them), the same model is trained in the same
+Each LAYOUT is ``dp_replicate,dp_shard,tp`` (``1,1,2`` is TP=2; ``2,1,1`` replicas alone;
+``1,2,2`` FSDP2 × TP; ``2,2,1`` HSDP). For each, in turn (the state reset between them), the same model is trained in the same
 processes by plain PyTorch on the whole global batch, and must agree: loss and gradients of the
 first step, weights after every step, the clipped norm. Then a checkpoint resumes exactly and
 merges (in one process, with ``merge_fsdp_weights``) to the reference's weights. Also checked:
@@ -53,9 +53,12 @@ def check_layout(directory: Path, sizes: tuple[int, int, int]) -> None:
     world, rank = accelerator.num_processes, accelerator.process_index
     dp_size = replicate * shard
 
-    # ranks and mesh: ranks laid out dp_replicate, dp_shard, cp, tp (outermost first)
+    # ranks and mesh: ranks laid out dp_replicate, dp_shard, cp, tp (outermost first), the mesh
+    # holding only the dimensions larger than 1
     mesh = accelerator.torch_device_mesh
-    assert mesh is accelerator.state.device_mesh and mesh.mesh_dim_names[:4] == ("dp_replicate", "dp_shard", "cp", "tp")
+    sized = {"dp_replicate": replicate, "dp_shard": shard, "cp": 1, "tp": tp}
+    assert mesh is accelerator.state.device_mesh
+    assert mesh.mesh_dim_names == tuple(name for name, size in sized.items() if size > 1), mesh.mesh_dim_names
     assert accelerator.parallelism_config is config and accelerator.is_composable_parallelism_enabled
     assert accelerator.tensor_parallel_rank == rank % tp
     assert accelerator.data_parallel_rank == rank // tp

@@ -1,8 +1,10 @@
 """``drivetrain estimate-memory``: how much memory a model needs, per dtype, without loading it.
 
-The model is built on the meta device (nothing allocated, nothing downloaded) from a local
+The model is built on the meta device (nothing allocated, no weights downloaded) from a local
 model folder or ``config.json`` (transformers), a timm model name, or ``module:Class``; its
-sizes come from the same computation device maps use (``compute_module_sizes``).
+sizes come from the same computation device maps use (``compute_module_sizes``). A name that
+is none of those is looked up on the Hugging Face Hub (metadata only, :func:`verify_on_hub`) to
+say whether it is gated or does not exist.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from ..kernel.errors import ConfigError
+from ..kernel.errors import ConfigError, GatedModelError, ModelNotFoundError
 from .json_output import emit
 
 DTYPES = ("float32", "float16", "bfloat16", "int8", "int4")
@@ -36,18 +38,62 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=run_estimate)
 
 
-def build_empty_model(model_name: str, library_name: str | None = None, trust_remote_code: bool = False) -> Any:
-    """The model ``model_name`` names, on the meta device."""
+#: What :func:`verify_on_hub` answers for a gated repository and for one that does not exist.
+GATED, NO_REPO = "gated", "repo"
+
+
+def verify_on_hub(repo: str, token: str | None = None) -> Any:
+    """What the Hugging Face Hub says of model ``repo``: its ``ModelInfo``, ``"gated"``, ``"repo"``
+    (no such repository), or ``None`` where the Hub cannot be asked (``huggingface_hub`` not
+    installed, ``HF_HUB_OFFLINE=1``, no network). Only metadata is read."""
+    try:
+        from huggingface_hub import model_info
+        from huggingface_hub.utils import GatedRepoError, HFValidationError, RepositoryNotFoundError
+    except ImportError:
+        return None
+    try:
+        return model_info(repo, token=token)
+    except GatedRepoError:  # a subclass of RepositoryNotFoundError: first
+        return GATED
+    except (RepositoryNotFoundError, HFValidationError):
+        return NO_REPO
+    except OSError:  # offline mode, no network, the Hub unreachable
+        return None
+
+
+def _not_found(model_name: str, answer: Any, why: str) -> ModelNotFoundError:
+    where = "nor a repository on the Hugging Face Hub" if answer == NO_REPO else "nor module:Class"
+    return ModelNotFoundError(f"{model_name} is not a local model folder or file, {where}, {why}; give a local "
+                              "folder with its config.json, a timm model name, or module:Class")
+
+
+def build_empty_model(model_name: str, library_name: str | None = None, trust_remote_code: bool = False,
+                      access_token: str | None = None, verify: Any = None) -> Any:
+    """The model ``model_name`` names, on the meta device.
+
+    A name that is not local and not ``module:Class`` is first checked with ``verify(model_name,
+    access_token)`` (:func:`verify_on_hub` unless given): a gated repository raises
+    :class:`~drivetrain.errors.GatedModelError`, a name found nowhere
+    :class:`~drivetrain.errors.ModelNotFoundError` (both ``OSError``).
+    """
     from ..services.big_model.dispatch import init_empty_weights
 
     path = Path(model_name)
+    local = path.exists()
+    answer = None
+    if not local and not (":" in model_name and library_name is None):
+        answer = (verify or verify_on_hub)(model_name, access_token)
+        if answer == GATED:
+            raise GatedModelError(f"{model_name} is gated on the Hugging Face Hub: accept its conditions on the "
+                                  "model's page and log in (huggingface-cli login, or HF_TOKEN), then download its "
+                                  "config.json and give that folder")
     if library_name is None:
-        if ":" in model_name and not path.exists():
+        if ":" in model_name and not local:
             library_name = "class"
-        elif path.exists():
+        elif local:
             library_name = "transformers"
         else:
-            library_name = "timm"
+            library_name = getattr(answer, "library_name", None) or "timm"
     with init_empty_weights():
         if library_name == "class":
             module_name, _, class_name = model_name.partition(":")
@@ -57,12 +103,16 @@ def build_empty_model(model_name: str, library_name: str | None = None, trust_re
                 raise ConfigError(f"cannot import {model_name} ({error}); give module:Class importable here") from None
             return cls()
         if library_name == "transformers":
+            if answer == NO_REPO:
+                raise _not_found(model_name, answer, "so transformers has no config to build it from")
             return _transformers_model(path, trust_remote_code)
         try:
             import timm
         except ImportError:
-            raise ConfigError(f"{model_name} is not a local folder or file, and timm is not installed to build it "
-                              "by name; pip install timm, or give a model folder") from None
+            raise _not_found(model_name, answer, "and timm is not installed to build it by name (pip install "
+                                                 "timm)") from None
+        if "/" not in model_name and not timm.is_model(model_name):
+            raise _not_found(model_name, answer, "nor a model name timm knows (timm.list_models())")
         return timm.create_model(model_name, pretrained=False)
 
 
@@ -108,8 +158,10 @@ def human(size: int | None) -> str:
     return str(size)
 
 
-def run_estimate(args: argparse.Namespace) -> int:
-    model = build_empty_model(args.model_name, args.library_name, getattr(args, "trust_remote_code", False))
+def run_estimate(args: argparse.Namespace, verify: Any = None) -> int:
+    """``drivetrain estimate-memory``; ``verify`` replaces :func:`verify_on_hub`."""
+    model = build_empty_model(args.model_name, args.library_name, getattr(args, "trust_remote_code", False),
+                              getattr(args, "access_token", None), verify)
     rows = estimate(model, list(args.dtypes))
     if args.json:
         emit(rows)

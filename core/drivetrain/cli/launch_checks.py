@@ -52,7 +52,7 @@ BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "timeout": (0, True, None),
     "rdzv_timeout": (0, True, None),
     "monitor_interval": (0, True, None),
-    "main_process_port": (1, False, 65535),
+    "main_process_port": (0, False, 65535),  # 0: a port free on this machine, chosen at launch
 }
 
 #: Options with a fixed set of values.
@@ -72,7 +72,7 @@ def _check_bound(args: argparse.Namespace, option: str, given: set[str], config:
     minimum, strictly, maximum = BOUNDS[option]
     where = _origin(option, given, config)
     if option == "main_process_port" and not minimum <= value <= maximum:
-        raise ConfigError(f"{where} must be a port number between 1 and 65535, not {value}")
+        raise ConfigError(f"{where} must be a port number between 1 and 65535 (or 0 for a free one), not {value}")
     if value < minimum or (strictly and value == minimum):
         bound = f"greater than {minimum:g}" if strictly else f"at least {minimum:g}"
         raise ConfigError(f"{where} must be {bound}, not {value:g}")
@@ -120,6 +120,9 @@ def check_rendezvous(args: argparse.Namespace, given: set[str]) -> None:
     """``--main-process-ip`` is an address or a host name that resolves; ``--rdzv-conf`` is
     ``key=value`` pairs whose durations are positive."""
     config = getattr(args, "config", None)
+    if getattr(args, "main_process_port", None) == 0 and (getattr(args, "num_machines", None) or 1) > 1:
+        raise ConfigError(f"{_origin('main_process_port', given, config)} is 0 (a free port of this machine), but "
+                          "the other machines cannot learn it; give machine 0's port (e.g. 29500)")
     host = getattr(args, "main_process_ip", None)
     if host is not None:
         problem = host_problem(str(host))

@@ -8,6 +8,7 @@ default). Children learn the resolved choice from ``DRIVETRAIN_*`` variables.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from typing import Any, Sequence
@@ -16,6 +17,7 @@ from ..kernel import environment
 from ..kernel.errors import ConfigError, LaunchError
 from ..runtime.worker_lifetime import LAUNCHER_VARIABLE, launcher_identity
 from . import launch_checks
+from .launch_parser import LaunchParser
 
 # Options whose value the children read from a DRIVETRAIN_* variable.
 _CHILD_VARIABLES = {
@@ -30,28 +32,9 @@ _CHILD_VARIABLES = {
 }
 
 
-class _UnderscoreAliases:
-    """Every long option also accepts Accelerate's underscore spelling (``--num_processes``)."""
-
-    def add_argument(self, *names: str, **kwargs: Any):
-        aliases = ["--" + n[2:].replace("-", "_") for n in names if n.startswith("--") and "-" in n[2:]]
-        return super().add_argument(*names, *aliases, **kwargs)  # type: ignore[misc]
-
-
-class _Group(_UnderscoreAliases, argparse._ArgumentGroup):
-    pass
-
-
-class LaunchParser(_UnderscoreAliases, argparse.ArgumentParser):
-    def add_argument_group(self, *args: Any, **kwargs: Any) -> argparse._ArgumentGroup:
-        group = _Group(self, *args, **kwargs)
-        self._action_groups.append(group)
-        return group
-
-
 def _configure(parser: argparse.ArgumentParser) -> None:
     hardware = parser.add_argument_group("Hardware and precision")
-    hardware.add_argument("--cpu", action="store_true", default=None, help="run on the CPU even if an accelerator is present")
+    hardware.add_argument("--cpu", action="store_true", default=False, help="run on the CPU even if an accelerator is present")
     hardware.add_argument("--platform", help="platform plugin to use (see `drivetrain plugins list`)")
     hardware.add_argument("--strategy", help="strategy to use (ddp, or one a plugin offers)")
     hardware.add_argument("--mixed-precision", help="no, fp16, bf16, or a precision a plugin offers")
@@ -98,10 +81,28 @@ def build_parser(prog: str = "drivetrain launch") -> LaunchParser:
 
     # No abbreviations: a script's own option (`--fsdp`) that prefixes launch options must reach
     # the script, not be an "ambiguous option" of launch.
-    parser = LaunchParser(prog=prog, description="Launch a script on every process of a job.", allow_abbrev=False)
+    parser = LaunchParser(prog=prog, description="Launch a script on every process of a job. Options may be written "
+                                                 "with underscores or hyphens: --num_processes 2 or --num-processes 2.",
+                          allow_abbrev=False)
     _configure(parser)
     _add_plugin_arguments(parser, get_plugin_manager())
     return parser
+
+
+def fill_missing_options(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """Give ``args`` the parser's default for every option it lacks.
+
+    Libraries build the namespace by hand (``argparse.Namespace(num_processes=2, ...)``) with
+    the options of their Accelerate version; what they leave out is what the command line
+    would have left at its default.
+    """
+    parser = parser or build_parser()
+    for action in parser._actions:
+        if action.dest in (argparse.SUPPRESS, "help") or action.default is argparse.SUPPRESS:
+            continue
+        if not hasattr(args, action.dest):
+            setattr(args, action.dest, copy.copy(action.default))
+    return args
 
 
 def _add_plugin_arguments(parser: LaunchParser, manager: Any) -> None:

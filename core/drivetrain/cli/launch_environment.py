@@ -56,6 +56,7 @@ def _resolved(args: argparse.Namespace) -> argparse.Namespace:
     if getattr(args, "selection", None) is not None:
         return args
     manager = get_plugin_manager()
+    launch_cmd.fill_missing_options(args)
     launch_cmd.merge_config(args)
     requests = launch_cmd.requests_for(args, manager)
     if args.num_processes is None:
@@ -84,10 +85,19 @@ def prepare_simple_launcher_cmd_env(args: argparse.Namespace) -> tuple[list[str]
 
 def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:
     """The environment of every process of a multi-process launch of ``args`` (the rank
-    variables are added by the elastic agent that starts them)."""
+    variables are added by the elastic agent that starts them).
+
+    ``main_process_port`` 0 is replaced by a port free on this machine; the port is also left
+    in ``args.master_port`` (text), the name torchrun's arguments use.
+    """
+    from ..services.launchers import free_port
     from .launch_cmd import child_environment
 
     args = _resolved(args)
+    if getattr(args, "main_process_port", None) == 0:
+        args.main_process_port = free_port()
+    if getattr(args, "main_process_port", None) is not None:
+        args.master_port = str(args.main_process_port)
     env = dict(os.environ)
     env.update(child_environment(args, args.selection))
     env.setdefault("OMP_NUM_THREADS", str(getattr(args, "num_cpu_threads_per_process", None) or 1))

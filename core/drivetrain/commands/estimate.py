@@ -8,7 +8,15 @@ from typing import Any
 from ..cli import estimate_cmd
 from ._parsers import command_parser
 
-create_empty_model = estimate_cmd.build_empty_model
+verify_on_hub = estimate_cmd.verify_on_hub
+
+
+def create_empty_model(model_name: str, library_name: str | None = None, trust_remote_code: bool = False,
+                       access_token: str | None = None) -> Any:
+    """The model ``model_name`` names, on the meta device; a name that is not local is checked
+    with this module's ``verify_on_hub`` (gated or missing: an ``OSError``)."""
+    return estimate_cmd.build_empty_model(model_name, library_name, trust_remote_code, access_token,
+                                          verify=verify_on_hub)
 
 
 def add_timm_hub_prefix(model_name: str) -> str:
@@ -22,7 +30,8 @@ def add_timm_hub_prefix(model_name: str) -> str:
 def gather_data(args: argparse.Namespace) -> list[list[Any]]:
     """One row per requested dtype: ``[dtype, largest layer bytes, total bytes, {"adam": bytes to
     train}]``, the numbers ``drivetrain estimate-memory`` prints."""
-    model = create_empty_model(args.model_name, args.library_name, getattr(args, "trust_remote_code", False))
+    model = create_empty_model(args.model_name, args.library_name, getattr(args, "trust_remote_code", False),
+                               getattr(args, "access_token", None))
     rows = estimate_cmd.estimate(model, list(args.dtypes))
     return [[row["dtype"], row["largest_layer"], row["total_size"], {"adam": row["training_with_adam"]}]
             for row in rows]
@@ -33,7 +42,7 @@ def estimate_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 
 
 def estimate_command(args: argparse.Namespace) -> int:
-    return estimate_cmd.run_estimate(args)
+    return estimate_cmd.run_estimate(args, verify=verify_on_hub)
 
 
 def main() -> int:

@@ -14,7 +14,8 @@ def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     if subparsers is None:
         return parser
     return subparsers.add_parser("launch", parents=[parser], add_help=False, conflict_handler="resolve",
-                                 help=parser.description)
+                                 help=parser.description, formatter_class=parser.formatter_class,
+                                 allow_abbrev=False)
 
 
 def launch_command(args: argparse.Namespace) -> int:
@@ -32,7 +33,8 @@ def _validate_launch_command(args: argparse.Namespace) -> tuple[argparse.Namespa
 
     given_precision = getattr(args, "mixed_precision", None)
     named = getattr(args, "config_file", None)
-    defaults = load_config_from_file(named) if named is not None or find_config_path() is not None else None
+    path = named if named is not None else find_config_path()
+    defaults = load_config_from_file(path) if path is not None else None
     args = _resolved(args)
     from_file = given_precision is None and defaults is not None and getattr(args, "mixed_precision", None) is not None
     return args, defaults, from_file

@@ -26,12 +26,26 @@ class ConfigError(DrivetrainError, ValueError):
     """A configuration file, environment variable or argument is invalid."""
 
 
+class ModelNotFoundError(DrivetrainError, OSError):
+    """The model named cannot be found: not a local folder or file, not a repository on the
+    Hugging Face Hub, not a name its library knows (an ``OSError``, as Accelerate raises)."""
+
+
+class GatedModelError(ModelNotFoundError):
+    """The model's Hub repository is gated: it needs accepted conditions and a login."""
+
+
 class IncompatibleChoiceError(ConfigError):
     """The chosen platform, strategy and precision cannot work together."""
 
 
 class DistributedError(DrivetrainError, RuntimeError):
     """A distributed operation failed (peer died, timeout, mismatched shapes)."""
+
+
+class NoExecutableBatchSizeError(DrivetrainError, RuntimeError):
+    """``find_executable_batch_size`` ran out of batch sizes to try (a ``RuntimeError``, the type
+    Accelerate raises there)."""
 
 
 class CheckpointError(DrivetrainError):

@@ -30,7 +30,7 @@ from ..kernel.version import PLUGIN_API_VERSION
 from . import descriptors, errors
 from .descriptors import *  # noqa: F403 (the descriptors are this package's own names)
 from .errors import *  # noqa: F403
-from .options import bool_argument
+from .options import BackendFlag, bool_argument
 
 # Names resolved on first use, by the submodule that offers them (their modules are heavier or
 # import torch). A test checks that each submodule offers exactly the names listed for it.
@@ -66,4 +66,4 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 
-__all__ = ["PLUGIN_API_VERSION", *descriptors.__all__, *errors.__all__, "bool_argument", *_LAZY]
+__all__ = ["PLUGIN_API_VERSION", *descriptors.__all__, *errors.__all__, "BackendFlag", "bool_argument", *_LAZY]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..cli.launch_parser import BackendFlag
 from ..runtime.kwargs_handlers import KwargsHandler
 
-__all__ = ["KwargsHandler", "bool_argument", "default_config_path"]
+__all__ = ["BackendFlag", "KwargsHandler", "bool_argument", "default_config_path"]
 
 
 def bool_argument(text: str) -> bool:

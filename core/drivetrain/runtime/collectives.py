@@ -31,7 +31,9 @@ class Collectives(Protocol):
     def all_gather_into(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every process's ``tensor`` (same shape everywhere) concatenated along dimension 0,
         in rank order, in one call. A 0-dimensional tensor counts as one element, so the
-        result has shape ``(world_size,)``. ``drivetrain.utils.gather`` is built on it."""
+        result has shape ``(world_size,)``. ``drivetrain.utils.gather`` is built on it. A
+        tensor that requires grad (a parameter) is accepted: gathered values are data, and
+        the result of more than one process carries no autograd history."""
 
     def all_reduce(self, tensor: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
         """Combine ``tensor`` across processes with one of :data:`REDUCTIONS`; returns the result."""

@@ -7,6 +7,7 @@ backend live here; a plugin contributes its own through ``drivetrain_public_name
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import numbers
 from dataclasses import dataclass, fields
@@ -15,15 +16,29 @@ from typing import Any
 
 from ..kernel.errors import ConfigError
 
+# Set while to_kwargs() builds a handler's defaults: a handler that reads options from the
+# environment reads none then, so values that came from variables count as changes.
+_DEFAULTS_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("drivetrain_handler_defaults", default=False)
+
+
+def _environment() -> dict[str, str] | None:
+    """The variables a handler reads its unset options from (``None``: the process's)."""
+    return {} if _DEFAULTS_ONLY.get() else None
+
 
 class KwargsHandler:
-    """Base of every handler: ``to_kwargs()`` gives the values changed from the defaults."""
+    """Base of every handler: ``to_kwargs()`` gives the values changed from the defaults (the
+    values of a handler built with no arguments and no environment variables)."""
 
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(self.__dict__)
 
     def to_kwargs(self) -> dict[str, Any]:
-        default = type(self)().to_dict()
+        token = _DEFAULTS_ONLY.set(True)
+        try:
+            default = type(self)().to_dict()
+        finally:
+            _DEFAULTS_ONLY.reset(token)
         return {key: value for key, value in self.to_dict().items() if default.get(key) != value}
 
 
@@ -163,20 +178,22 @@ class TorchDynamoPlugin(KwargsHandler):
     def __post_init__(self) -> None:
         from ..kernel import environment
 
+        env = _environment()
         if self.backend is None:
-            self.backend = environment.read("DYNAMO_BACKEND", default="no")
+            self.backend = environment.read("DYNAMO_BACKEND", default="no", env=env)
         self.backend = str(getattr(self.backend, "value", self.backend)).lower()
         if self.mode is None:
-            self.mode = environment.read_checked("DYNAMO_MODE", default="default")
+            self.mode = environment.read_checked("DYNAMO_MODE", default="default", env=env)
         elif str(self.mode) not in environment.DYNAMO_MODES:
             raise ConfigError(f"TorchDynamoPlugin(mode={self.mode!r}) is not a torch.compile mode; use one of "
                               f"{', '.join(environment.DYNAMO_MODES)}")
         if self.fullgraph is None:
-            self.fullgraph = environment.read_bool("DYNAMO_USE_FULLGRAPH", default=False)
+            self.fullgraph = environment.read_bool("DYNAMO_USE_FULLGRAPH", default=False, env=env)
         if self.use_regional_compilation is None:
-            self.use_regional_compilation = environment.read_bool("DYNAMO_USE_REGIONAL_COMPILATION", default=False)
-        if self.dynamic is None and environment.read("DYNAMO_USE_DYNAMIC") is not None:
-            self.dynamic = environment.read_bool("DYNAMO_USE_DYNAMIC")
+            self.use_regional_compilation = environment.read_bool("DYNAMO_USE_REGIONAL_COMPILATION", default=False,
+                                                                  env=env)
+        if self.dynamic is None and environment.read("DYNAMO_USE_DYNAMIC", env=env) is not None:
+            self.dynamic = environment.read_bool("DYNAMO_USE_DYNAMIC", env=env)
 
     def compile_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``torch.compile`` besides ``backend`` that these options set."""

@@ -320,6 +320,20 @@ _SET_UP_ATTRIBUTES = frozenset({"run", "platform", "cluster", "debug", "fork_lau
                                 "init_process_group_kwargs", "collective_timeout", "_mixed_precision",
                                 "_partial", "_run", "plugins", "dynamo_plugin"})
 
+# What AcceleratorState answers as the process's, from PartialState() even after
+# AcceleratorState._reset_state(): the process and its group outlive an Accelerator (a script
+# that resets the state still waits for its peers and destroys the group at the end).
+_PROCESS_ATTRIBUTES = frozenset({"destroy_process_group", "fork_launched", "use_distributed", "is_last_process",
+                                 "is_main_process", "is_local_main_process", "wait_for_everyone",
+                                 "split_between_processes", "main_process_first", "local_main_process_first",
+                                 "print"})
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
 
 def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
     if parts == 1:
@@ -337,7 +351,9 @@ def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
     start = index * per_part + min(index, extra)
     end = min(start + per_part + (1 if index < extra else 0), length)
     target = per_part + (1 if extra else 0)
-    if hasattr(inputs, "select") and not hasattr(inputs, "shape"):  # a datasets.Dataset
+    # a datasets.Dataset: rows are picked with select() (slicing one gives a dict of columns;
+    # it has a shape too, so only a tensor's select(dim, index) is told apart by its type)
+    if hasattr(inputs, "select") and not _is_tensor(inputs):
         indices = list(range(start, end)) if start < length else [length - 1]
         if apply_padding:
             indices += [indices[-1]] * (target - len(indices))
@@ -423,6 +439,8 @@ class AcceleratorState:
         """Accelerate's attributes of a backend (``deepspeed_plugin``, ``is_fsdp2``) through
         :func:`~drivetrain.backend_attributes.backend_attribute` (the run's extensions, then
         contributed names); every other attribute (device, ranks, ...) from the ``PartialState``."""
+        if name in _PROCESS_ATTRIBUTES:
+            return getattr(PartialState(), name)
         if name.startswith("__") or "_partial" not in self._shared_state:
             raise _missing_attribute(self, name, initialized=False)
         partial = self._shared_state["_partial"]

@@ -127,7 +127,8 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
     return "\n".join(lines)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this machine now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -362,7 +363,7 @@ def debug_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_p
     env["DRIVETRAIN_USE_CPU"] = "1"
     _refuse_if_started(platform)
     _launch(function, args, num_processes=num_processes, num_nodes=1, node_rank=0,
-            endpoint=f"127.0.0.1:{_free_port()}", rdzv_backend="static", rdzv_conf=None, rdzv_id="none",
+            endpoint=f"127.0.0.1:{free_port()}", rdzv_backend="static", rdzv_conf=None, rdzv_id="none",
             max_restarts=0, monitor_interval=0.1, log_line_prefix_template=None, env=env, title="debug_launcher")
 
 

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..kernel.errors import DrivetrainError
+from ..kernel.errors import ConfigError, NoExecutableBatchSizeError
 
 
 def _empty_device_cache() -> None:
@@ -52,10 +52,35 @@ def should_reduce_batch_size(exception: BaseException) -> bool:
     return False
 
 
+def _shrink_by_a_tenth(batch_size: int) -> int:
+    return int(batch_size * 0.9)
+
+
+def _reducer(reduce_batch_size_fn: Callable[..., int] | None) -> Callable[[int], int]:
+    """The next size after ``size``. Accelerate's ``reduce_batch_size_fn`` takes no argument (it
+    keeps its own count); one that takes a parameter is given the size that failed."""
+    if reduce_batch_size_fn is None:
+        return _shrink_by_a_tenth
+    try:
+        takes_size = any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+                         for p in inspect.signature(reduce_batch_size_fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: call it as Accelerate does
+        takes_size = False
+    if takes_size:
+        return reduce_batch_size_fn
+    return lambda _size: reduce_batch_size_fn()
+
+
 def find_executable_batch_size(function: Callable | None = None, starting_batch_size: int = 128,
-                               reduce_batch_size_fn: Callable[[int], int] | None = None) -> Callable:
-    """Decorator: call ``function(batch_size, ...)``, halving ``batch_size`` after each
-    out-of-memory error, until it succeeds (or reaches zero).
+                               reduce_batch_size_fn: Callable[..., int] | None = None) -> Callable:
+    """Decorator: call ``function(batch_size, ...)``, retrying with a smaller ``batch_size`` after
+    each out-of-memory error until a call succeeds.
+
+    The size shrinks by a tenth each time (``int(size * 0.9)``: 128, 115, 103, ... 9, 8, 7, ...
+    1), or as ``reduce_batch_size_fn`` says. The size that fits is kept for later calls. When it
+    reaches zero (or starts there), :class:`~drivetrain.errors.NoExecutableBatchSizeError` (a
+    ``RuntimeError``) is raised, chained to the last out-of-memory error. Any other exception
+    propagates at once.
 
     The decorated function must take the batch size as its first argument; callers do not
     pass it.
@@ -63,12 +88,13 @@ def find_executable_batch_size(function: Callable | None = None, starting_batch_
     if function is None:
         return functools.partial(find_executable_batch_size, starting_batch_size=starting_batch_size,
                                  reduce_batch_size_fn=reduce_batch_size_fn)
-    reduce = reduce_batch_size_fn or (lambda size: size // 2)
+    reduce = _reducer(reduce_batch_size_fn)
     batch_size = starting_batch_size
+    smallest_failed: int | None = None  # kept across calls, like the size itself
 
     @functools.wraps(function)
     def decorator(*args: Any, **kwargs: Any) -> Any:
-        nonlocal batch_size
+        nonlocal batch_size, smallest_failed
         gc.collect()
         _empty_device_cache()
         parameters = list(inspect.signature(function).parameters)
@@ -76,16 +102,29 @@ def find_executable_batch_size(function: Callable | None = None, starting_batch_
             names = ", ".join(f"{p}={a!r}" for p, a in zip(parameters[1:], args))
             raise TypeError(f"{function.__name__} gets its batch size from the decorator; call it without it "
                             f"(got {names})")
+        last_error: BaseException | None = None
         while True:
             if batch_size <= 0:
-                raise DrivetrainError("no executable batch size found: even a batch of 1 ran out of memory")
+                if smallest_failed is None:
+                    raise NoExecutableBatchSizeError(
+                        f"No executable batch size found, reached zero. starting_batch_size is {batch_size}: "
+                        "start at 1 or more")
+                raise NoExecutableBatchSizeError(
+                    f"No executable batch size found, reached zero. Even a batch of {smallest_failed} ran out of "
+                    "memory: make one sample need less (smaller model, mixed precision, offloading)") from last_error
             try:
                 return function(batch_size, *args, **kwargs)
             except Exception as error:
                 if not should_reduce_batch_size(error):
                     raise
-                gc.collect()
-                _empty_device_cache()
-                batch_size = reduce(batch_size)
+                last_error = error
+            gc.collect()
+            _empty_device_cache()
+            smallest_failed = batch_size
+            smaller = reduce(batch_size)
+            if not isinstance(smaller, int) or smaller >= batch_size:
+                raise ConfigError(f"reduce_batch_size_fn returned {smaller!r} after batch size {batch_size} ran "
+                                  "out of memory; it must return a smaller int") from last_error
+            batch_size = smaller
 
     return decorator

@@ -6,6 +6,7 @@ import collections
 import copy
 import logging
 import os
+import types
 from typing import Any
 
 import torch
@@ -45,6 +46,17 @@ def _repeated_blocks(container: torch.nn.Module) -> bool:
     return len({type(block) for block in container}) == 1
 
 
+def _copy_module(node: torch.nn.Module) -> torch.nn.Module:
+    """A shallow copy of ``node`` whose methods bound to the instance (``node.forward =
+    MethodType(f, node)``, as wrappers install them) are bound to the copy: otherwise calling
+    the copy would run on the original."""
+    clone = copy.copy(node)
+    for name, value in node.__dict__.items():
+        if isinstance(value, types.MethodType) and value.__self__ is node:
+            clone.__dict__[name] = types.MethodType(value.__func__, clone)
+    return clone
+
+
 def compile_regions(module: torch.nn.Module, **compile_kwargs: Any) -> torch.nn.Module:
     """Compile each block of ``module``'s repeated layers instead of the whole model.
 
@@ -56,13 +68,13 @@ def compile_regions(module: torch.nn.Module, **compile_kwargs: Any) -> torch.nn.
     """
 
     def rebuild(node: torch.nn.Module) -> torch.nn.Module:
-        clone = copy.copy(node)
+        clone = _copy_module(node)
         clone._modules = collections.OrderedDict()
         for name, child in node._modules.items():
             if child is None:
                 clone._modules[name] = None
             elif _repeated_blocks(child):
-                blocks = copy.copy(child)
+                blocks = _copy_module(child)
                 blocks._modules = collections.OrderedDict(
                     (index, torch.compile(block, **compile_kwargs)) for index, block in child._modules.items())
                 clone._modules[name] = blocks

@@ -275,23 +275,50 @@ class ParallelismConfig:
                 f"cp_size={self.cp_size} × tp_size={self.tp_size}{sp} = {self.total_size} processes, but the run has "
                 f"{num_processes}; change the sizes so their product is {num_processes}")
 
+    def _get_mesh(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """Names and sizes of the mesh's dimensions: those larger than 1, outermost first
+        (``((), ())`` when every size is 1)."""
+        names = tuple(self.active_mesh_dims)
+        return names, tuple(self.size_of(d) for d in names)
+
+    #: Flattened dimensions of the built mesh, each over the enabled dimensions it joins.
+    _FLATTENED = (("dp", "dp_dim_names"), ("dp_shard_cp", "dp_shard_cp_dim_names"), ("dp_cp", "dp_cp_dim_names"))
+
     def build_device_mesh(self, device_type: str) -> Any:
-        """The ``DeviceMesh`` of the four dimensions (size-1 dimensions included, so every name
-        can be indexed), with the flattened ``dp``, ``dp_shard_cp`` and ``dp_cp`` dimensions."""
+        """The ``DeviceMesh`` of the dimensions larger than 1 (as Accelerate lays it out), with
+        the flattened ``dp``, ``dp_shard_cp`` and ``dp_cp`` of those that are enabled; ``None``
+        when every size is 1 (one process: nothing to lay out)."""
         from torch.distributed.device_mesh import init_device_mesh
 
-        mesh = init_device_mesh(device_type, tuple(self.size_of(d) for d in DIMENSIONS), mesh_dim_names=DIMENSIONS)
-        # torch wants the flattened meshes kept by their user rather than sliced from the root
-        self._flattened = {"dp": mesh["dp_replicate", "dp_shard"]._flatten("dp"),
-                           "dp_shard_cp": mesh["dp_shard", "cp"]._flatten("dp_shard_cp"),
-                           "dp_cp": mesh["dp_replicate", "dp_shard", "cp"]._flatten("dp_cp")}
+        names, shape = self._get_mesh()
+        self._flattened = {}
+        if not names:
+            self.device_mesh = None
+            return None
+        mesh = init_device_mesh(device_type, shape, mesh_dim_names=names)
+        for flat, members in self._FLATTENED:
+            dims = getattr(self, members)
+            if dims:
+                # torch wants the flattened meshes kept by their user rather than sliced from the root
+                self._flattened[flat] = mesh[dims]._flatten(flat)
         self.device_mesh = mesh
         return mesh
+
+    def has_dimension(self, name: str) -> bool:
+        """Whether the built mesh has ``name`` (a dimension larger than 1, or a flattened one
+        over such dimensions)."""
+        return name in getattr(self, "_flattened", {}) or (self.device_mesh is not None
+                                                           and name in (self.device_mesh.mesh_dim_names or ()))
 
     def submesh(self, name: str) -> Any:
         """One dimension of the built mesh, flattened ones (``dp``, ``dp_shard_cp``, ``dp_cp``) included."""
         flattened = getattr(self, "_flattened", {})
-        return flattened[name] if name in flattened else self.device_mesh[name]
+        if name in flattened:
+            return flattened[name]
+        if not self.has_dimension(name):
+            raise ConfigError(f"the device mesh has no {name!r} dimension, since its size is 1 (the mesh holds "
+                              f"{list(self.active_mesh_dims) + list(flattened)})")
+        return self.device_mesh[name]
 
     def get_device_mesh(self, device_type: str | None = None) -> Any:
         if self.device_mesh is None:

@@ -50,8 +50,9 @@ class ParallelismStrategy(FSDPStrategy):
 
     Attributes (besides :class:`FSDPStrategy`'s, which shard the data-parallel dimensions):
         config: the resolved :class:`ParallelismConfig` (``None`` until configured).
-        mesh: its ``DeviceMesh`` (dimensions ``dp_replicate, dp_shard, cp, tp`` and the
-            flattened ``dp``, ``dp_shard_cp``, ``dp_cp``).
+        mesh: its ``DeviceMesh``: the dimensions of ``dp_replicate, dp_shard, cp, tp`` larger
+            than 1, with the flattened ``dp``, ``dp_shard_cp``, ``dp_cp`` over the enabled ones
+            (``None`` when every size is 1), as Accelerate builds it.
     """
 
     exposes = ("parallelism_config", "torch_device_mesh", "device_mesh", "is_composable_parallelism_enabled",
@@ -93,7 +94,8 @@ class ParallelismStrategy(FSDPStrategy):
 
     @property
     def data_parallel_rank(self) -> int:
-        return self._configured("data_parallel_rank").submesh("dp").get_local_rank()
+        config = self._configured("data_parallel_rank")
+        return config.submesh("dp").get_local_rank() if config.has_dimension("dp") else 0
 
     @property
     def data_parallel_shard_rank(self) -> int:
@@ -215,6 +217,14 @@ def check_platform(config: ParallelismConfig, device_type: str) -> None:
             "context parallelism (cp_size > 1) runs attention as ring attention through torch's context_parallel, "
             "whose attention kernels exist for CUDA only (the CPU's flash-attention operator has no sharding rule); "
             "set cp_size to 1 on the CPU, or run on GPUs")
+    if config.dp_replicate_enabled and not config.fsdp_enabled:
+        import torch
+        from torch.distributed.device_mesh import DeviceMesh
+
+        if not hasattr(DeviceMesh, "_unflatten"):  # the FSDP2 mesh of replicas alone is built with it
+            raise ConfigError(f"dp_replicate_size={config.dp_replicate_size} with dp_shard_size=1 and cp_size=1 needs "
+                              f"torch 2.9 or later (DeviceMesh._unflatten; this is {torch.__version__}); upgrade torch, "
+                              "or shard the model instead (dp_shard_size)")
     if config.tp_handler is not None and config.tp_handler.enable_async_tp and device_type == "cpu":
         raise ConfigError("enable_async_tp overlaps TP collectives with symmetric-memory kernels that need GPUs; "
                           "turn it off on the CPU")

@@ -105,9 +105,15 @@ def fsdp_mesh(strategy: ParallelismStrategy) -> Any:
     (HSDP; replicas alone get shard groups of one)."""
     config, mesh = strategy.config, strategy.mesh
     shards = "dp_shard_cp" if config.cp_enabled else "dp_shard"
-    if config.dp_replicate_enabled:
+    if not config.dp_replicate_enabled:
+        return config.submesh(shards)
+    if config.fsdp_enabled:
         return mesh["dp_replicate", shards]
-    return config.submesh(shards)
+    # Replicas alone: the mesh has no shard dimension (its size is 1), and FSDP2 replicates only
+    # over the first of two dimensions; split dp_replicate into (replicas, 1), same groups and
+    # root mesh (check_platform refused a torch without _unflatten before anything was built).
+    return config.submesh("dp_replicate")._unflatten(0, (config.dp_replicate_size, 1),
+                                                     ("dp_replicate_only", "dp_shard_of_one"))
 
 
 def wrap_model(model: torch.nn.Module, run: Any) -> torch.nn.Module:

@@ -9,7 +9,7 @@ its class may be split.
 from __future__ import annotations
 
 import logging
-from collections import deque
+import warnings
 from typing import Any
 
 import torch
@@ -23,7 +23,6 @@ from .modeling import (
     check_device,
     clean_device_map,
     compute_module_sizes,
-    dtype_byte_size,
     find_tied_parameters,
     get_max_layer_size,
     get_max_memory,
@@ -32,8 +31,8 @@ from ...kernel.contributed import contributed_getattr
 
 logger = logging.getLogger("drivetrain.utils.device_map")  # its name before the layers, kept for log filters
 
-__all__ = ["infer_auto_device_map", "get_balanced_memory", "check_device_map", "resolve_device_map",
-           "validate_device_map"]
+__all__ = ["infer_auto_device_map", "get_balanced_memory", "check_device_map", "check_devices_exist",
+           "resolve_device_map", "validate_device_map"]
 
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
@@ -90,6 +89,131 @@ def _owner(name: str, names: set[str]) -> str | None:
     return None
 
 
+def _inside(name: str, entry: str) -> bool:
+    # "compute.weight_submodule.p" is not inside "compute.weight": compare whole dotted parts.
+    return name == entry or name.startswith(f"{entry}.")
+
+
+def _splittable(thing: Any, no_split: set[str]) -> bool:
+    return isinstance(thing, nn.Module) and next(thing.children(), None) is not None and \
+        type(thing).__name__ not in no_split
+
+
+class _Plan:
+    """One run of :func:`infer_auto_device_map`: the entries still to place, in order, and
+    what each device holds so far."""
+
+    def __init__(self, model: nn.Module, memory: dict[Any, Any], sizes: dict[str, int], buffer_sizes: dict[str, int],
+                 no_split: set[str], verbose: bool) -> None:
+        self.memory, self.sizes, self.buffer_sizes = memory, sizes, buffer_sizes
+        self.no_split, self.verbose = no_split, verbose
+        self.tied_groups = find_tied_parameters(model)
+        self.pending: list[tuple[str, Any]] = _expand("", model)
+        self.device_map: dict[str, Any] = {}
+        self.used: dict[Any, int] = {device: 0 for device in memory}
+        self.buffers: dict[Any, int] = {device: 0 for device in memory}
+        self.passed_empty: dict[Any, int] = {}
+
+    def layer_reserve(self, excluding: str) -> int:
+        """The largest layer still to place, other than ``excluding``: an offloaded layer is
+        brought to the main device to run, so that device keeps room for the largest one."""
+        rest = [(n, m) for n, m in self.pending if n != excluding]
+        size = get_max_layer_size([(n, m) for n, m in rest if isinstance(m, nn.Module)], self.sizes,
+                                  list(self.no_split))[0]
+        return max([size, *(self.sizes.get(n, 0) for n, m in rest if not isinstance(m, nn.Module))])
+
+    def tied_entries(self, name: str, among: list[tuple[str, Any]]) -> list[str]:
+        """Entries of ``among`` holding a parameter tied to one inside ``name``: they go where it goes."""
+        names = {n for n, _ in among} - {name}
+        entries: list[str] = []
+        for group in self.tied_groups:
+            inside = [_inside(p, name) for p in group]
+            if not any(inside) or all(inside):
+                continue
+            for member, is_inside in zip(group, inside):
+                owner = None if is_inside else _owner(member, names)
+                # An entry enclosing ``name`` (a fallback candidate not yet split out) is not a partner.
+                if owner is not None and owner not in entries and not _inside(name, owner):
+                    entries.append(owner)
+        return entries
+
+    def size_with_ties(self, name: str, tied: list[str]) -> int:
+        # Sizes count a shared tensor once (under one of its names), so the sum counts it once.
+        return self.sizes.get(name, 0) + sum(self.sizes.get(entry, 0) for entry in tied)
+
+    def split(self, name: str) -> None:
+        """Replace the pending entry ``name`` by its parameters, children and buffers."""
+        index = next(i for i, (n, _) in enumerate(self.pending) if n == name)
+        _, module = self.pending[index]
+        self.pending[index:index + 1] = _expand(name, module)
+
+    def place(self, names: list[str], device: Any, size: int) -> None:
+        for entry in names:
+            self.device_map[entry] = device
+            self.buffers[device] += self.buffer_sizes.get(entry, 0)
+        self.used[device] += size
+        placed = set(names)
+        self.pending = [(n, m) for n, m in self.pending if n not in placed]
+        if self.verbose:
+            logger.info("%s (%d bytes) -> %s", ", ".join(names), size, device)
+
+    def fallback(self, device: Any, limit: int) -> bool:
+        """Place on ``device`` the first entry still pending (its children searched when it
+        is too big) that fits in ``limit`` with what is tied to it."""
+        search = list(self.pending[1:])
+        while search:
+            name, thing = search.pop(0)
+            tied = self.tied_entries(name, self.pending)
+            size = self.size_with_ties(name, tied)
+            if size <= limit:
+                # Make the entry itself pending: expand the pending ancestors it lies in.
+                while name not in {n for n, _ in self.pending}:
+                    self.split(_owner(name, {n for n, _ in self.pending}))
+                tied = self.tied_entries(name, self.pending)
+                self.place([name, *tied], device, self.size_with_ties(name, tied))
+                return True
+            if _splittable(thing, self.no_split):
+                search[:0] = _expand(name, thing)
+        return False
+
+    def run(self, fallback_allocation: bool) -> None:
+        devices = list(self.memory)
+        platform_devices = [d for d in devices if d not in (HOST, DISK)]
+        main_devices = {platform_devices[0], HOST} if platform_devices else {HOST}
+        position = 0
+        while self.pending and position < len(devices):
+            name, thing = self.pending[0]
+            device = devices[position]
+            tied = self.tied_entries(name, self.pending)
+            size = self.sizes.get(name, 0)
+            with_ties = self.size_with_ties(name, tied)
+            reserve = self.layer_reserve(name) if device in main_devices else 0
+            limit = float("inf") if device == DISK else self.memory[device] - reserve
+            if self.used[device] + with_ties <= limit:
+                self.place([name, *tied], device, with_ties)
+                continue
+            # The entry fits without what is tied to it: split a tied entry to make the group smaller.
+            if tied and self.used[device] + size <= limit:
+                splittable = next((t for t in tied if _splittable(dict(self.pending)[t], self.no_split)), None)
+                if splittable is not None:
+                    self.split(splittable)
+                    continue
+            elif _splittable(thing, self.no_split):
+                self.split(name)
+                continue
+            if fallback_allocation and self.used[device] == 0 and device != DISK:
+                if self.fallback(device, self.memory[device] - max(reserve, with_ties)):
+                    continue
+            if self.verbose:
+                logger.info("%s (%d bytes) does not fit on %s (%d of %s used); next device", name, with_ties, device,
+                            self.used[device], limit)
+            if self.used[device] == 0:
+                self.passed_empty[device] = with_ties + reserve
+            # The room kept for the largest layer is used on this device from now on.
+            self.used[device] += reserve
+            position += 1
+
+
 def infer_auto_device_map(model: nn.Module, max_memory: dict[int | str, int | str] | None = None,
                           no_split_module_classes: list[str] | None = None, dtype: torch.dtype | str | None = None,
                           special_dtypes: dict[str, Any] | None = None, verbose: bool = False,
@@ -97,148 +221,61 @@ def infer_auto_device_map(model: nn.Module, max_memory: dict[int | str, int | st
                           fallback_allocation: bool = False) -> dict[str, int | str]:
     """Assign every module of ``model`` to a device within ``max_memory``.
 
-    Devices are filled in order: platform devices, ``"cpu"``, ``"disk"`` (always available).
-    The first platform device and the CPU keep room for the largest layer, since offloaded
-    layers are brought there to run. A module that does not fit is split into its children
-    unless its class is in ``no_split_module_classes``; tied parameters are placed with the
-    module that holds them first. ``fallback_allocation`` lets a device that cannot take the
-    next module take a later leaf module that fits, rather than stay empty.
+    A plan: the devices are not looked up here, so a map for another machine (``{0: ..., 1: ...}``
+    on one without those devices) can be made; it is checked where it is applied.
 
-    Offloaded modules (on ``"cpu"`` or ``"disk"`` when a platform device runs them, on
-    ``"disk"`` when the CPU does) keep their buffers on the main device unless
-    ``offload_buffers``: those buffers count against the main device's memory.
+    Devices are filled in order: platform devices, ``"cpu"``, ``"disk"`` (always available).
+    The first platform device and the CPU keep room for the largest layer still to place,
+    since offloaded layers are brought there to run. A module that does not fit is split into
+    its children unless its class is in ``no_split_module_classes``. Modules holding tied
+    parameters go to one device together; when the group does not fit, a tied module is split
+    first. ``fallback_allocation`` lets a device that cannot take the next module take one
+    later module that fits, rather than stay empty.
+
+    Unless ``offload_buffers``, the buffers of offloaded modules stay on a platform device;
+    a ``UserWarning`` says so when no platform device has room left for them.
     """
     memory = get_max_memory(max_memory)
     if DISK not in memory:
         memory[DISK] = float("inf")
-    sizes = compute_module_sizes(model, dtype=as_dtype(dtype), special_dtypes=special_dtypes)
+    if isinstance(no_split_module_classes, str):
+        no_split_module_classes = [no_split_module_classes]
+    dtype = as_dtype(dtype)
+    sizes = compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes)
+    buffer_sizes = compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes, buffers_only=True)
+    plan = _Plan(model, memory, sizes, buffer_sizes, set(no_split_module_classes or []), verbose)
+    plan.run(fallback_allocation)
     platform_devices = [d for d in memory if d not in (HOST, DISK)]
-    main_device = platform_devices[0] if platform_devices else HOST
-    reserved = 0
-    while True:
-        budget = dict(memory)
-        if main_device in budget:
-            budget[main_device] = budget[main_device] - reserved
-        device_map = _assign(model, budget, sizes, no_split_module_classes, fallback_allocation, verbose)
-        if offload_buffers:
-            break
-        # Buffers of offloaded modules are not offloaded: they live on the main device, so the
-        # map is made again with room kept for them until that room is enough.
-        needed = _offloaded_buffer_bytes(model, device_map, main_device, dtype)
-        if needed <= reserved:
-            break
-        reserved = needed
-        if verbose:
-            logger.info("keeping %d bytes of %s for the buffers of offloaded modules", reserved, main_device)
-    used = set(map(str, device_map.values()))
-    for device in platform_devices:
-        if str(device) not in used and memory[device] > 0:
+    if not offload_buffers:
+        _warn_unless_offloaded_buffers_fit(plan, platform_devices)
+    for device, needed in plan.passed_empty.items():
+        if device in platform_devices:
             # Said, not silent: a device left empty usually means max_memory or the split is wrong.
             logger.warning("device %s was given no module: its %s bytes are insufficient memory for the next module "
-                           "and the room kept for the largest layer; give it more max_memory, split the model more "
-                           "finely (no_split_module_classes) or pass fallback_allocation=True", device,
-                           memory[device])
+                           "and the room kept for the largest layer (%d bytes needed); give it more max_memory, "
+                           "split the model more finely (no_split_module_classes) or pass fallback_allocation=True",
+                           device, memory[device], needed)
+    device_map = plan.device_map
     if clean_result:
         device_map = clean_device_map(device_map)
     return device_map
 
 
-def _offloaded_buffer_bytes(model: nn.Module, device_map: dict[str, Any], main_device: Any, dtype: Any) -> int:
-    """Bytes of the buffers of the entries ``device_map`` offloads (which stay on ``main_device``)."""
-    offloaded = {DISK} if main_device == HOST else {HOST, DISK}
-    names = {name for name, device in device_map.items() if device in offloaded}
-    if not names:
-        return 0
-    dtype = as_dtype(dtype)
-    total = 0
-    for name, buffer in model.named_buffers():
-        if "" in names or _owner(name, names) is not None:
-            element = buffer.element_size()
-            if dtype is not None and buffer.is_floating_point():
-                element = min(element, dtype_byte_size(dtype))
-            total += int(buffer.numel() * element)
-    return total
+def _warn_unless_offloaded_buffers_fit(plan: _Plan, platform_devices: list[Any]) -> None:
+    """Buffers of offloaded modules are not offloaded: they are kept on a platform device
+    while the model runs. Warn when none has that much room left."""
+    needed = plan.buffers.get(HOST, 0) + plan.buffers.get(DISK, 0)
+    if not needed or not platform_devices:
+        return
+    if any(plan.memory[device] >= plan.used[device] + needed for device in platform_devices):
+        return
+    warnings.warn(f"the offloaded modules' buffers ({needed} bytes) stay on the main device, and no device has that "
+                  "much memory left in max_memory; pass offload_buffers=True to offload them with their modules, "
+                  "or give the devices more max_memory", UserWarning, stacklevel=3)
 
 
-def _assign(model: nn.Module, memory: dict[Any, Any], sizes: dict[str, int], no_split_module_classes: list[str] | None,
-            fallback_allocation: bool, verbose: bool) -> dict[str, Any]:
-    """One pass of :func:`infer_auto_device_map` within ``memory`` (not cleaned)."""
-    devices = list(memory)
-    no_split = set(no_split_module_classes or [])
-    tied_groups = find_tied_parameters(model)
-    platform_devices = [d for d in devices if d not in (HOST, DISK)]
-    main_devices = ([platform_devices[0]] if platform_devices else []) + [HOST]
-
-    pending: deque[tuple[str, Any]] = deque(_expand("", model))
-    device_map: dict[str, int | str] = {}
-    position = 0
-    used = 0
-    reserve: int | None = None
-
-    def layer_size() -> int:
-        modules = [(n, m) for n, m in pending if isinstance(m, nn.Module)]
-        size = get_max_layer_size(modules, sizes, list(no_split))[0]
-        tensors = [sizes.get(n, 0) for n, m in pending if not isinstance(m, nn.Module)]
-        return max([size, *tensors])
-
-    while pending and position < len(devices):
-        name, thing = pending[0]
-        device = devices[position]
-        size = sizes.get(name, 0)
-        # Everything tied to this entry's parameters that is still pending goes with it.
-        partners: list[str] = []
-        prefix = f"{name}."
-        for group in tied_groups:
-            if any(p == name or p.startswith(prefix) for p in group):
-                pending_names = {n for n, _ in pending}
-                for member in group:
-                    owner = _owner(member, pending_names)
-                    if owner is not None and owner != name and owner not in partners:
-                        partners.append(owner)
-        size += sum(sizes.get(p, 0) for p in partners)
-        limit = memory[device]
-        if device in main_devices and device != DISK:
-            if reserve is None:  # recomputed when the device or the pending modules change shape
-                reserve = layer_size()
-            limit -= reserve
-        if used + size <= limit or device == DISK:
-            for entry in [name, *partners]:
-                device_map[entry] = device
-            pending.popleft()
-            if partners:
-                moved = set(partners)
-                pending = deque((n, m) for n, m in pending if n not in moved)
-            used += size
-            if verbose:
-                logger.info("%s (%d bytes) -> %s", name, size, device)
-            continue
-        splittable = isinstance(thing, nn.Module) and list(thing.children()) and \
-            thing.__class__.__name__ not in no_split
-        if splittable:
-            pending.popleft()
-            pending.extendleft(reversed(_expand(name, thing)))
-            reserve = None
-            continue
-        if fallback_allocation and used == 0:
-            fits = next((i for i, (n, m) in enumerate(pending) if sizes.get(n, 0) <= limit
-                         and (not isinstance(m, nn.Module) or not list(m.children()))), None)
-            if fits is not None:
-                fallback_name, _ = pending[fits]
-                del pending[fits]
-                device_map[fallback_name] = device
-                used += sizes.get(fallback_name, 0)
-                continue
-        if verbose:
-            logger.info("%s (%d bytes) does not fit on %s (%d of %d used); next device", name, size, device, used, limit)
-        position += 1
-        used = 0
-        reserve = None
-    return device_map
-
-
-def validate_device_map(model: nn.Module, device_map: dict[str, Any]) -> None:
-    """Fail, before anything is placed, when ``device_map`` names a module (or tensor) that
-    ``model`` does not have or a device that does not exist here (:func:`check_device`)."""
+def _check_keys(model: nn.Module, device_map: Any) -> None:
+    """Refuse a map that is not a dict; warn about keys that name nothing in ``model``."""
     if not isinstance(device_map, dict):
         raise ConfigError(f"device_map is a {type(device_map).__name__}; give a dict {{'module.name': device}} or "
                           f"one of {', '.join(STRATEGIES)}")
@@ -247,16 +284,35 @@ def validate_device_map(model: nn.Module, device_map: dict[str, Any]) -> None:
     known.update(name for name, _ in model.named_buffers(remove_duplicate=False))
     unknown = [name for name in device_map if name not in known]
     if unknown:
-        raise ConfigError(f"the device map names {', '.join(map(repr, unknown[:5]))}, which {type(model).__name__} "
-                          "has no module, parameter or buffer of; use names from model.named_modules()")
+        # A warning, as in Accelerate, not an error: an extra key places nothing (one map serves
+        # variants of a model), and a key whose weights are then left unplaced fails the
+        # coverage check. Warned from this one line, so Python's filter says it once per map.
+        warnings.warn(f"device_map keys do not match any submodules in the model: {unknown}; names come from "
+                      f"{type(model).__name__}.named_modules()", UserWarning, stacklevel=2)
+
+
+def check_devices_exist(device_map: dict[str, Any]) -> None:
+    """Fail, before anything is placed, when ``device_map`` names a device this machine does
+    not have (:func:`check_device`). Asked where a map is applied, not where it is planned."""
     for name, device in device_map.items():
         check_device(device, f"the device map (entry {name!r})")
 
 
+def validate_device_map(model: nn.Module, device_map: dict[str, Any]) -> None:
+    """The checks of a map about to be applied here: a dict, keys that name parts of
+    ``model`` (warned otherwise), devices that exist (:func:`check_devices_exist`)."""
+    _check_keys(model, device_map)
+    check_devices_exist(device_map)
+
+
 def check_device_map(model: nn.Module, device_map: dict[str, Any]) -> None:
-    """Fail when ``device_map`` names what is not in ``model`` or here, or leaves some
-    parameter or buffer of ``model`` uncovered."""
-    validate_device_map(model, device_map)
+    """Fail (``ConfigError``, a ``ValueError``) when ``device_map`` leaves some parameter or
+    buffer of ``model`` without a device; warn about keys that name nothing in ``model``.
+
+    A planning check, as Accelerate's: the devices are not looked up, since a map may be
+    written for another machine (:func:`check_devices_exist` is asked where it is applied).
+    """
+    _check_keys(model, device_map)
     if "" in device_map:
         return
     keys = set(device_map)

@@ -30,7 +30,7 @@ from .module_hooks import (
     attach_align_device_hook_on_blocks,
     attach_layerwise_casting_hooks,
 )
-from .device_map import check_device_map, resolve_device_map
+from .device_map import check_device_map, check_devices_exist, resolve_device_map
 from .modeling import DISK, HOST, current_platform, find_tied_parameters, resolve_device, retie_parameters
 from .offload import INDEX_NAME, OffloadedWeightsLoader, extract_submodules_state_dict, offload_state_dict
 from .offload import save_offload_index
@@ -178,6 +178,7 @@ def dispatch_model(model: nn.Module, device_map: dict[str, Any], main_device: An
     offload just moves the model (no hooks, unless ``force_hooks``).
     """
     check_device_map(model, device_map)
+    check_devices_exist(device_map)
     places = list(dict.fromkeys(map(_place_key, device_map.values())))
     model.hf_device_map = dict(device_map)
     if len(places) == 1 and places[0] != DISK and not force_hooks:
