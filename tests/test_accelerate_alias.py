@@ -4,8 +4,11 @@ to share the name with a real Hugging Face Accelerate."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -19,8 +22,9 @@ import importlib.metadata, pickle, sys
 from unittest import mock
 
 import accelerate, drivetrain
-assert accelerate is drivetrain and sys.modules["accelerate"] is drivetrain
-assert accelerate.Accelerator is drivetrain.Accelerator
+assert accelerate.Accelerator is drivetrain.Accelerator and accelerate.DeepSpeedPlugin is drivetrain.DeepSpeedPlugin
+# libraries compare `accelerate.__version__` with Accelerate releases (PEFT, TRL): the API version
+assert accelerate.__version__ == importlib.metadata.version("accelerate")
 import accelerate.utils.operations
 import drivetrain.utils.operations
 assert accelerate.utils.operations is drivetrain.utils.operations
@@ -77,6 +81,11 @@ def test_the_accelerate_command_is_drivetrain_and_says_so(alias):
     assert version.stdout.startswith("drivetrain ")
     launch_help = run([alias.bin / "accelerate-launch", "--help"])
     assert launch_help.returncode == 0 and "--num_processes" in launch_help.stdout
+    # Accelerate's other console scripts are there too, each the drivetrain command of that name
+    merge_help = run([alias.bin / "accelerate-merge-weights", "--help"])
+    assert merge_help.returncode == 0 and "merge-weights" in merge_help.stdout
+    for script in ("accelerate-config", "accelerate-estimate-memory"):
+        assert run([alias.bin / script, "--help"]).returncode == 0, script
 
 
 def test_the_alias_refuses_to_run_beside_a_real_accelerate(alias, tmp_path):
@@ -117,3 +126,24 @@ def test_install_refuses_a_real_accelerate_and_uninstall_restores_the_environmen
     # nothing of the alias is left in this environment (a base environment may have its own copy)
     gone = run([env.python, "-c", "import importlib.util as u; s = u.find_spec('accelerate'); print(s and s.origin)"])
     assert not gone.stdout.strip().startswith(str(site)), gone.stdout
+
+
+def test_from_pretrained_offloads_part_of_a_model_to_disk_through_the_alias(alias):
+    # the client suite's representative in the main suite (one process, seconds): transformers
+    # dispatches through `accelerate`, which is drivetrain here
+    script = Path(__file__).parent / "clients" / "scripts" / "offload_job.py"
+    result = run([alias.python, script])
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.split("RESULT ", 1)[1])
+    assert "disk" in report["placement"]
+    assert report["same_logits"] and report["same_tokens"]
+
+
+def test_the_trainer_trains_on_drivetrain_through_the_alias(alias, tmp_path):
+    # the headline of the client suite, in one process: `Trainer(...)` needs `accelerate`
+    script = Path(__file__).parent / "clients" / "scripts" / "trainer_job.py"
+    result = run([alias.python, script, "--output-dir", tmp_path, "--max-steps", "2"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.split("RESULT ", 1)[1])
+    assert report["accelerator"] == "drivetrain.facade.accelerator" and report["world_size"] == 1
+    assert len(report["losses"]) == 2 and all(math.isfinite(loss) for loss in report["losses"])

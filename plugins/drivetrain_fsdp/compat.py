@@ -62,3 +62,15 @@ def get_fsdp2_grad_scaler(**kwargs: Any) -> Any:
 FSDP_SHARDING_STRATEGY = list(SHARDING_STRATEGIES)
 FSDP_AUTO_WRAP_POLICY = list(AUTO_WRAP_POLICIES)
 FSDP_BACKWARD_PREFETCH = list(BACKWARD_PREFETCH)
+
+
+def get_parameters_from_modules(modules: Any, model: Any, device: Any) -> set:
+    """The parameters of ``modules`` (module objects, or a regular expression over the model's
+    module names, whose matches are moved to ``device`` first): what FSDP is told to ignore."""
+    from .wrap import modules_named
+
+    if modules is None:
+        return set()
+    if isinstance(modules, str):
+        modules = [module.to(device) for module in modules_named(model, modules)]
+    return {parameter for module in modules for parameter in module.parameters()}

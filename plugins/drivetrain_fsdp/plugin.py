@@ -161,5 +161,13 @@ def drivetrain_public_names():
                 "save_fsdp_model", "load_fsdp_model", "save_fsdp_optimizer", "load_fsdp_optimizer",
                 "fsdp2_prepare_model", "fsdp2_load_full_state_dict", "fsdp2_switch_optimizer_parameters",
                 "fsdp2_apply_ac")},
+            # Accelerate's `accelerate.utils.fsdp_utils` module (TRL imports from it)
+            **{f"utils.fsdp_utils.{name}": f"drivetrain_fsdp.{module}:{name}" for module, names in (
+                ("compat", ("enable_fsdp_ram_efficient_loading", "disable_fsdp_ram_efficient_loading",
+                            "fsdp2_canonicalize_names", "get_parameters_from_modules")),
+                ("helpers", ("save_fsdp_model", "load_fsdp_model", "save_fsdp_optimizer", "load_fsdp_optimizer",
+                             "fsdp2_prepare_model", "fsdp2_load_full_state_dict",
+                             "fsdp2_switch_optimizer_parameters", "fsdp2_apply_ac")),
+                ("merge", ("merge_fsdp_weights",))) for name in names},
             **{f"utils.constants.{name}": f"drivetrain_fsdp.compat:{name}" for name in (
                 "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREFETCH")}}

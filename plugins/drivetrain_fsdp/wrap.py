@@ -214,13 +214,18 @@ def offload_policy(options: FullyShardedDataParallelPlugin, version: int) -> Any
     return options.cpu_offload if isinstance(options.cpu_offload, CPUOffloadPolicy) else CPUOffloadPolicy()
 
 
+def modules_named(model: torch.nn.Module, pattern: str) -> list[torch.nn.Module]:
+    """The submodules whose whole name matches the regular expression ``pattern``."""
+    compiled = re.compile(pattern)
+    return [module for name, module in model.named_modules() if name and compiled.fullmatch(name)]
+
+
 def ignored_modules(model: torch.nn.Module, options: FullyShardedDataParallelPlugin) -> list[torch.nn.Module]:
     ignored = options.ignored_modules
     if ignored is None:
         return []
     if isinstance(ignored, str):
-        pattern = re.compile(ignored)
-        found = [module for name, module in model.named_modules() if name and pattern.fullmatch(name)]
+        found = modules_named(model, ignored)
         if not found:
             raise ConfigError(f"ignored_modules {ignored!r} matches no module name of the model")
         return found

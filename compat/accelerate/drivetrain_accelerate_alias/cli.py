@@ -8,7 +8,7 @@ from typing import Callable
 from . import conflict_message, install, real_accelerate
 
 
-def _run(entry: str) -> Callable[[], int]:
+def _run(entry: str, *subcommand: str) -> Callable[[], int]:
     def command() -> int:
         found = real_accelerate()
         if found is not None:
@@ -17,6 +17,8 @@ def _run(entry: str) -> Callable[[], int]:
         install()  # scripts run in this process (debug launches) import `accelerate` too
         module_name, _, function = entry.partition(":")
         module = __import__(module_name, fromlist=[function])
+        if subcommand:
+            return getattr(module, function)([*subcommand, *sys.argv[1:]])
         return getattr(module, function)()
 
     return command
@@ -26,3 +28,4 @@ main = _run("drivetrain.cli.main:main")
 launch_main = _run("drivetrain.cli.main:launch_main")
 config_main = _run("drivetrain.cli.main:config_main")
 estimate_main = _run("drivetrain.commands.estimate:main")
+merge_weights_main = _run("drivetrain.cli.main:main", "merge-weights")

@@ -45,7 +45,7 @@ def accelerate_package() -> str:
         return (f"conflict: the drivetrain alias {alias[0]} and Hugging Face Accelerate {real[0]} are both "
                 "installed; `pip uninstall accelerate` until one is left")
     if alias:
-        return (f"{alias[0]}, the drivetrain alias: `import accelerate` is drivetrain and the `accelerate` "
+        return (f"{alias[0]}, the drivetrain alias: `import accelerate` serves drivetrain's modules and the `accelerate` "
                 "command runs `drivetrain`")
     if real:
         return f"{real[0]}, Hugging Face Accelerate (a separate library, not drivetrain)"

@@ -138,6 +138,15 @@ def model_has_dtensor(model: torch.nn.Module) -> bool:
     return any(isinstance(p, DTensor) for p in model.parameters())
 
 
+def get_module_class_from_name(module: torch.nn.Module, name: str) -> type | None:
+    """The class called ``name`` of ``module`` or of its first submodule (depth first) that has it;
+    ``None`` when none has. Wrapping policies name layer classes by their names."""
+    for node in module.modules():
+        if type(node).__name__ == name:
+            return type(node)
+    return None
+
+
 def get_module_children_bottom_up(model: torch.nn.Module, return_fqns: bool = False) -> list[Any]:
     """Every submodule of ``model`` with children before their parent, ``model`` last.
 

@@ -30,12 +30,13 @@ from ..runtime.kwargs_handlers import (
     TorchDynamoPlugin,
 )
 from ..tensors.nested import TensorInformation
+from ..services.other import get_module_class_from_name
 
 __all__ = [
     "AutocastKwargs", "ComputeEnvironment", "CustomDtype", "DataLoaderConfiguration", "DistributedType",
     "DynamoBackend", "GradientAccumulationPlugin", "GradScalerKwargs", "InitProcessGroupKwargs", "KwargsHandler",
     "LoggerType", "PrecisionType", "ProfileKwargs", "ProjectConfiguration", "RNGType", "SageMakerDistributedType",
-    "TensorInformation", "TorchDynamoPlugin",
+    "TensorInformation", "TorchDynamoPlugin", "get_module_class_from_name",
 ]
 
 
