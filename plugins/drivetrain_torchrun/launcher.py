@@ -121,7 +121,7 @@ def launch_torchrun(args: argparse.Namespace) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from drivetrain.plugin_api import ERRORS_DIR_VARIABLE, ExitWatcher
+    from drivetrain.plugin_api import ERRORS_DIR_VARIABLE, AttemptWatchers
 
     os.environ.setdefault("DRIVETRAIN_RDZV_ID", str(uuid.uuid4()))
     if getattr(args, "quiet", None):
@@ -141,13 +141,13 @@ def launch_torchrun(args: argparse.Namespace) -> int:
     except ValueError:  # a bad variable is the workers' error to report
         limit = DEFAULT_TIMEOUT_S
     with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors, \
-            ExitWatcher(errors, stopped_limit=limit) as watcher:
-        os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it
+            AttemptWatchers(errors, stopped_limit=limit) as attempts:
+        os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it, per attempt
         try:
             torchrun.run(torch_args)
         except ChildFailedError as error:
-            watcher.__exit__()  # every end seen so far; nothing more is coming
-            print(summarize(error, errors, watcher.exits, watcher.stopped), file=sys.stderr)
+            attempts.__exit__()  # every end seen so far; nothing more is coming
+            print(attempts.report(error) or summarize(error), file=sys.stderr)
             return 1
         except (DistError, RendezvousError) as error:  # machine 0 unreachable, or the wait expired
             print(rendezvous_failure(args, error), file=sys.stderr)
@@ -158,6 +158,10 @@ def launch_torchrun(args: argparse.Namespace) -> int:
             os.environ.pop(ERRORS_DIR_VARIABLE, None)
             for logger in notes:
                 logger.removeFilter(quiet_stop)
+        attempts.__exit__()
+        earlier = attempts.report()
+        if earlier:  # the job recovered: say from what
+            print(earlier.splitlines()[0] + f"; attempt {max(attempts.watchers) + 1} succeeded", file=sys.stderr)
     return 0
 
 

@@ -3,9 +3,11 @@ child entry point, the failure records the children leave, and how exits are des
 
 from ..services.launchers import CHILD_MODULE, ERRORS_DIR_VARIABLE, failure_summary, recorded_failures
 from ..runtime.process_exits import ExitWatcher, describe_exit, last_stderr_line
+from ..services.restarts import AttemptWatchers
 from ..cli.launch_environment import prepare_multi_gpu_env
 
 __all__ = [
-    "CHILD_MODULE", "ERRORS_DIR_VARIABLE", "ExitWatcher", "describe_exit", "failure_summary",
+    "AttemptWatchers", "CHILD_MODULE", "ERRORS_DIR_VARIABLE", "ExitWatcher", "describe_exit",
+    "failure_summary",
     "last_stderr_line", "prepare_multi_gpu_env", "recorded_failures",
 ]
