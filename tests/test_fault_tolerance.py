@@ -60,3 +60,22 @@ def test_a_killed_rank_is_restarted_and_ends_bitwise_equal(tmp_path, strategy):
     assert_ok(result)
     assert "attempt 1: rank 1 exited with code 17; attempt 2 succeeded" in result.stderr, result.stderr
     _assert_same(_params(straight), _params(restarted), strategy)
+
+
+def test_resume_takes_the_newest_checkpoint_complete_on_every_process():
+    from drivetrain.services.checkpointing.run_state import newest_common
+
+    # rank 1 died while writing checkpoint 9: 6 is the newest both finished
+    assert newest_common([[3, 6, 9], [3, 6]]) == [3, 6]
+    assert newest_common([[3], [6]]) == []
+
+
+def test_total_limit_never_deletes_the_only_complete_checkpoint(tmp_path):
+    from drivetrain.services.checkpointing import layout
+
+    complete, partial = tmp_path / "checkpoint_1", tmp_path / "checkpoint_2"
+    complete.mkdir(), partial.mkdir()
+    (complete / layout.MANIFEST).write_text("{}")
+    layout.rotate(tmp_path, 1, newest=partial)
+    assert complete.exists()
+    assert [number for number, _path in layout.automatic_checkpoints(tmp_path)] == [1]

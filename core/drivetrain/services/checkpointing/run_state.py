@@ -67,10 +67,24 @@ def input_directory(accelerator: Accelerator, input_dir: str | os.PathLike | Non
     if not accelerator.project_configuration.automatic_checkpoint_naming:
         raise CheckpointError("load_state() needs a directory, or automatic_checkpoint_naming=True to take "
                               "the newest checkpoint")
-    found = layout.automatic_checkpoints(checkpoint_root(accelerator))
-    if not found:
-        raise CheckpointError(f"no complete checkpoint under {checkpoint_root(accelerator)}")
-    return found[-1][1]
+    root = checkpoint_root(accelerator)
+    found = dict(layout.automatic_checkpoints(root))
+    numbers = sorted(found)
+    if accelerator.num_processes > 1:  # machines without a shared disk may each hold different ones
+        numbers = newest_common(peers.gather(accelerator.state, numbers, "load_state()"))
+    if not numbers:
+        raise CheckpointError(f"no complete checkpoint under {root}" + (
+            " on every process" if found else "") + "; pass load_state() a directory, or start without one")
+    return found.get(numbers[-1], root / f"checkpoint_{numbers[-1]}")
+
+
+def newest_common(per_process: list[list[int]]) -> list[int]:
+    """The checkpoint numbers complete on every process, oldest first: a checkpoint one process
+    finished and another did not (a rank died while writing it) is never the one resumed."""
+    common = set(per_process[0]) if per_process else set()
+    for numbers in per_process[1:]:
+        common &= set(numbers)
+    return sorted(common)
 
 
 # ------------------------------------------------------------------- RNG
