@@ -79,3 +79,34 @@ def test_total_limit_never_deletes_the_only_complete_checkpoint(tmp_path):
     layout.rotate(tmp_path, 1, newest=partial)
     assert complete.exists()
     assert [number for number, _path in layout.automatic_checkpoints(tmp_path)] == [1]
+
+
+def _seen_per_epoch(directory):
+    """Sample ids trained on in each epoch, over every process of every layout that ran there."""
+    import json
+
+    epochs: dict[int, list[int]] = {}
+    for path in directory.glob("seen-*.json"):
+        for epoch, ids in enumerate(json.loads(path.read_text())["epochs"]):
+            epochs.setdefault(epoch, []).extend(ids)
+    return epochs
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_a_two_process_job_resumes_on_one_and_on_four(tmp_path, strategy):
+    """Stopped mid-epoch on 2 processes (after the checkpoint of step 6), resumed on 1 and on 4:
+    every sample of both epochs is trained on exactly once across the two layouts."""
+    import shutil
+
+    first = tmp_path / "first"
+    assert_ok(launch(SCRIPT, str(first), strategy, "--stop-after", "6"))
+    for processes in (1, 4):
+        resumed = shutil.copytree(first, tmp_path / f"on{processes}")
+        assert_ok(launch(SCRIPT, str(resumed), strategy, num_processes=processes))
+        epochs = _seen_per_epoch(resumed)
+        assert sorted(epochs) == [0, 1]
+        for epoch, ids in epochs.items():
+            assert sorted(ids) == list(range(48)), f"{strategy} 2 -> {processes}, epoch {epoch}: {sorted(ids)}"
+        assert (resumed / "final.pt").exists()

@@ -518,12 +518,15 @@ def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directo
 
     # Check every state against its object before anything is changed.
     for key, tree in trees.items():
+        # A position kept in samples resumes on any number of processes (data_loader.progress);
+        # one kept only in batches (torchdata's StatefulDataLoader) means nothing on another layout.
         if key.startswith("dataloader_") and resized and isinstance(tree, dict) and tree.get("num_processes") not in (
-                None, accelerator.num_processes) and tree.get("batches_yielded", tree.get("_num_yielded", 0)):
+                None, accelerator.num_processes) and tree.get("batches_yielded", tree.get("_num_yielded", 0)) and not (
+                tree.get("samples_yielded") or tree.get("total_batch_size")):
             raise CheckpointError(
-                f"{directory} was saved mid-epoch by {manifest['world_size']} processes; it cannot resume that epoch "
-                f"on {accelerator.num_processes}: resume with {manifest['world_size']} processes, or from a "
-                "checkpoint saved at an epoch boundary")
+                f"{directory} was saved mid-epoch by {manifest['world_size']} processes with a position in batches; "
+                f"it cannot resume that epoch on {accelerator.num_processes}: resume with {manifest['world_size']} "
+                "processes, or from a checkpoint saved at an epoch boundary")
     for index, state in models.items():
         compatibility.check_model(state, accelerator.unwrap_model(prepared.models[index]),
                                   f"{directory}/model_{index}", bool(options.get("strict", True)))
