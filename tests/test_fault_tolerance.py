@@ -110,3 +110,72 @@ def test_a_two_process_job_resumes_on_one_and_on_four(tmp_path, strategy):
         for epoch, ids in epochs.items():
             assert sorted(ids) == list(range(48)), f"{strategy} 2 -> {processes}, epoch {epoch}: {sorted(ids)}"
         assert (resumed / "final.pt").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_stopped_rank_under_a_timeout_is_named_and_the_job_restarts(tmp_path):
+    """Rank 1 stops itself (SIGSTOP) in the first attempt: after --timeout the report names it,
+    every worker is restarted, and the job ends as if nothing happened."""
+    result = launch(SCRIPT, str(tmp_path / "hung"), "ddp", "--hang-after", "4",
+                    launch_args=("--timeout", "10", "--max-restarts", "1"))
+    assert_ok(result)
+    assert "attempt 1: rank 1 was killed by signal 15 (SIGTERM): it was stopped (SIGSTOP)" in result.stderr, \
+        result.stderr
+    assert "attempt 2 succeeded" in result.stderr
+    assert (tmp_path / "hung" / "final.pt").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_when_one_of_two_machines_is_lost_the_other_ends_naming_it(tmp_path):
+    """Two launchers as two machines (c10d rendezvous on this host); machine 1's launcher is
+    killed once training runs: machine 0 ends soon after, with one line naming machine 1."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from conftest import clean_environ
+    from launching import SCRIPTS
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "job"
+
+    def machine(rank):
+        return subprocess.Popen(
+            [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", "--num-machines", "2",
+             "--machine-rank", str(rank), "--main-process-ip", "127.0.0.1", "--main-process-port", str(port),
+             "--rdzv-backend", "c10d", "--rdzv-timeout", "60", str(SCRIPTS / SCRIPT), str(out), "ddp",
+             "--step-seconds", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=clean_environ())
+
+    def listening():
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    # Machine 0 hosts the rendezvous at the address every machine is given, as on a cluster:
+    # on one host either launcher could, so machine 1 starts once machine 0 listens.
+    machines = [machine(0)]
+    try:
+        deadline = time.monotonic() + 60
+        while not listening() and time.monotonic() < deadline and machines[0].poll() is None:
+            time.sleep(0.2)
+        machines.append(machine(1))
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoints").is_dir() and time.monotonic() < deadline:
+            assert machines[0].poll() is None and machines[1].poll() is None, machines[0].communicate()
+            time.sleep(0.2)
+        assert (out / "checkpoints").is_dir(), "the two machines never started training together"
+        machines[1].send_signal(signal.SIGKILL)
+        _out, err = machines[0].communicate(timeout=60)  # bounded: it must not wait for the lost machine
+    finally:
+        for machine in machines:
+            if machine.poll() is None:
+                machine.kill()
+                machine.communicate()
+    assert machines[0].returncode != 0
+    assert "machine 1 was lost" in err, err

@@ -1,6 +1,6 @@
 """A preemptible job written with Accelerate's API only, launched by tests/test_fault_tolerance.py.
 
-usage: check_fault_tolerance.py OUT STRATEGY [--crash-after N] [--hang-after N] [--stop-after N]
+usage: check_fault_tolerance.py OUT STRATEGY [--crash-after N] [--hang-after N] [--stop-after N] [--step-seconds S]
 
 STRATEGY is ddp or fsdp2. Checkpoints every 3 steps under OUT (automatic naming, two kept)
 and resumes from the newest at start. A shuffled loader, gradient accumulation over 2
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import signal
+import time
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -47,6 +48,7 @@ def main() -> None:
     parser.add_argument("--crash-after", type=int, default=-1)
     parser.add_argument("--hang-after", type=int, default=-1)
     parser.add_argument("--stop-after", type=int, default=-1)
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="sleep in each step (a slower job)")
     args = parser.parse_args()
     extra = {}
     if args.strategy == "fsdp2":
@@ -87,6 +89,7 @@ def main() -> None:
                 scheduler.step()
                 optimizer.zero_grad()
             seen[-1].extend(ids.tolist())
+            time.sleep(args.step_seconds)
             progress.step += 1
             if progress.step % EVERY == 0:
                 accelerator.save_state()
