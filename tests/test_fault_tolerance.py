@@ -38,6 +38,27 @@ def test_attempt_errors_dir_is_per_attempt(tmp_path):
     assert first != second and (tmp_path / "attempt1").is_dir()
 
 
+def test_the_report_says_how_each_attempt_failed(tmp_path):
+    """Each attempt is reported from its own records: attempt 2 never borrows attempt 1's exit code."""
+    import json
+
+    from drivetrain.runtime.process_exits import ExitWatcher
+    from drivetrain.services.restarts import AttemptWatchers
+
+    attempts = AttemptWatchers(str(tmp_path))
+    for attempt, exits in ((0, {0: (2.0, -15), 1: (1.0, 17)}), (1, {0: (1.0, 1), 1: (2.0, -15)})):
+        folder = tmp_path / f"attempt{attempt}"
+        folder.mkdir()
+        attempts.watchers[attempt] = ExitWatcher(str(folder))
+        attempts.watchers[attempt].exits = exits
+    (tmp_path / "attempt1" / "0.json").write_text(json.dumps({"time": 1.0, "error": "ValueError: bad batch"}))
+    report = attempts.report()
+    assert report.splitlines()[0] == ("drivetrain launch: attempt 1: rank 1 exited with code 17; "
+                                      "attempt 2: rank 0 exited with code 1: ValueError: bad batch"), report
+    first, second = report.split("\n", 1)[1].split("attempt 2: 2 process(es)")
+    assert "bad batch" not in first and "code 17" not in second
+
+
 def _params(path):
     return torch.load(path / "final.pt")
 
