@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -141,8 +142,7 @@ def test_a_stopped_rank_under_a_timeout_is_named_and_the_job_restarts(tmp_path):
     result = launch(SCRIPT, str(tmp_path / "hung"), "ddp", "--hang-after", "4",
                     launch_args=("--timeout", "10", "--max-restarts", "1"))
     assert_ok(result)
-    assert "attempt 1: rank 1 was killed by signal 15 (SIGTERM): it was stopped (SIGSTOP)" in result.stderr, \
-        result.stderr
+    assert re.search(r"attempt 1: rank 1 [^;]*: it was stopped \(SIGSTOP\)", result.stderr), result.stderr
     assert "attempt 2 succeeded" in result.stderr
     assert (tmp_path / "hung" / "final.pt").exists()
 
