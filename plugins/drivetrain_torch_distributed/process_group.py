@@ -46,6 +46,22 @@ def group_is_ready() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def attempt_store(timeout: timedelta | None) -> Any:
+    """The store of this attempt when torch's elastic agent hosts the store, else ``None``.
+
+    The agent keeps one store for the whole job and its workers connect to it without a
+    prefix of their own, so after a restart a new group would read the keys the failed
+    attempt left there (the old ranks' gloo addresses: "Connection refused", or a wait for a
+    peer that is gone). Every attempt gets its own key space, named by the restart count.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or "MASTER_PORT" not in os.environ:
+        return None
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    client = dist.TCPStore(os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"]),
+                           is_master=False, timeout=timeout or timedelta(minutes=30))
+    return dist.PrefixStore(f"drivetrain/attempt{attempt}/", client)
+
+
 def init_process_group(run: Any, timeout: timedelta | None, backend: str | None, init_method: str | None) -> None:
     """Create the default group from the cluster environment's rank and rendezvous address."""
     if group_is_ready():
@@ -64,6 +80,10 @@ def init_process_group(run: Any, timeout: timedelta | None, backend: str | None,
     if run.platform.device_type != "cpu" and backend not in ("gloo", "mpi"):
         kwargs["device_id"] = run.platform.device_for(cluster.local_rank)
     try:
+        store = attempt_store(timeout) if init_method is None else None
+        if store is not None:
+            del kwargs["init_method"]
+            kwargs["store"] = store
         dist.init_process_group(**kwargs)
     except Exception as exc:
         raise DistributedError(

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import uuid
 
 from drivetrain.plugin_api import CHILD_MODULE as CHILD
 
@@ -31,6 +30,13 @@ def rendezvous_conf(args: argparse.Namespace, timeout_key: str) -> str:
     if seconds and timeout_key not in keys:
         conf = ",".join(filter(None, [conf, f"{timeout_key}={math.ceil(seconds)}"]))
     return conf
+
+
+def rendezvous_id() -> str:
+    """The job's name in an elastic rendezvous: the same on every machine, and on a machine's
+    launcher started again, or they would never meet (``DRIVETRAIN_RDZV_ID``, e.g. the
+    scheduler's job id; the rendezvous endpoint already keeps two jobs apart)."""
+    return os.environ.get("DRIVETRAIN_RDZV_ID") or "drivetrain"
 
 
 def torchrun_arguments(args: argparse.Namespace) -> list[str]:
@@ -59,7 +65,7 @@ def torchrun_arguments(args: argparse.Namespace) -> list[str]:
     else:
         endpoint = f"{args.main_process_ip or '127.0.0.1'}:{args.main_process_port or 29500}"
         argv += ["--rdzv-backend", args.rdzv_backend, "--rdzv-endpoint", endpoint,
-                 "--rdzv-id", os.environ.get("DRIVETRAIN_RDZV_ID", "drivetrain")]
+                 "--rdzv-id", rendezvous_id()]
     if args.no_python:
         argv += ["--no-python"]
     return argv + _target(args)
@@ -114,6 +120,27 @@ def _stopped(signum: int) -> int:
     return 128 + signum
 
 
+def _heartbeat(args: argparse.Namespace, started):
+    """Launchers of a multi-machine job watch each other through the rendezvous store (see heartbeat)."""
+    import contextlib
+
+    from .heartbeat import MachineHeartbeat
+
+    if args.num_machines < 2:
+        return contextlib.nullcontext()
+    return MachineHeartbeat(args.main_process_ip or "127.0.0.1", int(args.main_process_port or 29500),
+                            args.machine_rank, args.num_machines, started)
+
+
+def _report_lost_machines(heartbeat) -> bool:
+    from .heartbeat import MachineHeartbeat, lost_machines_line
+
+    lost = heartbeat.lost() if isinstance(heartbeat, MachineHeartbeat) else []
+    if lost:
+        print(lost_machines_line(lost), file=sys.stderr)
+    return bool(lost)
+
+
 def launch_torchrun(args: argparse.Namespace) -> int:
     from torch.distributed import DistError
     from torch.distributed import run as torchrun
@@ -121,9 +148,8 @@ def launch_torchrun(args: argparse.Namespace) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from drivetrain.plugin_api import ERRORS_DIR_VARIABLE, ExitWatcher
+    from drivetrain.plugin_api import ERRORS_DIR_VARIABLE, AttemptWatchers
 
-    os.environ.setdefault("DRIVETRAIN_RDZV_ID", str(uuid.uuid4()))
     if getattr(args, "quiet", None):
         _quiet_agent()
     torch_args = torchrun.get_args_parser().parse_args(torchrun_arguments(args))
@@ -141,16 +167,19 @@ def launch_torchrun(args: argparse.Namespace) -> int:
     except ValueError:  # a bad variable is the workers' error to report
         limit = DEFAULT_TIMEOUT_S
     with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors, \
-            ExitWatcher(errors, stopped_limit=limit) as watcher:
-        os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it
+            AttemptWatchers(errors, stopped_limit=limit) as attempts, \
+            _heartbeat(args, lambda: bool(attempts.watchers)) as heartbeat:
+        os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it, per attempt
         try:
             torchrun.run(torch_args)
         except ChildFailedError as error:
-            watcher.__exit__()  # every end seen so far; nothing more is coming
-            print(summarize(error, errors, watcher.exits, watcher.stopped), file=sys.stderr)
+            attempts.__exit__()  # every end seen so far; nothing more is coming
+            _report_lost_machines(heartbeat)
+            print(attempts.report(error) or summarize(error), file=sys.stderr)
             return 1
         except (DistError, RendezvousError) as error:  # machine 0 unreachable, or the wait expired
-            print(rendezvous_failure(args, error), file=sys.stderr)
+            if not _report_lost_machines(heartbeat):
+                print(rendezvous_failure(args, error), file=sys.stderr)
             return 1
         except SignalException as stop:  # Ctrl-C or SIGTERM: torch's agent has ended the workers
             return _stopped(int(stop.sigval))
@@ -158,6 +187,10 @@ def launch_torchrun(args: argparse.Namespace) -> int:
             os.environ.pop(ERRORS_DIR_VARIABLE, None)
             for logger in notes:
                 logger.removeFilter(quiet_stop)
+        attempts.__exit__()
+        earlier = attempts.report()
+        if earlier:  # the job recovered: say from what
+            print(earlier.splitlines()[0] + f"; attempt {max(attempts.watchers) + 1} succeeded", file=sys.stderr)
     return 0
 
 

@@ -24,9 +24,13 @@ def main() -> None:
             raise SystemExit("usage: python -m drivetrain.cli.child (--script PATH | --module NAME) [ARGS...]")
         kind, target, arguments = sys.argv[1], sys.argv[2], sys.argv[3:]
         from drivetrain.services.launchers import ERRORS_DIR_VARIABLE
+        from drivetrain.services.restarts import attempt_errors_dir
         from drivetrain.runtime.process_exits import note_worker_start
 
-        note_worker_start(os.environ.get(ERRORS_DIR_VARIABLE))  # so the launcher can tell who ended first
+        errors = attempt_errors_dir(os.environ.get(ERRORS_DIR_VARIABLE))  # each attempt keeps its own records
+        if errors:
+            os.environ[ERRORS_DIR_VARIABLE] = errors
+        note_worker_start(errors)  # so the launcher can tell who ended first
         sys.argv = [target, *arguments]
         try:
             if kind == "--module":

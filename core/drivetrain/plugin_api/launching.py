@@ -3,9 +3,10 @@ child entry point, the failure records the children leave, and how exits are des
 
 from ..services.launchers import CHILD_MODULE, ERRORS_DIR_VARIABLE, failure_summary, recorded_failures
 from ..runtime.process_exits import ExitWatcher, describe_exit, last_stderr_line
+from ..services.restarts import AttemptWatchers
 from ..cli.launch_environment import find_executable, prepare_multi_gpu_env, program_version
 
 __all__ = [
-    "CHILD_MODULE", "ERRORS_DIR_VARIABLE", "ExitWatcher", "describe_exit", "failure_summary",
+    "AttemptWatchers", "CHILD_MODULE", "ERRORS_DIR_VARIABLE", "ExitWatcher", "describe_exit", "failure_summary",
     "find_executable", "last_stderr_line", "prepare_multi_gpu_env", "program_version", "recorded_failures",
 ]

@@ -60,9 +60,11 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
     recorded, exits, last_lines = dict(recorded or {}), dict(exits or {}), dict(last_lines or {})
     stopped = dict(stopped or {})
     failures = dict(getattr(error, "failures", {}) or {})
-    if not failures and not recorded:
+    # a rank its parent saw fail counts even without torch's record of it (an earlier attempt)
+    ended_badly = {rank for rank, (_at, code) in exits.items() if code not in (0, None)}
+    if not failures and not recorded and not ended_badly and not stopped:
         return f"{title}: {error}"
-    ranks = sorted(set(failures) | set(recorded) | set(stopped))
+    ranks = sorted(set(failures) | set(recorded) | set(stopped) | ended_badly)
 
     def code_of(rank: int) -> int | None:
         if rank in exits and exits[rank][1] is not None:

@@ -67,10 +67,24 @@ def input_directory(accelerator: Accelerator, input_dir: str | os.PathLike | Non
     if not accelerator.project_configuration.automatic_checkpoint_naming:
         raise CheckpointError("load_state() needs a directory, or automatic_checkpoint_naming=True to take "
                               "the newest checkpoint")
-    found = layout.automatic_checkpoints(checkpoint_root(accelerator))
-    if not found:
-        raise CheckpointError(f"no complete checkpoint under {checkpoint_root(accelerator)}")
-    return found[-1][1]
+    root = checkpoint_root(accelerator)
+    found = dict(layout.automatic_checkpoints(root))
+    numbers = sorted(found)
+    if accelerator.num_processes > 1:  # machines without a shared disk may each hold different ones
+        numbers = newest_common(peers.gather(accelerator.state, numbers, "load_state()"))
+    if not numbers:
+        raise CheckpointError(f"no complete checkpoint under {root}" + (
+            " on every process" if found else "") + "; pass load_state() a directory, or start without one")
+    return found.get(numbers[-1], root / f"checkpoint_{numbers[-1]}")
+
+
+def newest_common(per_process: list[list[int]]) -> list[int]:
+    """The checkpoint numbers complete on every process, oldest first: a checkpoint one process
+    finished and another did not (a rank died while writing it) is never the one resumed."""
+    common = set(per_process[0]) if per_process else set()
+    for numbers in per_process[1:]:
+        common &= set(numbers)
+    return sorted(common)
 
 
 # ------------------------------------------------------------------- RNG
@@ -515,12 +529,15 @@ def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directo
 
     # Check every state against its object before anything is changed.
     for key, tree in trees.items():
+        # A position kept in samples resumes on any number of processes (data_loader.progress);
+        # one kept only in batches (torchdata's StatefulDataLoader) means nothing on another layout.
         if key.startswith("dataloader_") and resized and isinstance(tree, dict) and tree.get("num_processes") not in (
-                None, accelerator.num_processes) and tree.get("batches_yielded", tree.get("_num_yielded", 0)):
+                None, accelerator.num_processes) and tree.get("batches_yielded", tree.get("_num_yielded", 0)) and not (
+                tree.get("samples_yielded") or tree.get("total_batch_size")):
             raise CheckpointError(
-                f"{directory} was saved mid-epoch by {manifest['world_size']} processes; it cannot resume that epoch "
-                f"on {accelerator.num_processes}: resume with {manifest['world_size']} processes, or from a "
-                "checkpoint saved at an epoch boundary")
+                f"{directory} was saved mid-epoch by {manifest['world_size']} processes with a position in batches; "
+                f"it cannot resume that epoch on {accelerator.num_processes}: resume with {manifest['world_size']} "
+                "processes, or from a checkpoint saved at an epoch boundary")
     read = {"manifest": manifest, "models": models, "trees": trees, "rng": rng, "grads": grads}
     _check_read(accelerator, prepared, directory, read, options, str(rng_prefix) + ".json", grads_file)
     return read

@@ -233,6 +233,8 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
             "format": STATE_FORMAT,
             "epoch": progress.epoch,
             "batches_yielded": progress.batches_yielded,
+            # the position every layout understands: a job may resume on another number of processes
+            "samples_yielded": progress.batches_yielded * (self.total_batch_size or 0),
             "seed": progress.seed,
             "total_batch_size": self.total_batch_size,
             "num_processes": progress.num_processes,
@@ -264,8 +266,9 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
         batches = int(state_dict["batches_yielded"])
         saved_total = state_dict.get("total_batch_size")
         total = self.total_batch_size
-        if saved_total and total and saved_total != total:
-            samples = batches * saved_total
+        samples = state_dict.get("samples_yielded")
+        samples = int(samples) if samples else batches * saved_total if saved_total else None
+        if samples is not None and total and saved_total != total:
             batches = samples // total
             if samples % total:
                 logger.warning("the data loader state was saved with %d samples per step and this loader has %d; "

@@ -1,0 +1,114 @@
+"""A preemptible job written with Accelerate's API only, launched by tests/test_fault_tolerance.py.
+
+usage: check_fault_tolerance.py OUT STRATEGY [--crash-after N] [--hang-after N] [--stop-after N] [--step-seconds S]
+
+STRATEGY is ddp or fsdp2. Checkpoints every 3 steps under OUT (automatic naming, two kept)
+and resumes from the newest at start. A shuffled loader, gradient accumulation over 2
+batches and a scheduler. ``--crash-after N``: rank 1 ends with code 17 after step N, in the
+first attempt only; ``--hang-after N``: rank 1 stops itself (SIGSTOP) after step N, first
+attempt only; ``--stop-after N``: every rank ends cleanly after the checkpoint of step N.
+Writes OUT/seen-<world>-<rank>-<attempt>.json (the sample ids it trained on) and, at the
+end, OUT/final.pt (the full parameters, from the main process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from drivetrain import Accelerator
+from drivetrain.utils import ProjectConfiguration, set_seed
+
+EPOCHS, SAMPLES, EVERY = 2, 48, 3
+
+
+class Progress:
+    """The script's own position, checkpointed with the rest (``register_for_checkpointing``)."""
+
+    def __init__(self) -> None:
+        self.step, self.epoch = 0, 0
+
+    def state_dict(self) -> dict:
+        return {"step": self.step, "epoch": self.epoch}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.epoch = int(state["step"]), int(state["epoch"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("strategy", choices=["ddp", "fsdp2"])
+    parser.add_argument("--crash-after", type=int, default=-1)
+    parser.add_argument("--hang-after", type=int, default=-1)
+    parser.add_argument("--stop-after", type=int, default=-1)
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="sleep in each step (a slower job)")
+    args = parser.parse_args()
+    extra = {}
+    if args.strategy == "fsdp2":
+        from drivetrain import FullyShardedDataParallelPlugin
+
+        extra["fsdp_plugin"] = FullyShardedDataParallelPlugin(fsdp_version=2)
+    accelerator = Accelerator(gradient_accumulation_steps=2, project_config=ProjectConfiguration(
+        project_dir=args.out, automatic_checkpoint_naming=True, total_limit=2), **extra)
+    set_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2, gamma=0.9)
+    data = torch.Generator().manual_seed(1)
+    dataset = TensorDataset(torch.arange(SAMPLES), torch.randn(SAMPLES, 4, generator=data),
+                            torch.randn(SAMPLES, 1, generator=data))
+    loader = DataLoader(dataset, batch_size=2, shuffle=True)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    progress = Progress()
+    accelerator.register_for_checkpointing(progress)
+    if os.path.isdir(os.path.join(args.out, "checkpoints")) and os.listdir(os.path.join(args.out, "checkpoints")):
+        accelerator.load_state()
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    rank, world = accelerator.process_index, accelerator.num_processes
+    seen: list[list[int]] = []
+
+    def write_seen() -> None:
+        with open(os.path.join(args.out, f"seen-{world}-{rank}-{attempt}.json"), "w") as handle:
+            json.dump({"start": progress.step, "epochs": seen}, handle)
+
+    for epoch in range(progress.epoch, EPOCHS):
+        progress.epoch = epoch
+        seen.append([])
+        for ids, x, y in loader:
+            with accelerator.accumulate(model):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                accelerator.backward(loss)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+            seen[-1].extend(ids.tolist())
+            time.sleep(args.step_seconds)
+            progress.step += 1
+            if progress.step % EVERY == 0:
+                accelerator.save_state()
+            first_attempt = attempt == "0"
+            if progress.step == args.crash_after and rank == 1 and first_attempt:
+                write_seen()
+                os._exit(17)
+            if progress.step == args.hang_after and rank == 1 and first_attempt:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            if progress.step == args.stop_after:
+                write_seen()
+                return
+        progress.epoch = epoch + 1
+    write_seen()
+    state = accelerator.get_state_dict(model)
+    if accelerator.is_main_process:
+        torch.save({key: value.detach().clone() for key, value in state.items()}, os.path.join(args.out, "final.pt"))
+    accelerator.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Fault tolerance: a rank that dies, a job restarted by the launcher, resumed exactly."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+import torch
+from launching import assert_ok, launch
+
+SCRIPT = "check_fault_tolerance.py"
+
+
+def test_each_attempt_has_its_own_store_keys(monkeypatch):
+    """A restarted group must not read what the failed attempt's group left in the agent's store."""
+    import torch.distributed as dist
+    from drivetrain_torch_distributed.process_group import attempt_store
+
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(server.port))
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    attempt_store(timedelta(seconds=5)).set("rank_1", "address of a process that is gone")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    second = attempt_store(timedelta(seconds=5))
+    assert not second.check(["rank_1"])
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE")
+    assert attempt_store(timedelta(seconds=5)) is None  # a store of its own: env:// as usual
+
+
+def test_attempt_errors_dir_is_per_attempt(tmp_path):
+    from drivetrain.services.restarts import attempt_errors_dir
+
+    assert attempt_errors_dir(None) is None
+    first = attempt_errors_dir(str(tmp_path), {"TORCHELASTIC_RESTART_COUNT": "0"})
+    second = attempt_errors_dir(str(tmp_path), {"TORCHELASTIC_RESTART_COUNT": "1"})
+    assert first != second and (tmp_path / "attempt1").is_dir()
+
+
+def test_the_report_says_how_each_attempt_failed(tmp_path):
+    """Each attempt is reported from its own records: attempt 2 never borrows attempt 1's exit code."""
+    import json
+
+    from drivetrain.runtime.process_exits import ExitWatcher
+    from drivetrain.services.restarts import AttemptWatchers
+
+    attempts = AttemptWatchers(str(tmp_path))
+    for attempt, exits in ((0, {0: (2.0, -15), 1: (1.0, 17)}), (1, {0: (1.0, 1), 1: (2.0, -15)})):
+        folder = tmp_path / f"attempt{attempt}"
+        folder.mkdir()
+        attempts.watchers[attempt] = ExitWatcher(str(folder))
+        attempts.watchers[attempt].exits = exits
+    (tmp_path / "attempt1" / "0.json").write_text(json.dumps({"time": 1.0, "error": "ValueError: bad batch"}))
+    report = attempts.report()
+    assert report.splitlines()[0] == ("drivetrain launch: attempt 1: rank 1 exited with code 17; "
+                                      "attempt 2: rank 0 exited with code 1: ValueError: bad batch"), report
+    first, second = report.split("\n", 1)[1].split("attempt 2: 2 process(es)")
+    assert "bad batch" not in first and "code 17" not in second
+
+
+def _params(path):
+    return torch.load(path / "final.pt")
+
+
+def _assert_same(straight, other, what):
+    assert straight.keys() == other.keys()
+    for key in straight:
+        assert torch.equal(straight[key], other[key]), f"{what}: {key} differs from the uninterrupted run"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_a_killed_rank_is_restarted_and_ends_bitwise_equal(tmp_path, strategy):
+    """Rank 1 dies after step 8 (checkpoints every 3 steps): the launcher restarts every worker,
+    they resume from checkpoint 6 and end with the parameters of the run that never failed."""
+    straight, restarted = tmp_path / "straight", tmp_path / "restarted"
+    assert_ok(launch(SCRIPT, str(straight), strategy))
+    result = launch(SCRIPT, str(restarted), strategy, "--crash-after", "8", launch_args=("--max-restarts", "1"))
+    assert_ok(result)
+    assert "attempt 1: rank 1 exited with code 17; attempt 2 succeeded" in result.stderr, result.stderr
+    _assert_same(_params(straight), _params(restarted), strategy)
+
+
+def test_resume_takes_the_newest_checkpoint_complete_on_every_process():
+    from drivetrain.services.checkpointing.run_state import newest_common
+
+    # rank 1 died while writing checkpoint 9: 6 is the newest both finished
+    assert newest_common([[3, 6, 9], [3, 6]]) == [3, 6]
+    assert newest_common([[3], [6]]) == []
+
+
+def test_total_limit_never_deletes_the_only_complete_checkpoint(tmp_path):
+    from drivetrain.services.checkpointing import layout
+
+    complete, partial = tmp_path / "checkpoint_1", tmp_path / "checkpoint_2"
+    complete.mkdir(), partial.mkdir()
+    (complete / layout.MANIFEST).write_text("{}")
+    layout.rotate(tmp_path, 1, newest=partial)
+    assert complete.exists()
+    assert [number for number, _path in layout.automatic_checkpoints(tmp_path)] == [1]
+
+
+def _seen_per_epoch(directory):
+    """Sample ids trained on in each epoch, over every process of every layout that ran there."""
+    import json
+
+    epochs: dict[int, list[int]] = {}
+    for path in directory.glob("seen-*.json"):
+        for epoch, ids in enumerate(json.loads(path.read_text())["epochs"]):
+            epochs.setdefault(epoch, []).extend(ids)
+    return epochs
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_a_two_process_job_resumes_on_one_and_on_four(tmp_path, strategy):
+    """Stopped mid-epoch on 2 processes (after the checkpoint of step 6), resumed on 1 and on 4:
+    every sample of both epochs is trained on exactly once across the two layouts."""
+    import shutil
+
+    first = tmp_path / "first"
+    assert_ok(launch(SCRIPT, str(first), strategy, "--stop-after", "6"))
+    for processes in (1, 4):
+        resumed = shutil.copytree(first, tmp_path / f"on{processes}")
+        assert_ok(launch(SCRIPT, str(resumed), strategy, num_processes=processes))
+        epochs = _seen_per_epoch(resumed)
+        assert sorted(epochs) == [0, 1]
+        for epoch, ids in epochs.items():
+            assert sorted(ids) == list(range(48)), f"{strategy} 2 -> {processes}, epoch {epoch}: {sorted(ids)}"
+        assert (resumed / "final.pt").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_stopped_rank_under_a_timeout_is_named_and_the_job_restarts(tmp_path):
+    """Rank 1 stops itself (SIGSTOP) in the first attempt: after --timeout the report names it,
+    every worker is restarted, and the job ends as if nothing happened."""
+    result = launch(SCRIPT, str(tmp_path / "hung"), "ddp", "--hang-after", "4",
+                    launch_args=("--timeout", "10", "--max-restarts", "1"))
+    assert_ok(result)
+    assert re.search(r"attempt 1: rank 1 [^;]*: it was stopped \(SIGSTOP\)", result.stderr), result.stderr
+    assert "attempt 2 succeeded" in result.stderr
+    assert (tmp_path / "hung" / "final.pt").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_when_one_of_two_machines_is_lost_the_other_ends_naming_it(tmp_path):
+    """Two launchers as two machines (c10d rendezvous on this host); machine 1's launcher is
+    killed once training runs: machine 0 ends soon after, with one line naming machine 1."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from conftest import clean_environ
+    from launching import SCRIPTS
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "job"
+
+    def machine(rank):
+        return subprocess.Popen(
+            [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", "--num-machines", "2",
+             "--machine-rank", str(rank), "--main-process-ip", "127.0.0.1", "--main-process-port", str(port),
+             "--rdzv-backend", "c10d", "--rdzv-timeout", "60", str(SCRIPTS / SCRIPT), str(out), "ddp",
+             "--step-seconds", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=clean_environ())
+
+    def listening():
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    # Machine 0 hosts the rendezvous at the address every machine is given, as on a cluster:
+    # on one host either launcher could, so machine 1 starts once machine 0 listens.
+    machines = [machine(0)]
+    try:
+        deadline = time.monotonic() + 60
+        while not listening() and time.monotonic() < deadline and machines[0].poll() is None:
+            time.sleep(0.2)
+        machines.append(machine(1))
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoints").is_dir() and time.monotonic() < deadline:
+            assert machines[0].poll() is None and machines[1].poll() is None, machines[0].communicate()
+            time.sleep(0.2)
+        assert (out / "checkpoints").is_dir(), "the two machines never started training together"
+        machines[1].send_signal(signal.SIGKILL)
+        _out, err = machines[0].communicate(timeout=60)  # bounded: it must not wait for the lost machine
+    finally:
+        for machine in machines:
+            if machine.poll() is None:
+                machine.kill()
+                machine.communicate()
+    assert machines[0].returncode != 0
+    assert "machine 1 was lost" in err, err
