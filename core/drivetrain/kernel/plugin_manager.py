@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import re
 import sys
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -17,7 +18,6 @@ from enum import Enum
 from typing import Any, Iterable, Mapping
 
 import pluggy
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from .. import hookspecs
@@ -125,23 +125,98 @@ def api_version_problem(declared: str, offered: str = PLUGIN_API_VERSION) -> str
     return None
 
 
+# A requirement that is a name with at most plain version clauses: enough to tell that its
+# distribution is missing without parsing it fully (packaging's parser is costly to import).
+_SIMPLE_REQUIREMENT = re.compile(
+    r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*"
+    r"((?:(?:~=|==|!=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*)(?:,\s*(?:~=|==|!=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*)*)?"
+)
+
+
 def missing_requirements(requires: Iterable[str]) -> list[str]:
     """The requirement strings that the installed distributions do not satisfy."""
     missing = []
     for text in requires:
+        simple = _SIMPLE_REQUIREMENT.fullmatch(text)
+        if simple is not None:
+            installed = installed_version(simple.group(1))
+            if installed is None:
+                missing.append(f"{simple.group(1)} (not installed)")
+                continue
+            if not simple.group(2):
+                continue
+            at_least = simple.group(2).strip()
+            if at_least.startswith(">=") and "," not in at_least and "*" not in at_least:
+                try:  # the usual form; ">=" of packaging's specifiers is this comparison
+                    if Version(installed) < Version(at_least[2:].strip()):
+                        missing.append(f"{simple.group(1)}{at_least.replace(' ', '')} (found {installed})")
+                    continue
+                except InvalidVersion:
+                    pass
+            from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+            try:
+                specifier = SpecifierSet(simple.group(2))
+            except InvalidSpecifier:
+                specifier = None  # packaging's parser below says what is wrong
+            if specifier is not None:
+                if not specifier.contains(installed, prereleases=True):
+                    missing.append(f"{simple.group(1)}{specifier} (found {installed})")
+                continue
+        from packaging.requirements import InvalidRequirement, Requirement
+
         try:
             requirement = Requirement(text)
         except InvalidRequirement:
             missing.append(f"{text} (not a valid requirement)")
             continue
-        try:
-            installed = importlib_metadata.version(requirement.name)
-        except importlib_metadata.PackageNotFoundError:
+        installed = installed_version(requirement.name)
+        if installed is None:
             missing.append(f"{requirement.name} (not installed)")
             continue
         if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
             missing.append(f"{requirement} (found {installed})")
     return missing
+
+
+_versions: dict[str, str | None] = {}
+
+
+def installed_version(name: str) -> str | None:
+    """The installed version of distribution ``name`` (``None`` when absent), asked once per
+    process: every run checks the same few dozen requirements, and each look-up reads metadata."""
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    if key not in _versions:
+        # ``distribution(name)`` parses every candidate's whole metadata to prefer a valid one;
+        # the first whose headers give a version is that one
+        _versions[key] = next(filter(None, (distribution_name_and_version(dist)[1]
+                                            for dist in importlib_metadata.distributions(name=name))), None)
+    return _versions[key]
+
+
+def distribution_name_and_version(dist: Any) -> tuple[str | None, str | None]:
+    """(Name, Version) of an installed distribution, read from its metadata's headers.
+
+    ``dist.name`` and ``dist.version`` parse the whole metadata file, long description
+    included, with the email package: reading the two header lines costs a fraction of that.
+    """
+    name = version = None
+    read_text = getattr(dist, "read_text", None)
+    try:
+        text = (read_text("METADATA") or read_text("PKG-INFO")) if read_text is not None else None
+    except Exception:  # a distribution of an odd kind: ask it the usual way below
+        text = None
+    for line in (text or "").partition("\n\n")[0].splitlines():
+        key, _, value = line.partition(":")
+        if key == "Name" and name is None:
+            name = value.strip()
+        elif key == "Version" and version is None:
+            version = value.strip()
+    if name is None:
+        name = getattr(dist, "name", None) or getattr(dist, "metadata", {}).get("Name", "")
+    if version is None:
+        version = getattr(dist, "version", None)
+    return name, version
 
 
 class PluginManager:
@@ -170,6 +245,9 @@ class PluginManager:
         self._registrations: dict[str, dict[str, list[Any]]] = {}
         self._refused: dict[str, list[str]] = {}  # plugin -> why each refused item was refused
         self._loaded = False
+        # id(dist) -> (dist, name, version); the dist is kept so that its id stays its own
+        self._distributions: dict[int, tuple[Any, str | None, str | None]] = {}
+        self._scratch: pluggy.PluginManager | None = None
         self.timeout, timeout_problem = plugin_guard.timeout_from(self.env)
         if timeout_problem:
             self._notice(timeout_problem, once=True)
@@ -245,20 +323,32 @@ class PluginManager:
         else:
             _warn_line(message)
 
-    @staticmethod
-    def _source_of(entry_point: Any) -> str:
+    def _distribution_of(self, entry_point: Any) -> tuple[str | None, str | None]:
+        """(name, version) of the distribution that declares ``entry_point``.
+
+        Each answer parses the distribution's metadata, and every built-in plugin shares one
+        distribution: asked once per distribution and load.
+        """
         dist = getattr(entry_point, "dist", None)
-        dist_name = getattr(dist, "name", None) or getattr(dist, "metadata", {}).get("Name", "")
+        if dist is None:
+            return None, None
+        known = self._distributions.get(id(dist))
+        if known is None:
+            known = self._distributions[id(dist)] = (dist, *distribution_name_and_version(dist))
+        return known[1], known[2]
+
+    def _source_of(self, entry_point: Any) -> str:
+        dist_name = self._distribution_of(entry_point)[0]
         if (dist_name or "").replace("_", "-").lower() == CORE_DISTRIBUTION:
             return "built-in"
         return "third-party"
 
     def _load_one(self, entry_point: Any, blocked: set[str], no_autoload: bool, explicit: set[str]) -> None:
-        dist = getattr(entry_point, "dist", None)
+        dist_name, dist_version = self._distribution_of(entry_point)
         record = PluginRecord(
             name=entry_point.name,
-            distribution=getattr(dist, "name", None) or "?",
-            version=getattr(dist, "version", None) or "?",
+            distribution=dist_name or "?",
+            version=dist_version or "?",
             source=self._source_of(entry_point),
             entry_point=entry_point.value,
             status=PluginStatus.AVAILABLE,
@@ -318,9 +408,7 @@ class PluginManager:
         self.hooks.register(module, name=record.name)
         self.modules[record.name] = module
         self.infos[record.name] = info
-        record.hooks = sorted(
-            impl_name for impl_name in dir(module) if self.hooks.parse_hookimpl_opts(module, impl_name)
-        )
+        record.hooks = sorted(caller.name for caller in self.hooks.get_hookcallers(module) or ())
         for hook_name in sorted(set(record.hooks) & set(hookspecs.DEPRECATED_HOOKS)):
             # still heard (no removal within a major version), but its author should move on
             self._notice(f"plugin {record.name!r} implements {hook_name}, which is deprecated and goes at "
@@ -347,21 +435,28 @@ class PluginManager:
             raise plugin_guard.PluginCodeFailed(f"{type(exc).__name__}: {exc}", exc) from exc
 
     def _hook_problem(self, module: Any) -> str | None:
-        """Validate a module's hooks on a scratch manager, so the real one never sees a bad one."""
-        scratch = pluggy.PluginManager(PROJECT_NAME)
-        scratch.add_hookspecs(hookspecs)
+        """Validate a module's hooks on a scratch manager, so the real one never sees a bad one.
+
+        The scratch manager is reused while it stays clean (reading the hook specs is most of
+        the cost): a valid module is unregistered from it again, and a failed registration,
+        which can leave part of a module behind, throws it away.
+        """
+        scratch = self._scratch
+        if scratch is None:
+            scratch = pluggy.PluginManager(PROJECT_NAME)
+            scratch.add_hookspecs(hookspecs)
+        self._scratch = None
         try:
             scratch.register(module)
         except pluggy.PluginValidationError as exc:
             return f"bad hook implementation: {exc}"
         except Exception as exc:
             return f"cannot register: {type(exc).__name__}: {exc}"
-        for hook_name in dir(module):
-            if scratch.parse_hookimpl_opts(module, hook_name) is None:
-                continue
-            caller = getattr(scratch.hook, hook_name, None)
-            if caller is None or not caller.has_spec():
-                return f"implements unknown hook {hook_name!r} (misspelt, or needs a newer drivetrain)"
+        for caller in scratch.get_hookcallers(module) or ():
+            if not caller.has_spec():
+                return f"implements unknown hook {caller.name!r} (misspelt, or needs a newer drivetrain)"
+        scratch.unregister(module)
+        self._scratch = scratch
         return None
 
     def _not_run_hooks(self, role_object: Any) -> str | None:
@@ -683,6 +778,7 @@ def reset_plugin_manager(manager: PluginManager | None = None) -> None:
     """Replace the process-wide manager (tests, or after installing a plugin at run time)."""
     global _default_manager
     _default_manager = manager
+    _versions.clear()  # what was installed since is seen by the next manager
 
 
 def call_chain(caller: pluggy.HookCaller, value_name: str, value: Any, manager: PluginManager | None = None,
