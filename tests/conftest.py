@@ -113,6 +113,7 @@ def cli(monkeypatch, capsys):
             for key, value in (env or {}).items():
                 scoped.setenv(key, value)
             scoped.setattr(plugin_manager, "_default_manager", None)
+            scoped.setattr(plugin_manager, "_versions", {})  # the sites of this call may install more
             scoped.setattr(plugin_manager, "_warned", set())
             scoped.setattr(sys, "stdin", io.StringIO(input or ""))
             warnings.simplefilter("default")

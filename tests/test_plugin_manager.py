@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -25,6 +27,7 @@ from drivetrain.plugin_manager import (
     api_version_problem,
     call_chain,
     importlib_metadata,
+    installed_version,
     missing_requirements,
 )
 
@@ -144,6 +147,51 @@ def test_unknown_hook_is_refused():
     manager = load(fake_plugin("typo", PLUGIN_INFO=INFO, drivetrain_register_platfroms=drivetrain_register_platfroms))
     assert manager.records["typo"].status is PluginStatus.FAILED
     assert "unknown hook 'drivetrain_register_platfroms'" in manager.records["typo"].reason
+
+
+def test_plugins_checked_after_a_refused_one_are_judged_on_their_own():
+    # the hooks are checked on one scratch manager, reused while it stays clean: a plugin
+    # refused half-way through must leave nothing behind for the next ones
+    @hookimpl
+    def drivetrain_register_platforms(colour):
+        return []
+
+    @hookimpl
+    def drivetrain_register_platfroms():
+        return []
+
+    @hookimpl
+    def none():
+        return []
+
+    none.__name__ = "drivetrain_register_precisions"
+    manager = load(fake_plugin("a_badsig", PLUGIN_INFO=INFO, drivetrain_register_platforms=_register_platforms,
+                               drivetrain_register_strategies=drivetrain_register_platforms),
+                   fake_plugin("b_typo", PLUGIN_INFO=INFO, drivetrain_register_platfroms=drivetrain_register_platfroms),
+                   toy_platform("c_good"), fake_plugin("d_good", PLUGIN_INFO=INFO, drivetrain_register_precisions=none))
+    assert manager.records["a_badsig"].status is PluginStatus.FAILED
+    assert manager.records["b_typo"].status is PluginStatus.FAILED
+    for name, hook in (("c_good", "drivetrain_register_platforms"), ("d_good", "drivetrain_register_precisions")):
+        assert manager.records[name].status is PluginStatus.AVAILABLE, manager.records[name].reason
+        assert manager.records[name].hooks == [hook]
+
+
+def test_loading_the_installed_plugins_parses_no_metadata_file_and_no_requirement_in_full():
+    # each distribution's name and version come from its metadata's header lines, and plain
+    # requirements ("tensorboard>=2.14") need neither packaging's parser nor the email package
+    code = ("import sys\n"
+            "from drivetrain.plugin_manager import get_plugin_manager\n"
+            "manager = get_plugin_manager()\n"
+            "assert manager.records['cpu'].distribution == 'drivetrain', manager.records['cpu']\n"
+            "print(sorted(m for m in ('packaging.requirements', 'email.feedparser', 'email.parser') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]"]
+
+
+def test_installed_version_reads_the_version_and_is_none_when_absent():
+    assert installed_version("pluggy") == importlib_metadata.version("pluggy")
+    assert installed_version("no-such-distribution-here") is None
 
 
 def test_missing_plugin_info_is_refused():
