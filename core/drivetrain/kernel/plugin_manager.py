@@ -401,11 +401,10 @@ class PluginManager:
         if problem:
             self._fail(record, problem)
             return
-        problem = self._hook_problem(module)
+        problem = self._register_checked(module, record.name)
         if problem:
             self._fail(record, problem)
             return
-        self.hooks.register(module, name=record.name)
         self.modules[record.name] = module
         self.infos[record.name] = info
         record.hooks = sorted(caller.name for caller in self.hooks.get_hookcallers(module) or ())
@@ -433,6 +432,28 @@ class PluginManager:
             return function()
         except Exception as exc:
             raise plugin_guard.PluginCodeFailed(f"{type(exc).__name__}: {exc}", exc) from exc
+
+    def _register_checked(self, module: Any, name: str) -> str | None:
+        """Register a plugin module's hooks, or say why they are refused and take back what a
+        failed registration added (pluggy adds hooks one by one and stops at a bad one).
+
+        A spec-less caller an unknown hook created stays behind, empty: nothing calls it.
+        """
+        problem = None
+        try:
+            self.hooks.register(module, name=name)
+        except pluggy.PluginValidationError as exc:
+            problem = f"bad hook implementation: {exc}"
+        except Exception as exc:
+            problem = f"cannot register: {type(exc).__name__}: {exc}"
+        else:
+            for caller in self.hooks.get_hookcallers(module) or ():
+                if not caller.has_spec():
+                    problem = f"implements unknown hook {caller.name!r} (misspelt, or needs a newer drivetrain)"
+                    break
+        if problem is not None and self.hooks.get_plugin(name) is module:
+            self.hooks.unregister(name=name)
+        return problem
 
     def _hook_problem(self, module: Any) -> str | None:
         """Validate a module's hooks on a scratch manager, so the real one never sees a bad one.
