@@ -487,3 +487,25 @@ def test_an_unknown_name_to_block_warns_once_per_process():
         "DRIVETRAIN_BLOCK_PLUGINS names 'toy_typo', but no installed plugin has that name (installed: toy)"
     ]
     assert second.caught == []
+
+
+def test_contributed_name_tables_are_built_once_per_loaded_manager(monkeypatch):
+    from drivetrain import plugin_manager
+    from drivetrain.kernel import contributed
+
+    asked = []
+    manager = PluginManager(env={}).load()
+    real = manager.registrations
+    monkeypatch.setattr(manager, "registrations", lambda hook, **kw: asked.append(hook) or real(hook, **kw))
+    monkeypatch.setattr(plugin_manager, "_default_manager", manager)
+    first = contributed.plugin_public_name("DeepSpeedPlugin")
+    assert first is not None
+    for _ in range(3):
+        assert contributed.plugin_public_name("DeepSpeedPlugin") == first
+        contributed.module_public_names("utils")
+    contributed.plugin_public_name("no_such_name_anywhere")
+    assert sorted(asked) == ["drivetrain_fallback_names", "drivetrain_public_names"]  # each table once
+    again = PluginManager(env={}).load()  # another manager (reset_plugin_manager): its own tables
+    monkeypatch.setattr(plugin_manager, "_default_manager", again)
+    assert contributed.plugin_public_name("DeepSpeedPlugin") == first
+    assert contributed._tables["drivetrain_public_names"][0] is again
