@@ -189,9 +189,12 @@ def test_loading_the_installed_plugins_parses_no_metadata_file_and_no_requiremen
     assert result.stdout.split() == ["[]"]
 
 
-def test_installed_version_reads_the_version_and_is_none_when_absent():
+def test_installed_version_reads_the_version_and_is_none_when_absent(template_site, with_sites):
     assert installed_version("pluggy") == importlib_metadata.version("pluggy")
-    assert installed_version("no-such-distribution-here") is None
+    name = "drivetrain-toyaccel"  # examples/plugin_template's distribution
+    assert installed_version(name) is None
+    with_sites(template_site)  # installed at run time, in a directory added to the path: seen
+    assert installed_version(name) == importlib_metadata.version(name)
 
 
 def test_missing_plugin_info_is_refused():

@@ -179,13 +179,16 @@ def missing_requirements(requires: Iterable[str]) -> list[str]:
     return missing
 
 
-_versions: dict[str, str | None] = {}
+_versions: dict[str, Any] = {}  # normalised name -> version or None; "" -> the sys.path it was read with
 
 
 def installed_version(name: str) -> str | None:
     """The installed version of distribution ``name`` (``None`` when absent), asked once per
     process: every run checks the same few dozen requirements, and each look-up reads metadata."""
     key = re.sub(r"[-_.]+", "-", name).lower()
+    if _versions.get("", ()) != sys.path:  # a directory added to the path may hold more distributions
+        _versions.clear()
+        _versions[""] = list(sys.path)
     if key not in _versions:
         # ``distribution(name)`` parses every candidate's whole metadata to prefer a valid one;
         # the first whose headers give a version is that one
