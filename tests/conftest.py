@@ -102,6 +102,7 @@ def cli(monkeypatch, capsys):
 
     from drivetrain import plugin_manager
     from drivetrain.cli.main import main
+    from drivetrain.kernel import installed
 
     def run(*argv: str, sites: tuple[Path, ...] = (), env: dict[str, str] | None = None,
             input: str | None = None) -> subprocess.CompletedProcess:
@@ -113,6 +114,7 @@ def cli(monkeypatch, capsys):
             for key, value in (env or {}).items():
                 scoped.setenv(key, value)
             scoped.setattr(plugin_manager, "_default_manager", None)
+            scoped.setattr(installed, "_versions", {})  # the sites of this call may install more
             scoped.setattr(plugin_manager, "_warned", set())
             scoped.setattr(sys, "stdin", io.StringIO(input or ""))
             warnings.simplefilter("default")

@@ -67,6 +67,10 @@ def _version(name):
         raise pm.importlib_metadata.PackageNotFoundError(name)
     return _real(name)
 pm.importlib_metadata.version = _version
+_real_distributions = pm.importlib_metadata.distributions
+def _distributions(**kwargs):
+    return iter(()) if kwargs.get("name", "").lower() == "deepspeed" else _real_distributions(**kwargs)
+pm.importlib_metadata.distributions = _distributions
 class _Hide(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] == "deepspeed":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -25,6 +27,7 @@ from drivetrain.plugin_manager import (
     api_version_problem,
     call_chain,
     importlib_metadata,
+    installed_version,
     missing_requirements,
 )
 
@@ -144,6 +147,54 @@ def test_unknown_hook_is_refused():
     manager = load(fake_plugin("typo", PLUGIN_INFO=INFO, drivetrain_register_platfroms=drivetrain_register_platfroms))
     assert manager.records["typo"].status is PluginStatus.FAILED
     assert "unknown hook 'drivetrain_register_platfroms'" in manager.records["typo"].reason
+
+
+def test_plugins_checked_after_a_refused_one_are_judged_on_their_own():
+    # the hooks are checked on one scratch manager, reused while it stays clean: a plugin
+    # refused half-way through must leave nothing behind for the next ones
+    @hookimpl
+    def drivetrain_register_platforms(colour):
+        return []
+
+    @hookimpl
+    def drivetrain_register_platfroms():
+        return []
+
+    @hookimpl
+    def none():
+        return []
+
+    none.__name__ = "drivetrain_register_precisions"
+    manager = load(fake_plugin("a_badsig", PLUGIN_INFO=INFO, drivetrain_register_platforms=_register_platforms,
+                               drivetrain_register_strategies=drivetrain_register_platforms),
+                   fake_plugin("b_typo", PLUGIN_INFO=INFO, drivetrain_register_platfroms=drivetrain_register_platfroms),
+                   toy_platform("c_good"), fake_plugin("d_good", PLUGIN_INFO=INFO, drivetrain_register_precisions=none))
+    assert manager.records["a_badsig"].status is PluginStatus.FAILED
+    assert manager.records["b_typo"].status is PluginStatus.FAILED
+    for name, hook in (("c_good", "drivetrain_register_platforms"), ("d_good", "drivetrain_register_precisions")):
+        assert manager.records[name].status is PluginStatus.AVAILABLE, manager.records[name].reason
+        assert manager.records[name].hooks == [hook]
+
+
+def test_loading_the_installed_plugins_parses_no_metadata_file_and_no_requirement_in_full():
+    # each distribution's name and version come from its metadata's header lines, and plain
+    # requirements ("tensorboard>=2.14") need neither packaging's parser nor the email package
+    code = ("import sys\n"
+            "from drivetrain.plugin_manager import get_plugin_manager\n"
+            "manager = get_plugin_manager()\n"
+            "assert manager.records['cpu'].distribution == 'drivetrain', manager.records['cpu']\n"
+            "print(sorted(m for m in ('packaging.requirements', 'email.feedparser', 'email.parser') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]"]
+
+
+def test_installed_version_reads_the_version_and_is_none_when_absent(template_site, with_sites):
+    assert installed_version("pluggy") == importlib_metadata.version("pluggy")
+    name = "drivetrain-toyaccel"  # examples/plugin_template's distribution
+    assert installed_version(name) is None
+    with_sites(template_site)  # installed at run time, in a directory added to the path: seen
+    assert installed_version(name) == importlib_metadata.version(name)
 
 
 def test_missing_plugin_info_is_refused():
@@ -439,3 +490,25 @@ def test_an_unknown_name_to_block_warns_once_per_process():
         "DRIVETRAIN_BLOCK_PLUGINS names 'toy_typo', but no installed plugin has that name (installed: toy)"
     ]
     assert second.caught == []
+
+
+def test_contributed_name_tables_are_built_once_per_loaded_manager(monkeypatch):
+    from drivetrain import plugin_manager
+    from drivetrain.kernel import contributed
+
+    asked = []
+    manager = PluginManager(env={}).load()
+    real = manager.registrations
+    monkeypatch.setattr(manager, "registrations", lambda hook, **kw: asked.append(hook) or real(hook, **kw))
+    monkeypatch.setattr(plugin_manager, "_default_manager", manager)
+    first = contributed.plugin_public_name("DeepSpeedPlugin")
+    assert first is not None
+    for _ in range(3):
+        assert contributed.plugin_public_name("DeepSpeedPlugin") == first
+        contributed.module_public_names("utils")
+    contributed.plugin_public_name("no_such_name_anywhere")
+    assert sorted(asked) == ["drivetrain_fallback_names", "drivetrain_public_names"]  # each table once
+    again = PluginManager(env={}).load()  # another manager (reset_plugin_manager): its own tables
+    monkeypatch.setattr(plugin_manager, "_default_manager", again)
+    assert contributed.plugin_public_name("DeepSpeedPlugin") == first
+    assert contributed._tables["drivetrain_public_names"][0] is again

@@ -55,6 +55,31 @@ def test_list_does_not_import_torch_even_with_broken_plugins(template_site, brok
     assert result.stdout.strip() == "[]"
 
 
+def test_a_built_in_command_imports_neither_the_other_commands_nor_the_plugins_commands():
+    # `drivetrain plugins list` builds its own parser alone: no launch/config modules, and no
+    # plugin command (the fsdp plugin's needs yaml), nor what only a launch needs
+    code = (
+        "import sys, io, contextlib\n"
+        "from drivetrain.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['plugins', 'list']) == 0\n"
+        "print(sorted(m for m in ('drivetrain.cli.launch_cmd', 'drivetrain.cli.config_cmd', 'yaml', "
+        "'drivetrain_fsdp.commands', 'drivetrain.runtime.process_exits') if m in sys.modules))\n"
+    )
+    import subprocess
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_help_still_lists_every_command_and_the_plugins_commands(cli):
+    result = cli("--help")
+    assert result.returncode == 0, result.stderr
+    for command in ("plugins", "launch", "config", "env", "merge-weights", "to-fsdp2"):
+        assert re.search(rf"^\s+{command}\b", result.stdout, re.M), command
+
+
 def test_template_plugin_is_listed_as_third_party(cli, template_site):
     plugins, _ = listing(cli, template_site)
     jsonl = plugins["jsonl"]

@@ -174,3 +174,22 @@ def test_optimizer_survives_a_pickle_round_trip_with_its_skip_watch():
     copy = pickle.loads(pickle.dumps(optimizer))
     assert copy.step_was_skipped
     assert copy._step_hook is not None
+
+
+def test_a_bf16_step_calls_no_plugin_in_backward():
+    # loss scaling belongs to fp16 alone (the native fp16 precision's role object): a bf16
+    # backward is torch's own, with no hook call on every step
+    accelerator = Accelerator(mixed_precision="bf16")
+    assert accelerator.run.hook("drivetrain_backward").get_hookimpls() == []
+    model, optimizer = accelerator.prepare(*_make())
+    x, y = _batches(accelerator.device, 1)[0]
+    output = model(x)
+    assert output.dtype == torch.float32  # autocast's output, converted back
+    accelerator.backward(torch.nn.functional.mse_loss(output, y))
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_an_fp16_run_scales_its_loss_through_the_precision_role():
+    accelerator = Accelerator(mixed_precision="fp16")
+    names = [impl.plugin_name for impl in accelerator.run.hook("drivetrain_backward").get_hookimpls()]
+    assert names and all(name.startswith("native_amp[precision fp16") for name in names)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from drivetrain.plugin_api import CHILD_MODULE, ConfigError
+# Launching's own modules (subprocess, tempfile, the child module's name) are imported where a
+# launch uses them: this module is imported whenever plugins load (`drivetrain plugins list`).
+from drivetrain.plugin_api import ConfigError
 
 NAME = "deepspeed"
 MULTINODE_LAUNCHERS = ("pdsh", "standard", "openmpi", "mvapich", "mpich", "impi", "slurm", "nossh")
@@ -96,6 +96,8 @@ def runner_arguments(args: argparse.Namespace) -> list[str]:
     argv += ["--master_port", str(port)]
     if args.no_python:
         return argv + ["--no_python", "--no_local_rank", args.training_script, *args.training_script_args]
+    from drivetrain.plugin_api import CHILD_MODULE
+
     return argv + ["--module", "--no_local_rank", CHILD_MODULE,
                    "--module" if args.module else "--script", args.training_script, *args.training_script_args]
 
@@ -121,6 +123,9 @@ def environment_file(env: dict[str, str], directory: str) -> str:
 
 def launch_deepspeed(args: argparse.Namespace) -> int:
     """Run the job through DeepSpeed's launcher; returns its exit code."""
+    import subprocess
+    import tempfile
+
     from .options import deepspeed_accelerator
 
     argv = runner_arguments(args)

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from drivetrain.plugin_api import PluginInfo, PrecisionSpec, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="fp16/bf16 with torch.autocast and GradScaler")
+# API 1.3: fp16's loss scaling is the role object of its PrecisionSpec
+PLUGIN_INFO = PluginInfo(api_version="1.3", description="fp16/bf16 with torch.autocast and GradScaler")
 
 
 @hookimpl
 def drivetrain_register_precisions():
     return [
-        PrecisionSpec(name="fp16", backend="native", description="float16 autocast + loss scaling"),
+        # the loss scaling's backward is a run hook of fp16 alone: a bf16 step never calls it
+        PrecisionSpec(name="fp16", backend="native", description="float16 autocast + loss scaling",
+                      hooks="drivetrain_native_amp.scaling:LossScaling"),
         PrecisionSpec(name="bf16", backend="native", description="bfloat16 autocast"),
     ]
 
@@ -43,12 +46,3 @@ def drivetrain_convert_model(model, run):
     from .amp import autocast_forward
 
     return autocast_forward(model, run)
-
-
-@hookimpl
-def drivetrain_backward(loss, run, kwargs):
-    scaler = getattr(run, "grad_scaler", None)
-    if scaler is None:
-        return None
-    scaler.scale(loss).backward(**kwargs)
-    return True

@@ -181,7 +181,8 @@ class TorchCollectives:
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         # Written through a detached alias (same memory): a broadcast is data, not a step autograd
         # could differentiate, and an in-place copy into a parameter's view would be refused.
-        target = tensor.detach()
+        # (a tensor without grad is its own alias: no new tensor object on every call)
+        target = tensor.detach() if tensor.requires_grad else tensor
         if target.dtype in self._missing:
             buffer = target.contiguous()
             dist.broadcast(_as_bytes(buffer), src=src)

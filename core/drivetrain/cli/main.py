@@ -19,16 +19,22 @@ from .json_output import json_only_stdout
 _BUILT_IN_COMMANDS = ("plugins", "launch", "config", "env", "test", "estimate", "checkpoint")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command's parser; with ``command`` (a built-in one), that command's alone.
+
+    A built-in command's name is never a plugin's, so running one (``drivetrain plugins
+    list``) needs neither the other commands' modules nor the plugins' commands.
+    """
     parser = argparse.ArgumentParser(
         prog="drivetrain",
         description="Run one PyTorch script anywhere; every backend is a plugin.",
     )
     parser.add_argument("--version", action="version", version=f"drivetrain {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _BUILT_IN_COMMANDS:
+    for name in (command,) if command in _BUILT_IN_COMMANDS else _BUILT_IN_COMMANDS:
         importlib.import_module(f"drivetrain.cli.{name}_cmd").add_parser(subparsers)
-    _add_plugin_commands(subparsers)
+    if command not in _BUILT_IN_COMMANDS:
+        _add_plugin_commands(subparsers)
     return parser
 
 
@@ -61,7 +67,7 @@ def _main(argv: list[str]) -> int:
         from .test_cmd import run as run_test
 
         return _guarded(run_test, argv[1:])
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:

@@ -17,15 +17,24 @@ def _split(key: str) -> tuple[str, str]:
     return module, name
 
 
+# hook name -> (the manager it was built from, its table): built once per loaded manager
+_tables: dict[str, tuple[Any, dict[str, dict[str, str]]]] = {}
+
+
 def _collect(hook_name: str) -> dict[str, dict[str, str]]:
     # imported here so that a light module (``utils.environment``) can install
     # :func:`contributed_getattr` without loading the plugin manager until a name is asked for
     from .plugin_manager import get_plugin_manager
 
+    manager = get_plugin_manager()
+    cached = _tables.get(hook_name)
+    if cached is not None and cached[0] is manager:
+        return cached[1]
     by_module: dict[str, dict[str, str]] = {}
-    for _plugin, (key, ref) in get_plugin_manager().registrations(hook_name):
+    for _plugin, (key, ref) in manager.registrations(hook_name):
         module, name = _split(key)
         by_module.setdefault(module, {}).setdefault(name, ref)  # the first plugin loaded wins
+    _tables[hook_name] = (manager, by_module)
     return by_module
 
 
@@ -48,7 +57,8 @@ def all_plugin_public_names() -> dict[str, str]:
 
 
 def plugin_public_name(name: str, module: str = TOP_LEVEL) -> str | None:
-    return module_public_names(module).get(name)
+    ref = _collect("drivetrain_public_names").get(module, {}).get(name)
+    return ref if ref is not None else _collect("drivetrain_fallback_names").get(module, {}).get(name)
 
 
 def resolve_module_name(module: str, name: str, *, also_top_level: bool = False) -> object:

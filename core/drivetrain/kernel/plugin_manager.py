@@ -17,13 +17,13 @@ from enum import Enum
 from typing import Any, Iterable, Mapping
 
 import pluggy
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from .. import hookspecs
 from . import plugin_guard, registration
 from .errors import DrivetrainError, PluginHookError, PluginLoadError, PluginSelectionError, PluginWarning
 from .descriptors import PROJECT_NAME, PluginInfo, resolve
+from .installed import distribution_name_and_version, forget_versions, installed_version, missing_requirements
 from .version import PLUGIN_API_VERSION
 
 if sys.version_info >= (3, 12):  # pragma: no cover
@@ -125,25 +125,6 @@ def api_version_problem(declared: str, offered: str = PLUGIN_API_VERSION) -> str
     return None
 
 
-def missing_requirements(requires: Iterable[str]) -> list[str]:
-    """The requirement strings that the installed distributions do not satisfy."""
-    missing = []
-    for text in requires:
-        try:
-            requirement = Requirement(text)
-        except InvalidRequirement:
-            missing.append(f"{text} (not a valid requirement)")
-            continue
-        try:
-            installed = importlib_metadata.version(requirement.name)
-        except importlib_metadata.PackageNotFoundError:
-            missing.append(f"{requirement.name} (not installed)")
-            continue
-        if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
-            missing.append(f"{requirement} (found {installed})")
-    return missing
-
-
 class PluginManager:
     """drivetrain's plugin manager: pluggy underneath, with a record for every plugin.
 
@@ -170,6 +151,9 @@ class PluginManager:
         self._registrations: dict[str, dict[str, list[Any]]] = {}
         self._refused: dict[str, list[str]] = {}  # plugin -> why each refused item was refused
         self._loaded = False
+        # id(dist) -> (dist, name, version); the dist is kept so that its id stays its own
+        self._distributions: dict[int, tuple[Any, str | None, str | None]] = {}
+        self._scratch: pluggy.PluginManager | None = None
         self.timeout, timeout_problem = plugin_guard.timeout_from(self.env)
         if timeout_problem:
             self._notice(timeout_problem, once=True)
@@ -245,20 +229,32 @@ class PluginManager:
         else:
             _warn_line(message)
 
-    @staticmethod
-    def _source_of(entry_point: Any) -> str:
+    def _distribution_of(self, entry_point: Any) -> tuple[str | None, str | None]:
+        """(name, version) of the distribution that declares ``entry_point``.
+
+        Each answer parses the distribution's metadata, and every built-in plugin shares one
+        distribution: asked once per distribution and load.
+        """
         dist = getattr(entry_point, "dist", None)
-        dist_name = getattr(dist, "name", None) or getattr(dist, "metadata", {}).get("Name", "")
+        if dist is None:
+            return None, None
+        known = self._distributions.get(id(dist))
+        if known is None:
+            known = self._distributions[id(dist)] = (dist, *distribution_name_and_version(dist))
+        return known[1], known[2]
+
+    def _source_of(self, entry_point: Any) -> str:
+        dist_name = self._distribution_of(entry_point)[0]
         if (dist_name or "").replace("_", "-").lower() == CORE_DISTRIBUTION:
             return "built-in"
         return "third-party"
 
     def _load_one(self, entry_point: Any, blocked: set[str], no_autoload: bool, explicit: set[str]) -> None:
-        dist = getattr(entry_point, "dist", None)
+        dist_name, dist_version = self._distribution_of(entry_point)
         record = PluginRecord(
             name=entry_point.name,
-            distribution=getattr(dist, "name", None) or "?",
-            version=getattr(dist, "version", None) or "?",
+            distribution=dist_name or "?",
+            version=dist_version or "?",
             source=self._source_of(entry_point),
             entry_point=entry_point.value,
             status=PluginStatus.AVAILABLE,
@@ -311,16 +307,13 @@ class PluginManager:
         if problem:
             self._fail(record, problem)
             return
-        problem = self._hook_problem(module)
+        problem = self._register_checked(module, record.name)
         if problem:
             self._fail(record, problem)
             return
-        self.hooks.register(module, name=record.name)
         self.modules[record.name] = module
         self.infos[record.name] = info
-        record.hooks = sorted(
-            impl_name for impl_name in dir(module) if self.hooks.parse_hookimpl_opts(module, impl_name)
-        )
+        record.hooks = sorted(caller.name for caller in self.hooks.get_hookcallers(module) or ())
         for hook_name in sorted(set(record.hooks) & set(hookspecs.DEPRECATED_HOOKS)):
             # still heard (no removal within a major version), but its author should move on
             self._notice(f"plugin {record.name!r} implements {hook_name}, which is deprecated and goes at "
@@ -346,22 +339,51 @@ class PluginManager:
         except Exception as exc:
             raise plugin_guard.PluginCodeFailed(f"{type(exc).__name__}: {exc}", exc) from exc
 
+    def _register_checked(self, module: Any, name: str) -> str | None:
+        """Register a plugin module's hooks, or say why they are refused and take back what a
+        failed registration added (pluggy adds hooks one by one and stops at a bad one).
+
+        A spec-less caller an unknown hook created stays behind, empty: nothing calls it.
+        """
+        problem = None
+        try:
+            self.hooks.register(module, name=name)
+        except pluggy.PluginValidationError as exc:
+            problem = f"bad hook implementation: {exc}"
+        except Exception as exc:
+            problem = f"cannot register: {type(exc).__name__}: {exc}"
+        else:
+            for caller in self.hooks.get_hookcallers(module) or ():
+                if not caller.has_spec():
+                    problem = f"implements unknown hook {caller.name!r} (misspelt, or needs a newer drivetrain)"
+                    break
+        if problem is not None and self.hooks.get_plugin(name) is module:
+            self.hooks.unregister(name=name)
+        return problem
+
     def _hook_problem(self, module: Any) -> str | None:
-        """Validate a module's hooks on a scratch manager, so the real one never sees a bad one."""
-        scratch = pluggy.PluginManager(PROJECT_NAME)
-        scratch.add_hookspecs(hookspecs)
+        """Validate a module's hooks on a scratch manager, so the real one never sees a bad one.
+
+        The scratch manager is reused while it stays clean (reading the hook specs is most of
+        the cost): a valid module is unregistered from it again, and a failed registration,
+        which can leave part of a module behind, throws it away.
+        """
+        scratch = self._scratch
+        if scratch is None:
+            scratch = pluggy.PluginManager(PROJECT_NAME)
+            scratch.add_hookspecs(hookspecs)
+        self._scratch = None
         try:
             scratch.register(module)
         except pluggy.PluginValidationError as exc:
             return f"bad hook implementation: {exc}"
         except Exception as exc:
             return f"cannot register: {type(exc).__name__}: {exc}"
-        for hook_name in dir(module):
-            if scratch.parse_hookimpl_opts(module, hook_name) is None:
-                continue
-            caller = getattr(scratch.hook, hook_name, None)
-            if caller is None or not caller.has_spec():
-                return f"implements unknown hook {hook_name!r} (misspelt, or needs a newer drivetrain)"
+        for caller in scratch.get_hookcallers(module) or ():
+            if not caller.has_spec():
+                return f"implements unknown hook {caller.name!r} (misspelt, or needs a newer drivetrain)"
+        scratch.unregister(module)
+        self._scratch = scratch
         return None
 
     def _not_run_hooks(self, role_object: Any) -> str | None:
@@ -683,6 +705,7 @@ def reset_plugin_manager(manager: PluginManager | None = None) -> None:
     """Replace the process-wide manager (tests, or after installing a plugin at run time)."""
     global _default_manager
     _default_manager = manager
+    forget_versions()  # what was installed since is seen by the next manager
 
 
 def call_chain(caller: pluggy.HookCaller, value_name: str, value: Any, manager: PluginManager | None = None,

@@ -251,8 +251,13 @@ def concatenate(data: list[Any], dim: int = 0) -> Any:
     return torch.cat(data, dim=dim)
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
 def convert_to_fp32(tensor: Any) -> Any:
     """Every half-precision (float16 or bfloat16) tensor of ``tensor`` converted to float32."""
+    if type(tensor) is torch.Tensor:  # a model's usual output, on every step: no structure to walk
+        return tensor.float() if tensor.dtype in _HALF else tensor
     return recursively_apply(lambda t: t.float(), tensor,
                              test_type=lambda t: isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16))
 

@@ -1,0 +1,254 @@
+"""drivetrain's own cost against plain PyTorch, every case in one run: start-up, ``plugins list``,
+the training step (fp32 and bf16 autocast, 1 and 2 processes) and small collectives.
+
+    python benchmarks/bench_overhead.py                 # every row, about five minutes on 2 cores
+    python benchmarks/bench_overhead.py --only startup --samples 5
+
+Each row is measured side by side with its plain-PyTorch counterpart in the same run, in
+ABBA order (plain, drivetrain, drivetrain, plain, ...) so that drift hits both alike, over
+several samples; the figures are medians. Both wall time and CPU time (user + system, of
+the process or of the children) are given: on a machine shared with other work, wall time
+wanders with the load, CPU time much less, so the CPU ratio is the check and the wall ratio
+the goal on an idle machine. One line per row: medians of each side, the ratios
+(wall / CPU) and the goal.
+
+- start-up: ``import drivetrain; drivetrain.Accelerator()`` against ``import torch`` plus
+  what torch itself needs for a CPU run (a fresh interpreter each, bytecode cached first);
+- ``drivetrain plugins list``: absolute time of ``python -m drivetrain plugins list``;
+- step: the small MLP of ``bench_training_step.py``, AdamW, one process (no process group,
+  as plain torch runs it) and two (gloo, DDP on the plain side), fp32 and bf16 autocast
+  (plain: the forward under ``torch.autocast``, the output cast back to fp32, as
+  ``Accelerator(mixed_precision="bf16")`` does);
+- reduce / gather / broadcast of 1 KB and 1 MB on two processes (gloo), against the raw
+  ``torch.distributed`` calls of ``bench_collectives.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+PLAIN_STARTUP = "import torch; torch.device('cpu'); torch.get_num_threads()"
+OURS_STARTUP = "import drivetrain; drivetrain.Accelerator()"
+GOALS = {"startup": 1.03, "plugins list": 0.15, "step": 1.02, "collective": 1.05}
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # torch's bytecode is compiled at install time; without this drivetrain's would be
+    # compiled anew in every child and the start-up row would time the compiler
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def run_child(argv: list[str]) -> tuple[float, float, str]:
+    """(wall, CPU of the child, its stdout) of one command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, env=child_env(), capture_output=True, text=True, cwd=HERE)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done.stdout
+
+
+def abba(plain: Callable[[], tuple[float, float]], ours: Callable[[], tuple[float, float]],
+         samples: int) -> dict[str, list[tuple[float, float]]]:
+    plain(), ours()  # warm-up: bytecode, page cache
+    results: dict[str, list[tuple[float, float]]] = {"plain": [], "ours": []}
+    for index in range(samples):
+        order = (("plain", plain), ("ours", ours)) if index % 2 == 0 else (("ours", ours), ("plain", plain))
+        for name, function in order:
+            results[name].append(function())
+    return results
+
+
+def medians(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+
+
+def row(label: str, plain: tuple[float, float], ours: tuple[float, float], goal: float, unit: float = 1e3,
+        suffix: str = "ms") -> str:
+    wall_ratio, cpu_ratio = ours[0] / plain[0], ours[1] / plain[1]
+    verdict = "ok" if cpu_ratio <= goal else "OVER"
+    return (f"{label:<34} torch {plain[0] * unit:9.3f} / {plain[1] * unit:9.3f} {suffix}   drivetrain "
+            f"{ours[0] * unit:9.3f} / {ours[1] * unit:9.3f} {suffix}   ratio {wall_ratio:5.2f} / {cpu_ratio:5.2f}   "
+            f"goal <= {goal:.2f} (CPU {verdict})")
+
+
+def startup_rows(samples: int) -> list[str]:
+    def command(code: str) -> Callable[[], tuple[float, float]]:
+        return lambda: run_child([sys.executable, "-c", code])[:2]
+
+    result = abba(command(PLAIN_STARTUP), command(OURS_STARTUP), samples)
+    lines = [row("import + Accelerator()", medians(result["plain"]), medians(result["ours"]), GOALS["startup"],
+                 suffix="ms")]
+    listing = [run_child([sys.executable, "-m", "drivetrain", "plugins", "list"])[:2] for _ in range(samples)]
+    wall, cpu = medians(listing)
+    verdict = "ok" if cpu <= GOALS["plugins list"] else "OVER"
+    lines.append(f"{'drivetrain plugins list':<34} {wall:.3f} s wall / {cpu:.3f} s CPU (absolute){'':>44}"
+                 f"goal <= {GOALS['plugins list']:.2f} s (CPU {verdict})")
+    return lines
+
+
+def launched(processes: int, worker: str, options: list[str]) -> list[dict]:
+    """Run ``--worker`` on ``processes`` processes; the JSON lines rank 0 printed."""
+    script = [str(HERE / "bench_overhead.py"), "--worker", worker, *options]
+    if processes == 1:
+        argv = [sys.executable, *script]
+    else:
+        argv = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", str(processes), *script]
+    return [json.loads(line) for line in run_child(argv)[2].splitlines() if line.startswith("{")]
+
+
+def step_rows(samples: int, steps: int) -> list[str]:
+    lines = []
+    for processes in (1, 2):
+        for precision in ("fp32", "bf16"):
+            (result,) = launched(processes, "step", ["--precision", precision, "--samples", str(samples),
+                                                     "--steps", str(steps)])
+            lines.append(row(f"step, small MLP, {precision}, {processes} process{'es' if processes > 1 else ''}",
+                             tuple(result["plain"]), tuple(result["ours"]), GOALS["step"]))
+    return lines
+
+
+def collective_rows(samples: int) -> list[str]:
+    results = launched(2, "collectives", ["--samples", str(samples)])
+    return [row(f"{r['name']} {r['size']}, 2 processes", tuple(r["plain"]), tuple(r["ours"]), GOALS["collective"],
+                unit=1e6, suffix="us") for r in results]
+
+
+# ------------------------------------------------------------------ workers (in the launched processes)
+
+def timed(function: Callable[[], object], calls: int) -> tuple[float, float]:
+    """(wall, CPU of this process) per call over ``calls`` calls."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(calls):
+        function()
+    return (time.perf_counter() - wall) / calls, (time.process_time() - cpu) / calls
+
+
+def step_worker(precision: str, samples: int, steps: int) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from bench_training_step import batches, build
+    from drivetrain import Accelerator
+
+    torch.set_num_threads(1)
+    accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no")
+    distributed = accelerator.num_processes > 1
+    data = batches("small", steps, 32, accelerator.process_index)
+
+    def loop(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: Callable) -> tuple[float, float]:
+        for x, y in data[:5]:  # warm-up, not timed
+            step(model, optimizer, x, y)
+        if distributed:
+            dist.barrier()
+        wall, cpu = time.perf_counter(), time.process_time()
+        for x, y in data:
+            step(model, optimizer, x, y)
+        return (time.perf_counter() - wall) / len(data), (time.process_time() - cpu) / len(data)
+
+    def plain_step(model, optimizer, x, y) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            out = model(x)
+        loss = torch.nn.functional.mse_loss(out.float(), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    def our_step(model, optimizer, x, y) -> None:
+        with accelerator.accumulate(model):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+
+    def plain() -> tuple[float, float]:
+        model = build("small")
+        model = DistributedDataParallel(model) if distributed else model
+        return loop(model, torch.optim.AdamW(model.parameters(), lr=1e-3), plain_step)
+
+    def ours() -> tuple[float, float]:
+        model = build("small")
+        model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+        try:
+            return loop(model, optimizer, our_step)
+        finally:
+            accelerator.free_memory()
+
+    result = abba(plain, ours, samples)
+    if accelerator.is_main_process:
+        print(json.dumps({"plain": medians(result["plain"]), "ours": medians(result["ours"])}))
+    accelerator.wait_for_everyone()
+
+
+def collectives_worker(samples: int) -> None:
+    import torch
+
+    from bench_collectives import raw_broadcast, raw_gather, raw_reduce
+    from drivetrain.state import PartialState
+    from drivetrain.utils import broadcast, gather, reduce
+
+    state = PartialState()
+    torch.set_num_threads(1)
+    for label, size in (("1 KB", 1 << 10), ("1 MB", 1 << 20)):
+        tensor = torch.randn(size // 4 // 16, 16)
+        calls = 200 if size < (1 << 20) else 20
+        for name, ours, raw in (
+            ("reduce(sum)", lambda: reduce(tensor, "sum"), lambda: raw_reduce(tensor)),
+            ("gather", lambda: gather(tensor), lambda: raw_gather(tensor)),
+            ("broadcast", lambda: broadcast(tensor), lambda: raw_broadcast(tensor)),
+        ):
+            def side(function: Callable[[], object]) -> Callable[[], tuple[float, float]]:
+                def measure() -> tuple[float, float]:
+                    state.wait_for_everyone()
+                    return timed(function, calls)
+                return measure
+
+            result = abba(side(raw), side(ours), samples * 2)
+            if state.is_main_process:
+                print(json.dumps({"name": name, "size": label, "plain": medians(result["plain"]),
+                                  "ours": medians(result["ours"])}), flush=True)
+    state.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("startup", "step", "collectives"), action="append",
+                        help="run only these rows (repeatable); default: all")
+    parser.add_argument("--samples", type=int, default=8, help="ABBA samples per side (default 8)")
+    parser.add_argument("--steps", type=int, default=150, help="timed steps per step sample (default 150)")
+    parser.add_argument("--worker", choices=("step", "collectives"), help=argparse.SUPPRESS)
+    parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))
+    if args.worker == "step":
+        return step_worker(args.precision, args.samples, args.steps)
+    if args.worker == "collectives":
+        return collectives_worker(args.samples)
+    print(f"drivetrain against plain torch: medians of {args.samples} ABBA samples; wall / CPU; "
+          f"the CPU ratio is the check on a loaded machine, the wall ratio on an idle one", flush=True)
+    wanted = args.only or ["startup", "step", "collectives"]
+    for name, rows in (("startup", lambda: startup_rows(args.samples)),
+                       ("step", lambda: step_rows(args.samples, args.steps)),
+                       ("collectives", lambda: collective_rows(args.samples))):
+        if name in wanted:
+            for line in rows():
+                print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
