@@ -11,6 +11,7 @@ directory, outside the checkout, so that fresh clones on one machine reuse the b
 from __future__ import annotations
 
 import importlib.util
+import fcntl
 import json
 import os
 import subprocess
@@ -453,6 +454,12 @@ def test_deepspeed_launcher_is_used_when_the_config_asks_for_it(launch_env, tmp_
 # ------------------------------------------------------------------ real engines, 2 processes
 
 
+def _remove_stale_build_locks(root: str, older_than_s: float) -> None:
+    for lock in Path(root).glob("*/lock"):
+        if time.time() - lock.stat().st_mtime > older_than_s:
+            lock.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="module")
 def deepspeed_ops():
     """Build DeepSpeed's CPU ops once (cached in TORCH_EXTENSIONS_DIR) and report how long it took."""
@@ -464,7 +471,13 @@ def deepspeed_ops():
             "    get_accelerator().create_op_builder(name).load(verbose=False)\n")
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=EXTENSIONS, DS_ACCELERATOR="cpu")
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1500)
+    with open(os.path.join(EXTENSIONS, ".build.flock"), "w") as guard:
+        # torch's build lock is a plain file: a process killed while building or loading leaves it,
+        # and every later load waits on it forever. Builds started here are serialised by this
+        # flock (released by the kernel when its holder dies), so an old torch lock is a leftover.
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        _remove_stale_build_locks(EXTENSIONS, older_than_s=600)
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1500)
     assert result.returncode == 0, result.stderr[-3000:]
     print(f"DeepSpeed ops ready in {time.monotonic() - started:.0f}s ({EXTENSIONS})")
     return {"TORCH_EXTENSIONS_DIR": EXTENSIONS}
