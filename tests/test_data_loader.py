@@ -420,6 +420,24 @@ def test_seedable_random_sampler():
     assert list(other) == second and other.state_dict() == {"epoch": 2, "initial_seed": 3}
 
 
+@pytest.mark.parametrize("use_seedable_sampler", [False, True])
+def test_a_users_seedable_sampler_keeps_its_seed_and_generator_when_prepared(use_seedable_sampler):
+    # the sampler's own seed (not its generator's initial seed, nor torch's) orders every epoch,
+    # so a prepared loader replays the order the plain one gives
+    data = list(range(32))
+    generator = torch.Generator()
+    torch.manual_seed(7)
+    plain = DataLoader(data, batch_size=4, sampler=SeedableRandomSampler(data, generator=generator, data_seed=11))
+    expected = [[b.tolist() for b in plain] for _ in range(3)]
+    sampler = SeedableRandomSampler(data, generator=generator, data_seed=11)
+    assert sampler.generator is generator
+    loader = prepare_data_loader(DataLoader(data, batch_size=4, sampler=sampler), num_processes=1, process_index=0,
+                                 use_seedable_sampler=use_seedable_sampler)
+    torch.manual_seed(8)
+    generator.manual_seed(99)
+    assert [[b.tolist() for b in loader] for _ in range(3)] == expected
+
+
 def test_dataloader_configuration_fields_match():
     from drivetrain.utils import DataLoaderConfiguration
 

@@ -103,6 +103,9 @@ def get_sampler(dataloader: DataLoader) -> Any:
 def _base_seed(sampler: Any, data_seed: int | None) -> int:
     if data_seed is not None:
         return int(data_seed)
+    if isinstance(sampler, SeedableRandomSampler):
+        # its own seed orders it, whatever generator it reseeds
+        return int(sampler.initial_seed)
     generator = getattr(sampler, "generator", None)
     if isinstance(generator, torch.Generator):
         return generator.initial_seed()
@@ -210,8 +213,8 @@ def prepare_data_loader(
             repeated samples again); off: some processes get fewer.
         slice_fn_for_dispatch: how a dispatched batch is cut (see :class:`DataLoaderDispatcher`).
         use_seedable_sampler: replace a ``RandomSampler`` with a :class:`SeedableRandomSampler`.
-        data_seed: the shuffling seed (default: the initial seed of the loader's generator, or
-            of torch).
+        data_seed: the shuffling seed (default: a ``SeedableRandomSampler``'s own seed, else the
+            initial seed of the loader's generator, or of torch).
         non_blocking: asynchronous copies to the device.
         use_stateful_dataloader: the prepared loader is a torchdata ``StatefulDataLoader`` and
             its ``state_dict`` torchdata's (without it, every prepared loader still saves and

@@ -31,22 +31,24 @@ def _mix(*numbers: int) -> int:
 class SeedableRandomSampler(RandomSampler):
     """A ``RandomSampler`` whose order depends only on a seed and the epoch.
 
-    Epoch ``e`` is shuffled with a private generator seeded with ``initial_seed + e``, so
+    Epoch ``e`` is shuffled with the sampler's generator seeded with ``initial_seed + e``, so
     every process that shares the seed draws the same order, a run is reproducible, and
     the global torch generator is left alone. The epoch moves on by one after each full
     pass, or is set with :meth:`set_epoch`.
 
     Args:
         data_seed: the seed (default: ``torch.initial_seed()``, which ``set_seed`` fixes).
-        *args, **kwargs: those of ``RandomSampler``; a ``generator`` given is not used.
+        *args, **kwargs: those of ``RandomSampler``. A ``generator`` given is the one reseeded
+            at each pass (its own seed does not matter; the user's object stays the sampler's,
+            as in Accelerate); without one, the sampler has a private generator.
     """
 
     def __init__(self, *args: Any, data_seed: int | None = None, **kwargs: Any) -> None:
-        kwargs.pop("generator", None)
         super().__init__(*args, **kwargs)
         self.initial_seed = data_seed if data_seed is not None else torch.initial_seed()
         self.epoch = 0
-        self.generator = torch.Generator()
+        if self.generator is None:
+            self.generator = torch.Generator()
 
     def __iter__(self) -> Iterator[int]:
         self.generator.manual_seed(self.initial_seed + self.epoch)
