@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 import torch
 from launching import assert_ok, launch
+from test_deepspeed import deepspeed_ops, needs_deepspeed  # noqa: F401 (a fixture)
 
 SCRIPT = "check_fault_tolerance.py"
 
@@ -60,6 +61,28 @@ def test_the_report_says_how_each_attempt_failed(tmp_path):
     assert "bad batch" not in first and "code 17" not in second
 
 
+def test_a_warning_is_not_kept_as_a_ranks_last_error_line(tmp_path, monkeypatch):
+    """A rank that dies silently right after a library warned is reported without that warning."""
+    import sys
+    import warnings
+
+    from drivetrain.runtime.process_exits import last_stderr_line, note_worker_start
+
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    # as Python's default, which pytest's own capture would replace
+    monkeypatch.setattr(warnings, "showwarning", lambda message, category, filename, lineno, file=None, line=None:
+                        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line)))
+    monkeypatch.setenv("RANK", "1")
+    note_worker_start(str(tmp_path))
+    print("ValueError: bad batch", file=sys.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("all_gather_into_tensor is deprecated", FutureWarning)
+    assert last_stderr_line(str(tmp_path), 1) == "ValueError: bad batch"
+    print("RuntimeError: after the warning", file=sys.stderr)
+    assert last_stderr_line(str(tmp_path), 1) == "RuntimeError: after the warning"
+
+
 def _params(path):
     return torch.load(path / "final.pt")
 
@@ -72,13 +95,17 @@ def _assert_same(straight, other, what):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_a_killed_rank_is_restarted_and_ends_bitwise_equal(tmp_path, strategy):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2", pytest.param("deepspeed", marks=needs_deepspeed)])
+def test_a_killed_rank_is_restarted_and_ends_bitwise_equal(tmp_path, strategy, request):
     """Rank 1 dies after step 8 (checkpoints every 3 steps): the launcher restarts every worker,
-    they resume from checkpoint 6 and end with the parameters of the run that never failed."""
+    they resume from checkpoint 6 and end with the parameters of the run that never failed.
+    Under DeepSpeed (ZeRO-2) rank 1's last stderr line is a library's warning: the report must
+    not give it as the reason rank 1 ended."""
+    env = request.getfixturevalue("deepspeed_ops") if strategy == "deepspeed" else None
     straight, restarted = tmp_path / "straight", tmp_path / "restarted"
-    assert_ok(launch(SCRIPT, str(straight), strategy))
-    result = launch(SCRIPT, str(restarted), strategy, "--crash-after", "8", launch_args=("--max-restarts", "1"))
+    assert_ok(launch(SCRIPT, str(straight), strategy, env=env))
+    result = launch(SCRIPT, str(restarted), strategy, "--crash-after", "8", launch_args=("--max-restarts", "1"),
+                    env=env)
     assert_ok(result)
     assert "attempt 1: rank 1 exited with code 17; attempt 2 succeeded" in result.stderr, result.stderr
     _assert_same(_params(straight), _params(restarted), strategy)

@@ -26,6 +26,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 from .worker_lifetime import stat_fields
@@ -44,7 +45,9 @@ def note_worker_start(errors: str | None) -> None:
     try:
         with open(os.path.join(errors, f"{_rank()}.pid"), "w", encoding="utf-8") as handle:
             handle.write(str(os.getpid()))
-        sys.stderr = _LastLine(sys.stderr, os.path.join(errors, f"{_rank()}.stderr"))
+        keeper = _LastLine(sys.stderr, os.path.join(errors, f"{_rank()}.stderr"))
+        sys.stderr = keeper
+        warnings.showwarning = keeper.passing_through(warnings.showwarning)
     except OSError:  # reporting must never stop the worker
         pass
 
@@ -58,9 +61,22 @@ class _LastLine:
             handle.truncate(_STDERR_SIZE)
             self._map = mmap.mmap(handle.fileno(), _STDERR_SIZE)
         self._pending = ""
+        self._passing = 0
+
+    def passing_through(self, show: Any) -> Any:
+        """``show`` (a ``warnings.showwarning``) writing through this stream without being kept."""
+        def showwarning(*args: Any, **kwargs: Any) -> None:
+            self._passing += 1
+            try:
+                show(*args, **kwargs)
+            finally:
+                self._passing -= 1
+        return showwarning
 
     def write(self, text: str) -> int:
         written = self._stream.write(text)
+        if self._passing:
+            return written
         if "\n" in text:
             lines = (self._pending + text).split("\n")
             self._pending = lines[-1][-_STDERR_SIZE:]
