@@ -61,6 +61,34 @@ def test_the_report_says_how_each_attempt_failed(tmp_path):
     assert "bad batch" not in first and "code 17" not in second
 
 
+def test_a_rank_the_agent_collected_first_is_reported_with_its_code(tmp_path):
+    """On a loaded machine torch's agent can collect a dead worker before the launcher's watcher
+    sees it end: the code the agent logs for it still makes the attempt's report."""
+    import logging
+    import subprocess
+    import sys
+    import time
+
+    from drivetrain.services.restarts import AttemptWatchers
+    from drivetrain_torchrun.launcher import _AgentExits
+
+    worker = subprocess.Popen([sys.executable, "-c", "import os; os._exit(17)"])
+    worker.wait()  # collected, as the agent does, before any watcher looks
+    (tmp_path / "attempt0").mkdir()
+    (tmp_path / "attempt0" / "1.pid").write_text(str(worker.pid))
+    with AttemptWatchers(str(tmp_path)) as attempts:
+        deadline = time.monotonic() + 30
+        while 1 not in getattr(attempts.watchers.get(0), "exits", {}) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert attempts.watchers[0].exits[1][1] is None and attempts.failed_attempts() == []
+        record = logging.LogRecord("torch.distributed.elastic.multiprocessing.api", logging.ERROR, __file__, 1,
+                                   "failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s",
+                                   (17, 1, worker.pid, sys.executable), None)
+        _AgentExits(attempts).emit(record)
+        assert attempts.failed_attempts() == [0]
+        assert "rank 1 exited with code 17" in attempts.summary(0)
+
+
 def test_a_warning_is_not_kept_as_a_ranks_last_error_line(tmp_path, monkeypatch):
     """A rank that dies silently right after a library warned is reported without that warning."""
     import sys

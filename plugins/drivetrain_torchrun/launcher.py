@@ -158,6 +158,23 @@ def _report_lost_machines(heartbeat) -> bool:
     return bool(lost)
 
 
+class _AgentExits(logging.Handler):
+    """Hands the watchers the exit code of the worker torch's agent names as failed first: the
+    agent may have collected it before the launcher's watcher saw it end."""
+
+    def __init__(self, attempts) -> None:
+        super().__init__()
+        self.attempts = attempts
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("failed (exitcode") and isinstance(record.args, tuple):
+            try:
+                code, _local_rank, pid = (int(value) for value in record.args[:3])
+            except (TypeError, ValueError):
+                return
+            self.attempts.note_reaped(pid, code)
+
+
 def launch_torchrun(args: argparse.Namespace) -> int:
     from torch.distributed import DistError
     from torch.distributed import run as torchrun
@@ -187,6 +204,8 @@ def launch_torchrun(args: argparse.Namespace) -> int:
             AttemptWatchers(errors, stopped_limit=limit) as attempts, \
             _heartbeat(args, lambda: bool(attempts.watchers)) as heartbeat:
         os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it, per attempt
+        agent_exits = _AgentExits(attempts)
+        notes[0].addHandler(agent_exits)
         own_store = store_per_round(args) and SHARED_STORE_VARIABLE not in os.environ
         if own_store:
             os.environ[SHARED_STORE_VARIABLE] = "1"
@@ -207,6 +226,7 @@ def launch_torchrun(args: argparse.Namespace) -> int:
             os.environ.pop(ERRORS_DIR_VARIABLE, None)
             if own_store:
                 os.environ.pop(SHARED_STORE_VARIABLE, None)
+            notes[0].removeHandler(agent_exits)
             for logger in notes:
                 logger.removeFilter(quiet_stop)
         attempts.__exit__()
