@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 import torch
 from launching import assert_ok, launch
+from test_deepspeed import deepspeed_ops, needs_deepspeed  # noqa: F401 (a fixture)
 
 SCRIPT = "check_fault_tolerance.py"
 
@@ -60,6 +61,56 @@ def test_the_report_says_how_each_attempt_failed(tmp_path):
     assert "bad batch" not in first and "code 17" not in second
 
 
+def test_a_rank_the_agent_collected_first_is_reported_with_its_code(tmp_path):
+    """On a loaded machine torch's agent can collect a dead worker before the launcher's watcher
+    sees it end: the code the agent logs for it still makes the attempt's report."""
+    import logging
+    import subprocess
+    import sys
+    import time
+
+    from drivetrain.services.restarts import AttemptWatchers
+    from drivetrain_torchrun.launcher import _AgentExits
+
+    worker = subprocess.Popen([sys.executable, "-c", "import os; os._exit(17)"])
+    worker.wait()  # collected, as the agent does, before any watcher looks
+    (tmp_path / "attempt0").mkdir()
+    (tmp_path / "attempt0" / "1.pid").write_text(str(worker.pid))
+    with AttemptWatchers(str(tmp_path)) as attempts:
+        deadline = time.monotonic() + 30
+        while 1 not in getattr(attempts.watchers.get(0), "exits", {}) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert attempts.watchers[0].exits[1][1] is None and attempts.failed_attempts() == []
+        record = logging.LogRecord("torch.distributed.elastic.multiprocessing.api", logging.ERROR, __file__, 1,
+                                   "failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s",
+                                   (17, 1, worker.pid, sys.executable), None)
+        _AgentExits(attempts).emit(record)
+        assert attempts.failed_attempts() == [0]
+        assert "rank 1 exited with code 17" in attempts.summary(0)
+
+
+def test_a_warning_is_not_kept_as_a_ranks_last_error_line(tmp_path, monkeypatch):
+    """A rank that dies silently right after a library warned is reported without that warning."""
+    import sys
+    import warnings
+
+    from drivetrain.runtime.process_exits import last_stderr_line, note_worker_start
+
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    # as Python's default, which pytest's own capture would replace
+    monkeypatch.setattr(warnings, "showwarning", lambda message, category, filename, lineno, file=None, line=None:
+                        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line)))
+    monkeypatch.setenv("RANK", "1")
+    note_worker_start(str(tmp_path))
+    print("ValueError: bad batch", file=sys.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("all_gather_into_tensor is deprecated", FutureWarning)
+    assert last_stderr_line(str(tmp_path), 1) == "ValueError: bad batch"
+    print("RuntimeError: after the warning", file=sys.stderr)
+    assert last_stderr_line(str(tmp_path), 1) == "RuntimeError: after the warning"
+
+
 def _params(path):
     return torch.load(path / "final.pt")
 
@@ -72,13 +123,17 @@ def _assert_same(straight, other, what):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_a_killed_rank_is_restarted_and_ends_bitwise_equal(tmp_path, strategy):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2", pytest.param("deepspeed", marks=needs_deepspeed)])
+def test_a_killed_rank_is_restarted_and_ends_bitwise_equal(tmp_path, strategy, request):
     """Rank 1 dies after step 8 (checkpoints every 3 steps): the launcher restarts every worker,
-    they resume from checkpoint 6 and end with the parameters of the run that never failed."""
+    they resume from checkpoint 6 and end with the parameters of the run that never failed.
+    Under DeepSpeed (ZeRO-2) rank 1's last stderr line is a library's warning: the report must
+    not give it as the reason rank 1 ended."""
+    env = request.getfixturevalue("deepspeed_ops") if strategy == "deepspeed" else None
     straight, restarted = tmp_path / "straight", tmp_path / "restarted"
-    assert_ok(launch(SCRIPT, str(straight), strategy))
-    result = launch(SCRIPT, str(restarted), strategy, "--crash-after", "8", launch_args=("--max-restarts", "1"))
+    assert_ok(launch(SCRIPT, str(straight), strategy, env=env))
+    result = launch(SCRIPT, str(restarted), strategy, "--crash-after", "8", launch_args=("--max-restarts", "1"),
+                    env=env)
     assert_ok(result)
     assert "attempt 1: rank 1 exited with code 17; attempt 2 succeeded" in result.stderr, result.stderr
     _assert_same(_params(straight), _params(restarted), strategy)
@@ -147,56 +202,97 @@ def test_a_stopped_rank_under_a_timeout_is_named_and_the_job_restarts(tmp_path):
     assert (tmp_path / "hung" / "final.pt").exists()
 
 
+class _Machines:
+    """``drivetrain launch`` twice on this host as machines 0 and 1 of one job (c10d rendezvous)."""
+
+    def __init__(self, out, *launch_args: str) -> None:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.out, self.launch_args, self.procs = out, launch_args, {}
+
+    def start(self, rank: int):
+        import subprocess
+        import sys
+
+        from conftest import clean_environ
+        from launching import SCRIPTS
+
+        self.procs[rank] = subprocess.Popen(
+            [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", "--num-machines", "2",
+             "--machine-rank", str(rank), "--main-process-ip", "127.0.0.1", "--main-process-port", str(self.port),
+             "--rdzv-backend", "c10d", "--rdzv-timeout", "60", *self.launch_args, str(SCRIPTS / SCRIPT),
+             str(self.out), "ddp", "--step-seconds", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=clean_environ())
+        return self.procs[rank]
+
+    def start_both_and_wait_for_training(self) -> None:
+        import socket
+        import time
+
+        def listening():
+            with socket.socket() as probe:
+                return probe.connect_ex(("127.0.0.1", self.port)) == 0
+
+        # Machine 0 hosts the rendezvous at the address every machine is given, as on a cluster:
+        # on one host either launcher could, so machine 1 starts once machine 0 listens.
+        self.start(0)
+        deadline = time.monotonic() + 60
+        while not listening() and time.monotonic() < deadline and self.procs[0].poll() is None:
+            time.sleep(0.2)
+        self.start(1)
+        deadline = time.monotonic() + 120
+        while not (self.out / "checkpoints").is_dir() and time.monotonic() < deadline:
+            for proc in self.procs.values():
+                assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        assert (self.out / "checkpoints").is_dir(), "the two machines never started training together"
+
+    def kill(self, rank: int) -> None:
+        import signal
+
+        self.procs[rank].send_signal(signal.SIGKILL)
+        self.procs[rank].communicate()
+
+    def __enter__(self) -> "_Machines":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_when_one_of_two_machines_is_lost_the_other_ends_naming_it(tmp_path):
     """Two launchers as two machines (c10d rendezvous on this host); machine 1's launcher is
     killed once training runs: machine 0 ends soon after, with one line naming machine 1."""
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    from conftest import clean_environ
-    from launching import SCRIPTS
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    out = tmp_path / "job"
-
-    def machine(rank):
-        return subprocess.Popen(
-            [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", "--num-machines", "2",
-             "--machine-rank", str(rank), "--main-process-ip", "127.0.0.1", "--main-process-port", str(port),
-             "--rdzv-backend", "c10d", "--rdzv-timeout", "60", str(SCRIPTS / SCRIPT), str(out), "ddp",
-             "--step-seconds", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=clean_environ())
-
-    def listening():
-        with socket.socket() as probe:
-            return probe.connect_ex(("127.0.0.1", port)) == 0
-
-    # Machine 0 hosts the rendezvous at the address every machine is given, as on a cluster:
-    # on one host either launcher could, so machine 1 starts once machine 0 listens.
-    machines = [machine(0)]
-    try:
-        deadline = time.monotonic() + 60
-        while not listening() and time.monotonic() < deadline and machines[0].poll() is None:
-            time.sleep(0.2)
-        machines.append(machine(1))
-        deadline = time.monotonic() + 120
-        while not (out / "checkpoints").is_dir() and time.monotonic() < deadline:
-            assert machines[0].poll() is None and machines[1].poll() is None, machines[0].communicate()
-            time.sleep(0.2)
-        assert (out / "checkpoints").is_dir(), "the two machines never started training together"
-        machines[1].send_signal(signal.SIGKILL)
-        _out, err = machines[0].communicate(timeout=60)  # bounded: it must not wait for the lost machine
-    finally:
-        for machine in machines:
-            if machine.poll() is None:
-                machine.kill()
-                machine.communicate()
-    assert machines[0].returncode != 0
+    with _Machines(tmp_path / "job") as machines:
+        machines.start_both_and_wait_for_training()
+        machines.kill(1)
+        _out, err = machines.procs[0].communicate(timeout=60)  # bounded: it must not wait for the lost machine
+    assert machines.procs[0].returncode != 0
     assert "machine 1 was lost" in err, err
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_restarted_machine_rejoins_and_the_job_ends_bitwise_equal(tmp_path):
+    """Under --max-restarts 1, machine 1's launcher is killed after the first checkpoint and
+    started again: machine 0 restarts its workers, the two meet in a new rendezvous round,
+    resume from the newest complete checkpoint and end with the uninterrupted run's parameters."""
+    straight = tmp_path / "straight"
+    assert_ok(launch(SCRIPT, str(straight), "ddp"))  # two processes, as the two machines' one each
+    with _Machines(tmp_path / "job", "--max-restarts", "1") as machines:
+        machines.start_both_and_wait_for_training()
+        machines.kill(1)
+        machines.start(1)
+        results = {rank: proc.communicate(timeout=180) for rank, proc in machines.procs.items()}
+    for rank, proc in machines.procs.items():
+        assert proc.returncode == 0, f"machine {rank}: {results[rank][1][-3000:]}"
+    assert "attempt 2 succeeded" in results[0][1], results[0][1]
+    _assert_same(_params(straight), _params(tmp_path / "job"), "a restarted machine")

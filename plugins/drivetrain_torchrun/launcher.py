@@ -39,6 +39,23 @@ def rendezvous_id() -> str:
     return os.environ.get("DRIVETRAIN_RDZV_ID") or "drivetrain"
 
 
+#: torch's switch between one store for the rendezvous and the workers (its default) and one per round.
+SHARED_STORE_VARIABLE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def store_per_round(args: argparse.Namespace) -> bool:
+    """Whether the workers of a multi-machine elastic job get a new store in every rendezvous round.
+
+    A machine whose launcher is started again joins a later round than the one the others
+    first met in. With the store shared (torch's default), the agent of machine 0 publishes
+    the workers' store address in its first round only, and the newcomer waits for it in the
+    new round until its rendezvous times out. With a store per round, machine 0 publishes a
+    fresh address (a free port) in every round: the restarted job forms its group on it, with
+    nothing of the failed attempt's.
+    """
+    return args.num_machines > 1 and args.rdzv_backend not in (None, "static")
+
+
 def torchrun_arguments(args: argparse.Namespace) -> list[str]:
     """The ``torchrun`` command line for this job."""
     argv = [
@@ -141,6 +158,23 @@ def _report_lost_machines(heartbeat) -> bool:
     return bool(lost)
 
 
+class _AgentExits(logging.Handler):
+    """Hands the watchers the exit code of the worker torch's agent names as failed first: the
+    agent may have collected it before the launcher's watcher saw it end."""
+
+    def __init__(self, attempts) -> None:
+        super().__init__()
+        self.attempts = attempts
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("failed (exitcode") and isinstance(record.args, tuple):
+            try:
+                code, _local_rank, pid = (int(value) for value in record.args[:3])
+            except (TypeError, ValueError):
+                return
+            self.attempts.note_reaped(pid, code)
+
+
 def launch_torchrun(args: argparse.Namespace) -> int:
     from torch.distributed import DistError
     from torch.distributed import run as torchrun
@@ -170,6 +204,11 @@ def launch_torchrun(args: argparse.Namespace) -> int:
             AttemptWatchers(errors, stopped_limit=limit) as attempts, \
             _heartbeat(args, lambda: bool(attempts.watchers)) as heartbeat:
         os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it, per attempt
+        agent_exits = _AgentExits(attempts)
+        notes[0].addHandler(agent_exits)
+        own_store = store_per_round(args) and SHARED_STORE_VARIABLE not in os.environ
+        if own_store:
+            os.environ[SHARED_STORE_VARIABLE] = "1"
         try:
             torchrun.run(torch_args)
         except ChildFailedError as error:
@@ -185,6 +224,9 @@ def launch_torchrun(args: argparse.Namespace) -> int:
             return _stopped(int(stop.sigval))
         finally:
             os.environ.pop(ERRORS_DIR_VARIABLE, None)
+            if own_store:
+                os.environ.pop(SHARED_STORE_VARIABLE, None)
+            notes[0].removeHandler(agent_exits)
             for logger in notes:
                 logger.removeFilter(quiet_stop)
         attempts.__exit__()

@@ -2,7 +2,7 @@
 
 usage: check_fault_tolerance.py OUT STRATEGY [--crash-after N] [--hang-after N] [--stop-after N] [--step-seconds S]
 
-STRATEGY is ddp or fsdp2. Checkpoints every 3 steps under OUT (automatic naming, two kept)
+STRATEGY is ddp, fsdp2 or deepspeed (ZeRO-2). Checkpoints every 3 steps under OUT (automatic naming, two kept)
 and resumes from the newest at start. A shuffled loader, gradient accumulation over 2
 batches and a scheduler. ``--crash-after N``: rank 1 ends with code 17 after step N, in the
 first attempt only; ``--hang-after N``: rank 1 stops itself (SIGSTOP) after step N, first
@@ -44,7 +44,7 @@ class Progress:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
-    parser.add_argument("strategy", choices=["ddp", "fsdp2"])
+    parser.add_argument("strategy", choices=["ddp", "fsdp2", "deepspeed"])
     parser.add_argument("--crash-after", type=int, default=-1)
     parser.add_argument("--hang-after", type=int, default=-1)
     parser.add_argument("--stop-after", type=int, default=-1)
@@ -55,6 +55,10 @@ def main() -> None:
         from drivetrain import FullyShardedDataParallelPlugin
 
         extra["fsdp_plugin"] = FullyShardedDataParallelPlugin(fsdp_version=2)
+    elif args.strategy == "deepspeed":
+        from drivetrain import DeepSpeedPlugin
+
+        extra["deepspeed_plugin"] = DeepSpeedPlugin(zero_stage=2)
     accelerator = Accelerator(gradient_accumulation_steps=2, project_config=ProjectConfiguration(
         project_dir=args.out, automatic_checkpoint_naming=True, total_limit=2), **extra)
     set_seed(0)

@@ -26,6 +26,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 from .worker_lifetime import stat_fields
@@ -44,7 +45,9 @@ def note_worker_start(errors: str | None) -> None:
     try:
         with open(os.path.join(errors, f"{_rank()}.pid"), "w", encoding="utf-8") as handle:
             handle.write(str(os.getpid()))
-        sys.stderr = _LastLine(sys.stderr, os.path.join(errors, f"{_rank()}.stderr"))
+        keeper = _LastLine(sys.stderr, os.path.join(errors, f"{_rank()}.stderr"))
+        sys.stderr = keeper
+        warnings.showwarning = keeper.passing_through(warnings.showwarning)
     except OSError:  # reporting must never stop the worker
         pass
 
@@ -58,9 +61,22 @@ class _LastLine:
             handle.truncate(_STDERR_SIZE)
             self._map = mmap.mmap(handle.fileno(), _STDERR_SIZE)
         self._pending = ""
+        self._passing = 0
+
+    def passing_through(self, show: Any) -> Any:
+        """``show`` (a ``warnings.showwarning``) writing through this stream without being kept."""
+        def showwarning(*args: Any, **kwargs: Any) -> None:
+            self._passing += 1
+            try:
+                show(*args, **kwargs)
+            finally:
+                self._passing -= 1
+        return showwarning
 
     def write(self, text: str) -> int:
         written = self._stream.write(text)
+        if self._passing:
+            return written
         if "\n" in text:
             lines = (self._pending + text).split("\n")
             self._pending = lines[-1][-_STDERR_SIZE:]
@@ -124,6 +140,7 @@ class ExitWatcher:
         self.stopped: dict[int, float] = {}  # rank -> since when it was seen stopped while others had ended
         self._left_stopped_since: float | None = None
         self._pids: dict[int, int] = {}
+        self._reaped: dict[int, int] = {}  # pid -> exit code, told by the waiter that collected it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="drivetrain-exit-watcher", daemon=True)
 
@@ -136,6 +153,15 @@ class ExitWatcher:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=1)
+
+    def note_reaped(self, pid: int, code: int) -> None:
+        """The exit code of worker ``pid`` as the agent that collected it saw it. On a loaded
+        machine the agent can collect a worker before this thread sees it end; the watcher then
+        knows only that it is gone, and a rank that died with a code would go unreported."""
+        self._reaped[pid] = code
+        for rank, known in list(self._pids.items()):
+            if known == pid and rank in self.exits and self.exits[rank][1] is None:
+                self.exits[rank] = (self.exits[rank][0], code)
 
     def _known_pids(self) -> None:
         for name in os.listdir(self.errors):
@@ -172,7 +198,7 @@ class ExitWatcher:
                 try:
                     result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
                 except ChildProcessError:  # already collected by the agent: ended by now
-                    self.exits[rank] = (last_seen_alive, None)
+                    self.exits[rank] = (last_seen_alive, self._reaped.get(pid))
                     continue
                 if result is not None and result.si_pid:
                     code = -result.si_status if result.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else result.si_status

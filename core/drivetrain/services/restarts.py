@@ -75,6 +75,11 @@ class AttemptWatchers:
             self._scan()
             self._stop.wait(0.05)
 
+    def note_reaped(self, pid: int, code: int) -> None:
+        """:meth:`ExitWatcher.note_reaped` for whichever attempt ``pid`` belonged to."""
+        for watcher in list(self.watchers.values()):
+            watcher.note_reaped(pid, code)
+
     def failed_attempts(self) -> list[int]:
         """Attempts (from 0) in which a rank raised or ended with a non-zero code."""
         failed = []
