@@ -190,6 +190,22 @@ def test_loading_the_installed_plugins_parses_no_metadata_file_and_no_requiremen
     assert result.stdout.split() == ["[]"]
 
 
+def test_loading_the_installed_plugins_creates_no_option_class():
+    # registration reads the option names and choices only; the option dataclasses
+    # (DeepSpeedPlugin, FullyShardedDataParallelPlugin, ...) wait until a run or a launch uses them
+    options = ("drivetrain_deepspeed.options", "drivetrain_fsdp.options", "drivetrain_megatron.options",
+               "drivetrain_fsdp.parallelism.config")
+    code = ("import sys\n"
+            "from drivetrain.plugin_manager import get_plugin_manager\n"
+            "manager = get_plugin_manager()\n"
+            "assert {'deepspeed', 'fsdp', 'megatron', 'parallelism'} <= set(manager.modules), manager.records\n"
+            "assert manager.registrations('drivetrain_register_config_sections')\n"
+            f"print(sorted(m for m in {options!r} if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]"]
+
+
 def test_installed_version_reads_the_version_and_is_none_when_absent(template_site, with_sites):
     assert installed_version("pluggy") == importlib_metadata.version("pluggy")
     name = "drivetrain-toyaccel"  # examples/plugin_template's distribution
