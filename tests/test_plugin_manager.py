@@ -27,6 +27,7 @@ from drivetrain.plugin_manager import (
     api_version_problem,
     call_chain,
     importlib_metadata,
+    installed_entry_points,
     installed_version,
     missing_requirements,
 )
@@ -189,12 +190,53 @@ def test_loading_the_installed_plugins_parses_no_metadata_file_and_no_requiremen
     assert result.stdout.split() == ["[]"]
 
 
+def test_loading_the_installed_plugins_creates_no_option_class():
+    # registration reads the option names and choices only; the option dataclasses
+    # (DeepSpeedPlugin, FullyShardedDataParallelPlugin, ...) wait until a run or a launch uses them
+    options = ("drivetrain_deepspeed.options", "drivetrain_fsdp.options", "drivetrain_megatron.options",
+               "drivetrain_fsdp.parallelism.config")
+    code = ("import sys\n"
+            "from drivetrain.plugin_manager import get_plugin_manager\n"
+            "manager = get_plugin_manager()\n"
+            "assert {'deepspeed', 'fsdp', 'megatron', 'parallelism'} <= set(manager.modules), manager.records\n"
+            "assert manager.registrations('drivetrain_register_config_sections')\n"
+            f"print(sorted(m for m in {options!r} if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]"]
+
+
 def test_installed_version_reads_the_version_and_is_none_when_absent(template_site, with_sites):
     assert installed_version("pluggy") == importlib_metadata.version("pluggy")
     name = "drivetrain-toyaccel"  # examples/plugin_template's distribution
     assert installed_version(name) is None
     with_sites(template_site)  # installed at run time, in a directory added to the path: seen
     assert installed_version(name) == importlib_metadata.version(name)
+
+
+def _dist_info(site, name, version, entry_points=None):
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    if entry_points is not None:
+        (info / "entry_points.txt").write_text(entry_points)
+
+
+def test_entry_points_are_found_as_importlib_metadata_finds_them(tmp_path, with_sites):
+    # only files that name the group are parsed; the first copy of a distribution on the path
+    # counts, even when a later copy declares the group and the first does not
+    group = "[drivetrain.plugins]\n"
+    _dist_info(tmp_path / "a", "dt-toy-one", "1.0", "[console_scripts]\ntoy = toy:main\n" + group + "one = toy_one\n")
+    _dist_info(tmp_path / "a", "dt_toy.two", "1.0", "[console_scripts]\ntwo = toy:main\n")
+    _dist_info(tmp_path / "b", "dt-toy-two", "2.0", group + "two = toy_two\n")
+    _dist_info(tmp_path / "b", "dt-toy-three", "1.0", "# [drivetrain.plugins] is not a section here\n[other]\nx = y\n")
+    with_sites(tmp_path / "b", tmp_path / "a")
+    found = installed_entry_points()
+    assert [(ep.name, ep.value) for ep in found] == [
+        (ep.name, ep.value) for ep in importlib_metadata.entry_points(group="drivetrain.plugins")]
+    mine = {ep.name: ep for ep in found if ep.name in ("one", "two")}
+    assert list(mine) == ["one"] and mine["one"].dist.metadata["Name"] == "dt-toy-one"
+    assert {ep.name for ep in found} >= {ep.name for ep in built_ins()}
 
 
 def test_missing_plugin_info_is_refused():

@@ -29,7 +29,7 @@ from drivetrain.plugin_api import (
 
 from .environment import probe_deepspeed_launcher
 from .launcher import MULTINODE_LAUNCHERS, applies
-from .options import DS_ACCELERATORS, OFFLOAD_DEVICES, OPTIONS
+from .option_names import DS_ACCELERATORS, OFFLOAD_DEVICES, OPTIONS
 
 # API 1.6: the strategy is one role object per run, asked for MS-AMP (drivetrain_adopt_precision); 1.3: the
 # strategy's run hooks on its role object (1.2: drivetrain_compile_model and

@@ -21,38 +21,17 @@ from typing import Any, Callable, Iterable, Mapping
 
 from drivetrain.plugin_api import ConfigError, environment
 
+from .option_names import AUTO_WRAP_POLICIES, BACKWARD_PREFETCH, ENV, SHARDING_STRATEGIES, STATE_DICT_TYPES
+
 logger = logging.getLogger(__name__)
 
-SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 #: Strategies that keep parameters gathered between forward and backward (ZeRO-2 like).
 KEEPS_PARAMETERS_AFTER_FORWARD = ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2")
 HYBRID_STRATEGIES = ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
-AUTO_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
-BACKWARD_PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
-STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")
 FSDP_VERSIONS = (1, 2)
 DEFAULT_MIN_NUM_PARAMS = 100_000_000
 PRECISION_DTYPES = {"fp16": "float16", "float16": "float16", "half": "float16", "bf16": "bfloat16",
                     "bfloat16": "bfloat16", "fp32": "float32", "float32": "float32", "float": "float32"}
-
-#: Environment variables, without the ``DRIVETRAIN_`` prefix that drivetrain's own names add.
-ENV = {
-    "fsdp_version": "FSDP_VERSION",
-    "sharding_strategy": "FSDP_SHARDING_STRATEGY",
-    "reshard_after_forward": "FSDP_RESHARD_AFTER_FORWARD",
-    "backward_prefetch": "FSDP_BACKWARD_PREFETCH",
-    "auto_wrap_policy": "FSDP_AUTO_WRAP_POLICY",
-    "cpu_offload": "FSDP_OFFLOAD_PARAMS",
-    "ignored_modules": "FSDP_IGNORED_MODULES",
-    "state_dict_type": "FSDP_STATE_DICT_TYPE",
-    "use_orig_params": "FSDP_USE_ORIG_PARAMS",
-    "sync_module_states": "FSDP_SYNC_MODULE_STATES",
-    "forward_prefetch": "FSDP_FORWARD_PREFETCH",
-    "activation_checkpointing": "FSDP_ACTIVATION_CHECKPOINTING",
-    "cpu_ram_efficient_loading": "FSDP_CPU_RAM_EFFICIENT_LOADING",
-    "transformer_cls_names_to_wrap": "FSDP_TRANSFORMER_CLS_TO_WRAP",
-    "min_num_params": "FSDP_MIN_NUM_PARAMS",
-}
 
 
 def _read(variable: str, env: Mapping[str, str] | None) -> str | None:

@@ -16,14 +16,7 @@ from typing import Any
 
 from drivetrain.plugin_api import BackendFlag, ConfigField, ConfigSection, PluginInfo, StrategySpec, bool_argument, hookimpl
 
-from .options import (
-    AUTO_WRAP_POLICIES,
-    BACKWARD_PREFETCH,
-    ENV,
-    SHARDING_STRATEGIES,
-    STATE_DICT_TYPES,
-    environment_of,
-)
+from .option_names import AUTO_WRAP_POLICIES, BACKWARD_PREFETCH, ENV, SHARDING_STRATEGIES, STATE_DICT_TYPES
 
 # API 1.6: the strategy's run hooks and state on one role object per run (strategy.py).
 PLUGIN_INFO = PluginInfo(api_version="1.8", description="Fully Sharded Data Parallel (torch FSDP1 and FSDP2)")
@@ -127,11 +120,11 @@ def drivetrain_launch_environment(args):
             value = block.get(key) if isinstance(block, dict) else None
         if value is not None and values.get(option) is None:
             values[option] = value
-    env = environment_of(values)
     import os
 
-    from .options import FullyShardedDataParallelPlugin
+    from .options import FullyShardedDataParallelPlugin, environment_of
 
+    env = environment_of(values)
     FullyShardedDataParallelPlugin.from_environment({**os.environ, **env})  # refuse before any process starts
     return env
 

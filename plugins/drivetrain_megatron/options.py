@@ -13,16 +13,8 @@ from typing import Any, Callable, Mapping
 
 from drivetrain.plugin_api import ConfigError, environment
 
-#: option -> variable Accelerate's launcher sets
-ENV = {
-    "tp_degree": "MEGATRON_LM_TP_DEGREE",
-    "pp_degree": "MEGATRON_LM_PP_DEGREE",
-    "num_micro_batches": "MEGATRON_LM_NUM_MICRO_BATCHES",
-    "gradient_clipping": "MEGATRON_LM_GRADIENT_CLIPPING",
-    "sequence_parallelism": "MEGATRON_LM_SEQUENCE_PARALLELISM",
-    "recompute_activations": "MEGATRON_LM_RECOMPUTE_ACTIVATIONS",
-    "use_distributed_optimizer": "MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER",
-}
+from .option_names import ENV
+
 _KINDS: dict[str, type] = {"tp_degree": int, "pp_degree": int, "num_micro_batches": int, "gradient_clipping": float,
                            "sequence_parallelism": bool, "recompute_activations": bool,
                            "use_distributed_optimizer": bool}

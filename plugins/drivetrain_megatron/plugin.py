@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from drivetrain.plugin_api import BackendFlag, ConfigField, ConfigSection, PluginInfo, StrategySpec, bool_argument, hookimpl
 
-from .options import ENV
+from .option_names import ENV
 
 # API 1.6: the run hooks on one role object per run (strategy.py).
 PLUGIN_INFO = PluginInfo(api_version="1.6", description="Megatron-LM tensor/pipeline/sequence parallelism",

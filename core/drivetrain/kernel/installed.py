@@ -11,14 +11,10 @@ from __future__ import annotations
 
 import re
 import sys
+from importlib import metadata as importlib_metadata
 from typing import Any, Iterable
 
 from packaging.version import InvalidVersion, Version
-
-if sys.version_info >= (3, 12):  # pragma: no cover
-    from importlib import metadata as importlib_metadata
-else:  # pragma: no cover
-    import importlib_metadata
 
 
 # A requirement that is a name with at most plain version clauses: enough to tell that its

@@ -10,8 +10,9 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-import sys
+import re
 import warnings
+from importlib import metadata as importlib_metadata
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Mapping
@@ -25,11 +26,6 @@ from .errors import DrivetrainError, PluginHookError, PluginLoadError, PluginSel
 from .descriptors import PROJECT_NAME, PluginInfo, resolve
 from .installed import distribution_name_and_version, forget_versions, installed_version, missing_requirements
 from .version import PLUGIN_API_VERSION
-
-if sys.version_info >= (3, 12):  # pragma: no cover
-    from importlib import metadata as importlib_metadata
-else:  # pragma: no cover
-    import importlib_metadata
 
 logger = logging.getLogger("drivetrain.plugin_manager")  # the logger name docs/plugins.md gives
 
@@ -125,6 +121,32 @@ def api_version_problem(declared: str, offered: str = PLUGIN_API_VERSION) -> str
     return None
 
 
+def installed_entry_points(group: str = ENTRY_POINT_GROUP) -> list[Any]:
+    """The entry points of ``group``, as ``importlib.metadata.entry_points(group=group)`` finds
+    them: the first distribution of a name on the path counts, a later copy of it does not.
+
+    Every process discovers plugins, and most of the installed distributions declare other
+    groups or none: the file of each is only searched for the group's header, and parsed only
+    when the header is there.
+    """
+    header = f"[{group}]"
+    seen: set[str] = set()
+    found: list[Any] = []
+    for dist in importlib_metadata.distributions():
+        key = getattr(dist, "_normalized_name", None) or _normalized(dist.metadata["Name"] or "")
+        if key in seen:
+            continue
+        seen.add(key)
+        text = dist.read_text("entry_points.txt")
+        if text and header in text:
+            found.extend(dist.entry_points.select(group=group))
+    return found
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
 class PluginManager:
     """drivetrain's plugin manager: pluggy underneath, with a record for every plugin.
 
@@ -173,7 +195,7 @@ class PluginManager:
         self._loaded = True
         entry_points = self._entry_points
         if entry_points is None:
-            entry_points = importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
+            entry_points = installed_entry_points()
         blocked = _env_names(self.env, BLOCK_VARIABLE)
         no_autoload = _env_flag(self.env, NO_AUTOLOAD_VARIABLE)
         explicit = _env_names(self.env, EXPLICIT_PLUGINS_VARIABLE)

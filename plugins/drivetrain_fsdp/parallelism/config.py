@@ -27,26 +27,11 @@ from typing import Any, Mapping
 
 from drivetrain.plugin_api import ConfigError, environment
 
+from .option_names import CP_COMM_STRATEGIES, ENV, SP_BACKENDS, SP_HANDLER_FIELDS
+
 #: Mesh dimensions, outermost first (the order ranks are laid out in).
 DIMENSIONS = ("dp_replicate", "dp_shard", "cp", "tp")
-CP_COMM_STRATEGIES = ("allgather", "alltoall")
 
-#: Variables Accelerate's launcher sets, by field.
-ENV = {
-    "dp_replicate_size": "PARALLELISM_CONFIG_DP_REPLICATE_SIZE",
-    "dp_shard_size": "PARALLELISM_CONFIG_DP_SHARD_SIZE",
-    "tp_size": "PARALLELISM_CONFIG_TP_SIZE",
-    "cp_size": "PARALLELISM_CONFIG_CP_SIZE",
-    "cp_comm_strategy": "PARALLELISM_CONFIG_CP_COMM_STRATEGY",
-    "sp_size": "PARALLELISM_CONFIG_SP_SIZE",
-    "sp_backend": "PARALLELISM_CONFIG_SP_BACKEND",
-    # read by the sequence-parallel backend's handler (DeepSpeedSequenceParallelConfig)
-    "sp_seq_length": "PARALLELISM_CONFIG_SP_SEQ_LENGTH",
-    "sp_seq_length_is_variable": "PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE",
-    "sp_attn_implementation": "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION",
-}
-#: Fields the layout passes through to the sequence-parallel backend's handler.
-SP_HANDLER_FIELDS = ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation")
 #: The earliest versions in which torch (and transformers' ``tp_plan``) offer what a layout needs:
 #: tensor parallelism (``parallelize_module`` with transformers' plans) and context parallelism
 #: (``torch.distributed.tensor.experimental.context_parallel``). Accelerate's names for them,
@@ -54,8 +39,6 @@ SP_HANDLER_FIELDS = ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_impl
 BETA_TP_AVAILABLE_PYTORCH_VERSION = "2.3.0"
 BETA_TP_AVAILABLE_TRANSFORMERS_VERSION = "4.52.0"
 BETA_CP_AVAILABLE_PYTORCH_VERSION = "2.6.0"
-#: Who runs sequence parallelism (``sp_size > 1``): DeepSpeed's Ulysses, under the deepspeed strategy.
-SP_BACKENDS = ("deepspeed",)
 
 
 def _read(variable: str, env: Mapping[str, str] | None) -> str | None:

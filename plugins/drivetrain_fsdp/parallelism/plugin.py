@@ -20,7 +20,7 @@ from typing import Any
 
 from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, StrategySpec, bool_argument, hookimpl
 
-from .config import CP_COMM_STRATEGIES, ENV, SP_BACKENDS, SP_HANDLER_FIELDS
+from .option_names import CP_COMM_STRATEGIES, ENV, SP_BACKENDS, SP_HANDLER_FIELDS
 
 PLUGIN_INFO = PluginInfo(api_version="1.6", description="ND parallelism: data × sharded data × tensor × context "
                                                         "(ParallelismConfig)")
