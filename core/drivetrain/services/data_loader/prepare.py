@@ -288,7 +288,10 @@ def prepare_data_loader(
     sampler_is_batch_sampler = isinstance(dataloader.sampler, BatchSampler)
     unbatched = dataloader.batch_sampler is None and not sampler_is_batch_sampler
     draws = None if dispatch_batches else EpochDraws(dataloader.generator)
-    shuffling = _Shuffling(use_seedable_sampler, seed, draws, num_processes)
+    # Every process of the job must draw one order, not only the data-parallel shards: model-parallel
+    # peers (a mesh whose data-parallel size is 1) read the same batches, seeded apart or not.
+    sharing = max(num_processes, PartialState().num_processes)
+    shuffling = _Shuffling(use_seedable_sampler, seed, draws, sharing)
     if sampler_is_batch_sampler:
         inner = shuffling.batch_sampler(dataloader.sampler)
     elif unbatched:
