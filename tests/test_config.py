@@ -24,7 +24,8 @@ from drivetrain.config import (
 )
 from drivetrain.errors import ConfigError
 from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, StrategySpec, hookimpl
-from drivetrain.plugin_manager import PluginManager, importlib_metadata
+from importlib import metadata as importlib_metadata
+from drivetrain.plugin_manager import PluginManager
 
 # What `accelerate config` writes on a CPU machine (Accelerate 1.x), unchanged.
 ACCELERATE_MULTI_CPU = """\

@@ -60,18 +60,20 @@ def test_importing_drivetrain_and_listing_plugins_never_imports_deepspeed():
 # Hides the deepspeed distribution and module from a fresh interpreter, as on a machine
 # where it is not installed.
 WITHOUT_DEEPSPEED = """
-import sys, importlib.abc
-import drivetrain.plugin_manager as pm
-_real = pm.importlib_metadata.version
+import sys, importlib.abc, importlib.metadata as md
+import drivetrain.kernel.installed as installed
+_real = md.version
 def _version(name):
     if name.lower() == "deepspeed":
-        raise pm.importlib_metadata.PackageNotFoundError(name)
+        raise md.PackageNotFoundError(name)
     return _real(name)
-pm.importlib_metadata.version = _version
-_real_distributions = pm.importlib_metadata.distributions
+md.version = _version
+_real_distributions = md.distributions
 def _distributions(**kwargs):
     return iter(()) if kwargs.get("name", "").lower() == "deepspeed" else _real_distributions(**kwargs)
-pm.importlib_metadata.distributions = _distributions
+md.distributions = _distributions
+_real_installed = installed.installed_version
+installed.installed_version = lambda name: None if name.lower() == "deepspeed" else _real_installed(name)
 class _Hide(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] == "deepspeed":

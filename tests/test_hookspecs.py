@@ -19,7 +19,8 @@ from packaging.version import Version
 from drivetrain import hookspecs, plugin_manager
 from drivetrain.errors import PluginWarning
 from drivetrain.plugin_api import PluginInfo, hookimpl
-from drivetrain.plugin_manager import PluginManager, PluginStatus, importlib_metadata
+from importlib import metadata as importlib_metadata
+from drivetrain.plugin_manager import PluginManager, PluginStatus
 from drivetrain.version import PLUGIN_API_VERSION
 
 CONVENTION = re.compile(r"^\s*(Registration|Command-line|Run) hook, \*(firstresult|chained|collected|broadcast)\*, "

@@ -19,7 +19,8 @@ from fake_plugins import fake_plugin
 from drivetrain import plugin_manager
 from drivetrain.errors import ConfigError, PluginSelectionError
 from drivetrain.plugin_api import PluginInfo, hookimpl
-from drivetrain.plugin_manager import PluginManager, importlib_metadata
+from importlib import metadata as importlib_metadata
+from drivetrain.plugin_manager import PluginManager
 
 
 def _ipex_usable() -> bool:

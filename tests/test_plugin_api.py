@@ -140,7 +140,8 @@ def _multi_role_manager(role_object):
 
     from fake_plugins import fake_plugin
 
-    from drivetrain.plugin_manager import PluginManager, importlib_metadata
+    from importlib import metadata as importlib_metadata
+    from drivetrain.plugin_manager import PluginManager
 
     @api.hookimpl
     def drivetrain_register_strategies():

@@ -16,7 +16,8 @@ from fake_plugins import fake_plugin
 from drivetrain import plugin_manager
 from drivetrain.errors import PluginHookError, PluginSelectionError, PluginWarning
 from drivetrain.plugin_api import PluginInfo, hookimpl
-from drivetrain.plugin_manager import PluginManager, PluginStatus, importlib_metadata
+from importlib import metadata as importlib_metadata
+from drivetrain.plugin_manager import PluginManager, PluginStatus
 
 TIMEOUT = {"DRIVETRAIN_PLUGIN_TIMEOUT": "0.5"}
 

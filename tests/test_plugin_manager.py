@@ -21,12 +21,13 @@ from drivetrain.plugin_api import (
     TrackerSpec,
     hookimpl,
 )
+from importlib import metadata as importlib_metadata
+
 from drivetrain.plugin_manager import (
     PluginManager,
     PluginStatus,
     api_version_problem,
     call_chain,
-    importlib_metadata,
     installed_entry_points,
     installed_version,
     missing_requirements,
@@ -237,6 +238,48 @@ def test_entry_points_are_found_as_importlib_metadata_finds_them(tmp_path, with_
     mine = {ep.name: ep for ep in found if ep.name in ("one", "two")}
     assert list(mine) == ["one"] and mine["one"].dist.metadata["Name"] == "dt-toy-one"
     assert {ep.name for ep in found} >= {ep.name for ep in built_ins()}
+
+
+def test_entry_points_in_egg_info_and_zip_entries_are_found_as_importlib_metadata_finds_them(tmp_path, with_sites):
+    # discovery lists directories itself; an .egg-info folder is read the same way, and a zip
+    # file on the path is left to importlib.metadata
+    import zipfile
+
+    group = "[drivetrain.plugins]\n"
+    egg = tmp_path / "eggs" / "dt_toy_egg-1.0-py3.11.egg-info"
+    egg.mkdir(parents=True)
+    (egg / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: dt-toy-egg\nVersion: 1.0\n")
+    (egg / "entry_points.txt").write_text(group + "egg = toy_egg:plugin\n")
+    archive = tmp_path / "zipped.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.writestr("dt_toy_zip-3.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: dt-toy-zip\nVersion: 3.0\n")
+        zipped.writestr("dt_toy_zip-3.0.dist-info/entry_points.txt", group + "zipped = toy_zip\n")
+    with_sites(tmp_path / "eggs", archive)
+    found = {ep.name: ep for ep in installed_entry_points()}
+    expected = {ep.name: ep.value for ep in importlib_metadata.entry_points(group="drivetrain.plugins")}
+    assert {name: ep.value for name, ep in found.items()} == expected
+    assert (found["egg"].module, found["egg"].attr) == ("toy_egg", "plugin")
+    assert installed_version("dt_toy.egg") == "1.0" and installed_version("DT-Toy-Zip") == "3.0"
+
+
+def test_a_finder_that_provides_distributions_is_asked_through_importlib_metadata(tmp_path, monkeypatch):
+    # a distribution that only a custom meta-path finder knows is still found
+    _dist_info(tmp_path, "dt-toy-found", "4.0", "[drivetrain.plugins]\nfound = toy_found\n")
+
+    class Finder:
+        @staticmethod
+        def find_spec(*args, **kwargs):
+            return None
+
+        @staticmethod
+        def find_distributions(context=None):
+            name = getattr(context, "name", None)
+            if name in (None, "dt-toy-found"):
+                yield importlib_metadata.PathDistribution(tmp_path / "dt-toy-found-4.0.dist-info")
+
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, Finder()])
+    assert "found" in {ep.name for ep in installed_entry_points()}
+    assert {ep.name for ep in installed_entry_points()} >= {ep.name for ep in built_ins()}
 
 
 def test_missing_plugin_info_is_refused():

@@ -14,7 +14,8 @@ from fake_plugins import fake_plugin
 from drivetrain import plugin_manager
 from drivetrain.errors import ConfigError
 from drivetrain.plugin_api import PlatformSpec, PluginInfo, Probe, hookimpl
-from drivetrain.plugin_manager import PluginManager, importlib_metadata
+from importlib import metadata as importlib_metadata
+from drivetrain.plugin_manager import PluginManager
 from drivetrain.utils import random as rng
 
 

@@ -14,7 +14,8 @@ from drivetrain.cli import launch_cmd
 from drivetrain.cluster import ClusterEnvironment
 from drivetrain.errors import ConfigError, IncompatibleChoiceError, PluginSelectionError, PluginWarning
 from drivetrain.plugin_api import PlatformSpec, PluginInfo, Probe, StrategySpec, hookimpl
-from drivetrain.plugin_manager import PluginManager, importlib_metadata
+from importlib import metadata as importlib_metadata
+from drivetrain.plugin_manager import PluginManager
 from drivetrain.selection import (
     Requests,
     choose_cluster,

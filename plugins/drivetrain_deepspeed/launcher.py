@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -50,6 +49,8 @@ def applies(args: argparse.Namespace) -> bool:
 
 
 def _free_port() -> int:
+    import socket  # only for this launch: plugin discovery imports this module in every process
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

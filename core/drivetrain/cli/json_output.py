@@ -9,7 +9,6 @@ stdout the command started with.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from typing import Any, Iterator, Sequence
 
@@ -34,5 +33,7 @@ def json_only_stdout(argv: Sequence[str]) -> Iterator[None]:
 def emit(data: Any, **dumps_options: Any) -> None:
     """Write ``data`` as JSON to the command's real stdout."""
     stream = _stdout if _stdout is not None else sys.stdout
+    import json  # only for --json: every command imports this module
+
     stream.write(json.dumps(data, indent=2, **dumps_options) + "\n")
     stream.flush()

@@ -1,20 +1,199 @@
-"""What is installed: distributions' names and versions, and whether requirements are met.
+"""What is installed: distributions' names and versions, their entry points, and whether
+requirements are met.
 
 Plugin discovery runs in every process and asks this for every plugin, so it reads as little
-as it can: the two header lines of a distribution's metadata rather than the whole file (long
-description included, through the email package), and a plain requirement (``"wandb>=0.17"``)
-with a version comparison rather than packaging's requirement parser, imported only for the
-other forms. Nothing here imports torch.
+as it can. The distributions on ``sys.path`` are found with one directory listing per path
+entry, as ``importlib.metadata`` finds them (the first distribution of a name counts), but
+without it: it imports the email package, wraps every file in a ``pathlib`` object and
+reads every distribution's ``entry_points.txt`` through them, which cost more than the rest
+of discovery. Path entries it alone can read (zip files, eggs) and distributions that other
+finders provide are still asked through it. A distribution's name and version come from
+the two header lines of its metadata rather than the whole file (long description
+included), and a plain requirement (``"wandb>=0.17"``) is checked with a version comparison
+rather than packaging's requirement parser, imported only for the other forms. Nothing here
+imports torch.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
 import sys
-from importlib import metadata as importlib_metadata
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from packaging.version import InvalidVersion, Version
+
+
+class InstalledDistribution:
+    """A distribution installed in a directory of ``sys.path``: its ``.dist-info`` (or
+    ``.egg-info``) folder, read on demand. Answers what discovery asks of an
+    ``importlib.metadata.Distribution``: ``read_text``, ``name``, ``version``, ``metadata``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read_text(self, filename: str) -> str | None:
+        try:
+            with open(os.path.join(self.path, filename), encoding="utf-8") as file:
+                return file.read()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def headers(self) -> tuple[str | None, str | None]:
+        """(Name, Version) from the metadata's header lines, reading no further."""
+        name = version = None
+        for filename in ("METADATA", "PKG-INFO"):
+            try:
+                with open(os.path.join(self.path, filename), encoding="utf-8") as file:
+                    for line in file:
+                        if not line.strip():
+                            break
+                        key, _, value = line.partition(":")
+                        if key == "Name" and name is None:
+                            name = value.strip()
+                        elif key == "Version" and version is None:
+                            version = value.strip()
+                return name, version
+            except (OSError, UnicodeDecodeError):
+                continue
+        return name, version
+
+    @property
+    def name(self) -> str | None:
+        return self.headers()[0]
+
+    @property
+    def version(self) -> str | None:
+        return self.headers()[1]
+
+    @property
+    def metadata(self) -> Any:
+        """The whole metadata, parsed as ``importlib.metadata`` parses it (rarely wanted)."""
+        import pathlib
+        from importlib import metadata as importlib_metadata
+
+        return importlib_metadata.PathDistribution(pathlib.Path(self.path)).metadata
+
+    def __repr__(self) -> str:
+        return f"InstalledDistribution({self.path!r})"
+
+
+class InstalledEntryPoint:
+    """One ``name = module:attribute`` line of a distribution's ``entry_points.txt``; loads as
+    ``importlib.metadata.EntryPoint.load`` does."""
+
+    __slots__ = ("name", "value", "group", "dist")
+
+    def __init__(self, name: str, value: str, group: str, dist: Any) -> None:
+        self.name, self.value, self.group, self.dist = name, value, group, dist
+
+    @property
+    def module(self) -> str:
+        return self.value.partition(":")[0].strip()
+
+    @property
+    def attr(self) -> str:
+        return self.value.partition(":")[2].partition("[")[0].strip()
+
+    def load(self) -> Any:
+        loaded: Any = importlib.import_module(self.module)
+        for part in filter(None, self.attr.split(".")):
+            loaded = getattr(loaded, part)
+        return loaded
+
+    def __repr__(self) -> str:
+        return f"InstalledEntryPoint(name={self.name!r}, value={self.value!r}, group={self.group!r})"
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _foreign_finders() -> list[Any]:
+    """Meta-path finders other than the standard path finder that provide distributions."""
+    from importlib.machinery import PathFinder
+
+    return [finder for finder in sys.meta_path
+            if finder is not PathFinder and callable(getattr(finder, "find_distributions", None))]
+
+
+def installed_distributions() -> Iterator[tuple[str, Any]]:
+    """``(normalised name, distribution)`` of every distribution on ``sys.path``, in the order
+    ``importlib.metadata.distributions()`` gives them; the first of a name is the one Python
+    uses. Directory entries are listed here; anything else is asked of ``importlib.metadata``."""
+    if _foreign_finders():  # someone provides distributions their own way: ask the standard API
+        yield from _through_importlib_metadata(None)
+        return
+    for entry in sys.path:
+        root = entry or "."
+        try:
+            children = os.listdir(root)
+        except NotADirectoryError:  # a zip file
+            yield from _through_importlib_metadata(entry)
+            continue
+        except OSError:
+            continue
+        if os.path.basename(root).lower().endswith(".egg"):
+            yield from _through_importlib_metadata(entry)
+            continue
+        grouped: dict[str, list[str]] = {}  # listing order, one group per name
+        for child in children:
+            low = child.lower()
+            if low.endswith((".dist-info", ".egg-info")):
+                grouped.setdefault(_normalized(low.rpartition(".")[0].partition("-")[0]), []).append(child)
+        for key, group in grouped.items():
+            for child in group:
+                yield key, InstalledDistribution(os.path.join(root, child))
+
+
+def _through_importlib_metadata(entry: str | None) -> Iterator[tuple[str, Any]]:
+    from importlib import metadata as importlib_metadata
+
+    found = importlib_metadata.distributions() if entry is None else importlib_metadata.distributions(path=[entry])
+    for dist in found:
+        key = getattr(dist, "_normalized_name", None) or _normalized(dist.metadata["Name"] or "")
+        yield key, dist
+
+
+def installed_entry_points(group: str) -> list[Any]:
+    """The entry points of ``group``, as ``importlib.metadata.entry_points(group=group)`` finds
+    them: the first distribution of a name on the path counts, a later copy of it does not.
+
+    Most installed distributions declare other groups or none: the file of each is only
+    searched for the group's header, and parsed only when the header is there.
+    """
+    header = f"[{group}]"
+    seen: set[str] = set()
+    found: list[Any] = []
+    for key, dist in installed_distributions():
+        if key in seen:
+            continue
+        seen.add(key)
+        text = dist.read_text("entry_points.txt")
+        if text and header in text:
+            if isinstance(dist, InstalledDistribution):
+                found.extend(InstalledEntryPoint(name, value, group, dist)
+                             for name, value in _section(text, group))
+            else:
+                found.extend(dist.entry_points.select(group=group))
+    return found
+
+
+def _section(text: str, group: str) -> Iterator[tuple[str, str]]:
+    """The ``name = value`` lines of section ``[group]`` of an INI-style entry-points file."""
+    inside = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            inside = line[1:-1].strip() == group
+            continue
+        if inside:
+            name, separator, value = line.partition("=")
+            if separator:
+                yield name.strip(), value.strip()
 
 
 # A requirement that is a name with at most plain version clauses: enough to tell that its
@@ -72,20 +251,25 @@ def missing_requirements(requires: Iterable[str]) -> list[str]:
 
 
 _versions: dict[str, Any] = {}  # normalised name -> version or None; "" -> the sys.path it was read with
+_first: dict[str, list[Any]] = {}  # normalised name -> its distributions, in path order (same sys.path)
 
 
 def installed_version(name: str) -> str | None:
     """The installed version of distribution ``name`` (``None`` when absent), asked once per
-    process: every run checks the same few dozen requirements, and each look-up reads metadata."""
-    key = re.sub(r"[-_.]+", "-", name).lower()
+    process: every run checks the same few dozen requirements, and each look-up reads metadata.
+
+    The path is listed once for all the names asked; the first distribution of the name whose
+    headers give a version is the one (``importlib.metadata.distribution(name)``'s choice).
+    """
+    key = _normalized(name)
     if _versions.get("", ()) != sys.path:  # a directory added to the path may hold more distributions
-        _versions.clear()
+        forget_versions()
         _versions[""] = list(sys.path)
+        for found_key, dist in installed_distributions():
+            _first.setdefault(found_key, []).append(dist)
     if key not in _versions:
-        # ``distribution(name)`` parses every candidate's whole metadata to prefer a valid one;
-        # the first whose headers give a version is that one
-        _versions[key] = next(filter(None, (distribution_name_and_version(dist)[1]
-                                            for dist in importlib_metadata.distributions(name=name))), None)
+        _versions[key] = next(filter(None, (distribution_name_and_version(dist)[1] for dist in _first.get(key, ()))),
+                              None)
     return _versions[key]
 
 
@@ -95,6 +279,10 @@ def distribution_name_and_version(dist: Any) -> tuple[str | None, str | None]:
     ``dist.name`` and ``dist.version`` parse the whole metadata file, long description
     included, with the email package: reading the two header lines costs a fraction of that.
     """
+    if isinstance(dist, InstalledDistribution):
+        name, version = dist.headers()
+        if name is not None and version is not None:
+            return name, version
     name = version = None
     read_text = getattr(dist, "read_text", None)
     try:
@@ -117,3 +305,4 @@ def distribution_name_and_version(dist: Any) -> tuple[str | None, str | None]:
 def forget_versions() -> None:
     """Ask the installed versions again from now on (something was installed)."""
     _versions.clear()
+    _first.clear()

@@ -10,9 +10,8 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-import re
 import warnings
-from importlib import metadata as importlib_metadata
+from types import FunctionType, MethodType, ModuleType
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Mapping
@@ -24,6 +23,7 @@ from .. import hookspecs
 from . import plugin_guard, registration
 from .errors import DrivetrainError, PluginHookError, PluginLoadError, PluginSelectionError, PluginWarning
 from .descriptors import PROJECT_NAME, PluginInfo, resolve
+from . import installed
 from .installed import distribution_name_and_version, forget_versions, installed_version, missing_requirements
 from .version import PLUGIN_API_VERSION
 
@@ -122,29 +122,33 @@ def api_version_problem(declared: str, offered: str = PLUGIN_API_VERSION) -> str
 
 
 def installed_entry_points(group: str = ENTRY_POINT_GROUP) -> list[Any]:
-    """The entry points of ``group``, as ``importlib.metadata.entry_points(group=group)`` finds
-    them: the first distribution of a name on the path counts, a later copy of it does not.
+    """The entry points of ``group`` (by default the plugins'), as
+    ``importlib.metadata.entry_points(group=group)`` finds them (see :mod:`.installed`)."""
+    return installed.installed_entry_points(group)
 
-    Every process discovers plugins, and most of the installed distributions declare other
-    groups or none: the file of each is only searched for the group's header, and parsed only
-    when the header is there.
+
+_IMPL_MARKER = f"{PROJECT_NAME}_impl"
+
+
+class HookRegistry(pluggy.PluginManager):
+    """pluggy's manager, with a quicker look at the attributes of a module plugin.
+
+    Registering a module makes pluggy look up every name of ``dir(module)`` through
+    ``inspect.getattr_static`` (so that no descriptor runs), and a plugin module holds mostly
+    imports and helpers: at every start, for every plugin, that was a third of registering.
+    A module's attributes are its ``__dict__``, where no descriptor runs anyway, so anything
+    there that cannot carry the marker is skipped at once; what can is left to pluggy.
     """
-    header = f"[{group}]"
-    seen: set[str] = set()
-    found: list[Any] = []
-    for dist in importlib_metadata.distributions():
-        key = getattr(dist, "_normalized_name", None) or _normalized(dist.metadata["Name"] or "")
-        if key in seen:
-            continue
-        seen.add(key)
-        text = dist.read_text("entry_points.txt")
-        if text and header in text:
-            found.extend(dist.entry_points.select(group=group))
-    return found
 
-
-def _normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
+    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
+        if type(plugin) is ModuleType:
+            value = plugin.__dict__.get(name)
+            if type(value) is FunctionType:
+                if _IMPL_MARKER not in value.__dict__:
+                    return None
+            elif not isinstance(value, (MethodType, staticmethod, classmethod)):
+                return None
+        return super().parse_hookimpl_opts(plugin, name)
 
 
 class PluginManager:
@@ -162,7 +166,7 @@ class PluginManager:
         entry_points: Iterable[Any] | None = None,
     ) -> None:
         self.env = os.environ if env is None else env
-        self.hooks = pluggy.PluginManager(PROJECT_NAME)
+        self.hooks = HookRegistry(PROJECT_NAME)
         self.hooks.add_hookspecs(hookspecs)
         self.records: dict[str, PluginRecord] = {}
         self.modules: dict[str, Any] = {}
@@ -392,7 +396,7 @@ class PluginManager:
         """
         scratch = self._scratch
         if scratch is None:
-            scratch = pluggy.PluginManager(PROJECT_NAME)
+            scratch = HookRegistry(PROJECT_NAME)
             scratch.add_hookspecs(hookspecs)
         self._scratch = None
         try:

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..cli.launch_parser import BackendFlag
-from ..runtime.kwargs_handlers import KwargsHandler
 
 __all__ = ["BackendFlag", "KwargsHandler", "bool_argument", "default_config_path"]
+
+
+def __getattr__(name: str) -> Any:
+    # Discovery imports this module in every process; the kwargs handlers' dataclasses (and the
+    # datetime module behind them) wait for the plugin that subclasses one.
+    if name == "KwargsHandler":
+        from ..runtime.kwargs_handlers import KwargsHandler
+
+        return KwargsHandler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def bool_argument(text: str) -> bool:
