@@ -6,11 +6,12 @@ the training step (fp32 and bf16 autocast, 1 and 2 processes) and small collecti
 
 Each row is measured side by side with its plain-PyTorch counterpart in the same run, in
 ABBA order (plain, drivetrain, drivetrain, plain, ...) so that drift hits both alike, over
-several samples; the figures are medians. Both wall time and CPU time (user + system, of
-the process or of the children) are given: on a machine shared with other work, wall time
-wanders with the load, CPU time much less, so the CPU ratio is the check and the wall ratio
-the goal on an idle machine. One line per row: medians of each side, the ratios
-(wall / CPU) and the goal.
+several samples. The times printed are each side's median; the ratio is the median of the
+per-round ratios (the two samples of a round are taken back to back, so a drift of the
+machine cancels in each). Both wall time and CPU time (user + system, of the process or of
+the children) are given: on a machine shared with other work, wall time wanders with the
+load, CPU time much less, so the CPU ratio is the check and the wall ratio the goal on an
+idle machine. One line per row: medians of each side, the ratios (wall / CPU) and the goal.
 
 - start-up: ``import drivetrain; drivetrain.Accelerator()`` against ``import torch`` plus
   what torch itself needs for a CPU run (a fresh interpreter each, bytecode cached first);
@@ -20,7 +21,13 @@ the goal on an idle machine. One line per row: medians of each side, the ratios
   (plain: the forward under ``torch.autocast``, the output cast back to fp32, as
   ``Accelerator(mixed_precision="bf16")`` does);
 - reduce / gather / broadcast of 1 KB and 1 MB on two processes (gloo), against the raw
-  ``torch.distributed`` calls of ``bench_collectives.py``.
+  ``torch.distributed`` calls of ``bench_collectives.py``;
+- the same collectives' own cost: both sides called with the communication taken out
+  (``bench_collectives.communication_removed``), so what is left is the Python, the copies
+  and the allocations around the collective, given as a share of the raw call's time. On two
+  processes sharing two cores a 1 KB collective's time varies by 10% or more from one block
+  of calls to the next (identical calls included), so this row is the one that shows a cost
+  of a few percent; the rows above show that nothing larger hides in the communication.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from typing import Callable
 HERE = Path(__file__).resolve().parent
 PLAIN_STARTUP = "import torch; torch.device('cpu'); torch.get_num_threads()"
 OURS_STARTUP = "import drivetrain; drivetrain.Accelerator()"
+SIZES = (("1 KB", 1 << 10), ("1 MB", 1 << 20))
 GOALS = {"startup": 1.03, "plugins list": 0.15, "step": 1.02, "collective": 1.05}
 
 
@@ -77,22 +85,47 @@ def medians(pairs: list[tuple[float, float]]) -> tuple[float, float]:
     return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
 
 
+def paired_ratios(result: dict[str, list[tuple[float, float]]]) -> tuple[float, float]:
+    """(wall, CPU) ratio ours / plain: the median of the ratios of the samples taken back to back.
+
+    Both sides of a round run within a second of each other, so the machine's slow drifts
+    (another job, the frequency) cancel in each round's ratio; the ratio of the two medians
+    would keep them.
+    """
+    pairs = list(zip(result["plain"], result["ours"]))
+    return (statistics.median(ours[0] / plain[0] for plain, ours in pairs),
+            statistics.median(ours[1] / plain[1] for plain, ours in pairs))
+
+
+def summary(result: dict[str, list[tuple[float, float]]]) -> dict[str, tuple[float, float]]:
+    return {"plain": medians(result["plain"]), "ours": medians(result["ours"]), "ratio": paired_ratios(result)}
+
+
 def row(label: str, plain: tuple[float, float], ours: tuple[float, float], goal: float, unit: float = 1e3,
-        suffix: str = "ms") -> str:
-    wall_ratio, cpu_ratio = ours[0] / plain[0], ours[1] / plain[1]
+        suffix: str = "ms", ratio: tuple[float, float] | None = None) -> str:
+    wall_ratio, cpu_ratio = ratio if ratio is not None else (ours[0] / plain[0], ours[1] / plain[1])
     verdict = "ok" if cpu_ratio <= goal else "OVER"
     return (f"{label:<34} torch {plain[0] * unit:9.3f} / {plain[1] * unit:9.3f} {suffix}   drivetrain "
             f"{ours[0] * unit:9.3f} / {ours[1] * unit:9.3f} {suffix}   ratio {wall_ratio:5.2f} / {cpu_ratio:5.2f}   "
             f"goal <= {goal:.2f} (CPU {verdict})")
 
 
+def own_cost_row(label: str, plain: float, ours: float, whole: float, goal: float, unit: str) -> str:
+    """What drivetrain adds per call (``ours - plain``, seconds), as a share of the plain
+    ``whole`` call it is part of."""
+    added = (ours - plain) / whole
+    verdict = "ok" if 1 + added <= goal else "OVER"
+    return (f"{label:<34} torch {plain * 1e6:9.3f} us   drivetrain {ours * 1e6:9.3f} us   added "
+            f"{(ours - plain) * 1e6:7.2f} us = {added:+.2%} of a {whole * 1e6:.0f} us {unit}{'':>6}goal <= {goal:.2f} "
+            f"(CPU {verdict})")
+
+
 def startup_rows(samples: int) -> list[str]:
     def command(code: str) -> Callable[[], tuple[float, float]]:
         return lambda: run_child([sys.executable, "-c", code])[:2]
 
-    result = abba(command(PLAIN_STARTUP), command(OURS_STARTUP), samples)
-    lines = [row("import + Accelerator()", medians(result["plain"]), medians(result["ours"]), GOALS["startup"],
-                 suffix="ms")]
+    result = summary(abba(command(PLAIN_STARTUP), command(OURS_STARTUP), samples))
+    lines = [row("import + Accelerator()", result["plain"], result["ours"], GOALS["startup"], ratio=result["ratio"])]
     listing = [run_child([sys.executable, "-m", "drivetrain", "plugins", "list"])[:2] for _ in range(samples)]
     wall, cpu = medians(listing)
     verdict = "ok" if cpu <= GOALS["plugins list"] else "OVER"
@@ -117,15 +150,24 @@ def step_rows(samples: int, steps: int) -> list[str]:
         for precision in ("fp32", "bf16"):
             (result,) = launched(processes, "step", ["--precision", precision, "--samples", str(samples),
                                                      "--steps", str(steps)])
-            lines.append(row(f"step, small MLP, {precision}, {processes} process{'es' if processes > 1 else ''}",
-                             tuple(result["plain"]), tuple(result["ours"]), GOALS["step"]))
+            label = f"step, small MLP, {precision}, {processes} process{'es' if processes > 1 else ''}"
+            lines.append(row(label, tuple(result["plain"]), tuple(result["ours"]), GOALS["step"],
+                             ratio=tuple(result["ratio"])))
+            if "own" in result:
+                lines.append(own_cost_row(f"step, {precision}, own cost", *result["own"], GOALS["step"], "step"))
     return lines
 
 
 def collective_rows(samples: int) -> list[str]:
     results = launched(2, "collectives", ["--samples", str(samples)])
-    return [row(f"{r['name']} {r['size']}, 2 processes", tuple(r["plain"]), tuple(r["ours"]), GOALS["collective"],
-                unit=1e6, suffix="us") for r in results]
+    lines = []
+    for r in results:
+        if "own" in r:  # the cost per call of the Python around the collective, communication taken out
+            lines.append(own_cost_row(f"{r['name']} {r['size']}, own cost", *r["own"], GOALS["collective"], "call"))
+        else:
+            lines.append(row(f"{r['name']} {r['size']}, 2 processes", tuple(r["plain"]), tuple(r["ours"]),
+                             GOALS["collective"], unit=1e6, suffix="us", ratio=tuple(r["ratio"])))
+    return lines
 
 
 # ------------------------------------------------------------------ workers (in the launched processes)
@@ -149,9 +191,9 @@ def step_worker(precision: str, samples: int, steps: int) -> None:
     torch.set_num_threads(1)
     accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no")
     distributed = accelerator.num_processes > 1
-    data = batches("small", steps, 32, accelerator.process_index)
 
-    def loop(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: Callable) -> tuple[float, float]:
+    def loop(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: Callable,
+             data: list) -> tuple[float, float]:
         for x, y in data[:5]:  # warm-up, not timed
             step(model, optimizer, x, y)
         if distributed:
@@ -176,52 +218,85 @@ def step_worker(precision: str, samples: int, steps: int) -> None:
             optimizer.step()
             optimizer.zero_grad()
 
-    def plain() -> tuple[float, float]:
-        model = build("small")
-        model = DistributedDataParallel(model) if distributed else model
-        return loop(model, torch.optim.AdamW(model.parameters(), lr=1e-3), plain_step)
+    def compare(build_model: Callable[[], torch.nn.Module], data: list) -> dict:
+        def plain() -> tuple[float, float]:
+            model = build_model()
+            model = DistributedDataParallel(model) if distributed else model
+            return loop(model, torch.optim.AdamW(model.parameters(), lr=1e-3), plain_step, data)
 
-    def ours() -> tuple[float, float]:
-        model = build("small")
-        model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
-        try:
-            return loop(model, optimizer, our_step)
-        finally:
-            accelerator.free_memory()
+        def ours() -> tuple[float, float]:
+            model = build_model()
+            model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+            try:
+                return loop(model, optimizer, our_step, data)
+            finally:
+                accelerator.free_memory()
 
-    result = abba(plain, ours, samples)
+        result = abba(plain, ours, samples)
+        best = {side: min(pairs, key=lambda pair: pair[1]) for side, pairs in result.items()}
+        return {**summary(result), "best": best}
+
+    result = compare(lambda: build("small"), batches("small", steps, 32, accelerator.process_index))
+    if not distributed:
+        # The same loops on a one-weight model, whose step is nearly all Python and dispatch:
+        # the difference of the best blocks is what drivetrain adds to every step, in
+        # microseconds, free of the small model's noise (blocks of identical steps vary by
+        # several percent here).
+        generator = torch.Generator().manual_seed(0)
+        tiny_data = [(torch.randn(1, 1, generator=generator), torch.randn(1, 1, generator=generator))
+                     for _ in range(steps * 4)]
+        tiny = compare(lambda: torch.nn.Sequential(torch.nn.Linear(1, 1)), tiny_data)
+        result["own"] = [tiny["best"]["plain"][1], tiny["best"]["ours"][1], result["plain"][1]]
     if accelerator.is_main_process:
-        print(json.dumps({"plain": medians(result["plain"]), "ours": medians(result["ours"])}))
+        print(json.dumps({key: value for key, value in result.items() if key != "best"}))
     accelerator.wait_for_everyone()
 
 
+def collective_pairs(tensor) -> list[tuple[str, Callable[[], object], Callable[[], object]]]:
+    """(name, drivetrain's call, the raw torch.distributed calls it stands for) on ``tensor``."""
+    from bench_collectives import raw_broadcast, raw_gather, raw_reduce
+    from drivetrain.utils import broadcast, gather, reduce
+
+    return [("reduce(sum)", lambda: reduce(tensor, "sum"), lambda: raw_reduce(tensor)),
+            ("gather", lambda: gather(tensor), lambda: raw_gather(tensor)),
+            ("broadcast", lambda: broadcast(tensor), lambda: raw_broadcast(tensor))]
+
+
 def collectives_worker(samples: int) -> None:
+    """Each collective against torch's, then the same 1 KB calls with the communication taken
+    out: what is left is each side's own cost per call, which no scheduling noise drowns."""
     import torch
 
-    from bench_collectives import raw_broadcast, raw_gather, raw_reduce
+    from bench_collectives import communication_removed, own_cost
     from drivetrain.state import PartialState
-    from drivetrain.utils import broadcast, gather, reduce
 
     state = PartialState()
     torch.set_num_threads(1)
-    for label, size in (("1 KB", 1 << 10), ("1 MB", 1 << 20)):
+    call_cost: dict[tuple[str, str], float] = {}  # each raw call's CPU time: what its own cost is measured against
+    for label, size in SIZES:
         tensor = torch.randn(size // 4 // 16, 16)
         calls = 200 if size < (1 << 20) else 20
-        for name, ours, raw in (
-            ("reduce(sum)", lambda: reduce(tensor, "sum"), lambda: raw_reduce(tensor)),
-            ("gather", lambda: gather(tensor), lambda: raw_gather(tensor)),
-            ("broadcast", lambda: broadcast(tensor), lambda: raw_broadcast(tensor)),
-        ):
+        for name, ours, raw in collective_pairs(tensor):
             def side(function: Callable[[], object]) -> Callable[[], tuple[float, float]]:
                 def measure() -> tuple[float, float]:
                     state.wait_for_everyone()
                     return timed(function, calls)
                 return measure
 
-            result = abba(side(raw), side(ours), samples * 2)
+            result = summary(abba(side(raw), side(ours), samples * 2))
             if state.is_main_process:
-                print(json.dumps({"name": name, "size": label, "plain": medians(result["plain"]),
-                                  "ours": medians(result["ours"])}), flush=True)
+                print(json.dumps({"name": name, "size": label, **result}), flush=True)
+            call_cost[name, label] = result["plain"][1]
+    own = []
+    with communication_removed():  # copies and allocations stay, so a copy too many shows at 1 MB
+        for label, size in SIZES:
+            calls = 20_000 if size < (1 << 20) else 400
+            for name, ours, raw in collective_pairs(torch.randn(size // 4 // 16, 16)):
+                own.append((name, label, own_cost(raw, calls, rounds=5), own_cost(ours, calls, rounds=5)))
+    if state.is_main_process:
+        for name, label, raw_cost, our_cost in own:
+            print(json.dumps({"name": name, "size": label, "own": [raw_cost, our_cost, call_cost[name, label]]}),
+                  flush=True)
     state.destroy_process_group()
 
 
