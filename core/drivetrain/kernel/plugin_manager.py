@@ -12,7 +12,7 @@ import logging
 import os
 import warnings
 from types import FunctionType, MethodType, ModuleType
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Mapping
 
@@ -89,8 +89,9 @@ class PluginRecord:
         return self.status in (PluginStatus.ACTIVE, PluginStatus.AVAILABLE, PluginStatus.PARTIAL)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["status"] = self.status.value
+        # every field is a string, a list of strings or the status: no deep copy to make
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data.update(status=self.status.value, kinds=list(self.kinds), hooks=list(self.hooks))
         return data
 
 
