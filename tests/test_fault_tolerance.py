@@ -115,6 +115,22 @@ def _params(path):
     return torch.load(path / "final.pt")
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """``uninterrupted(strategy, env)``: the final parameters of the run that never failed,
+    launched once per strategy for every test of the module that compares with it."""
+    done: dict[str, dict] = {}
+
+    def parameters(strategy: str, env: dict | None = None) -> dict:
+        if strategy not in done:
+            out = tmp_path_factory.mktemp(f"straight-{strategy}")
+            assert_ok(launch(SCRIPT, str(out), strategy, env=env))
+            done[strategy] = _params(out)
+        return done[strategy]
+
+    return parameters
+
+
 def _assert_same(straight, other, what):
     assert straight.keys() == other.keys()
     for key in straight:
@@ -124,19 +140,18 @@ def _assert_same(straight, other, what):
 @pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2", pytest.param("deepspeed", marks=needs_deepspeed)])
-def test_a_killed_rank_is_restarted_and_ends_bitwise_equal(tmp_path, strategy, request):
+def test_a_killed_rank_is_restarted_and_ends_bitwise_equal(tmp_path, strategy, request, uninterrupted):
     """Rank 1 dies after step 8 (checkpoints every 3 steps): the launcher restarts every worker,
     they resume from checkpoint 6 and end with the parameters of the run that never failed.
     Under DeepSpeed (ZeRO-2) rank 1's last stderr line is a library's warning: the report must
     not give it as the reason rank 1 ended."""
     env = request.getfixturevalue("deepspeed_ops") if strategy == "deepspeed" else None
-    straight, restarted = tmp_path / "straight", tmp_path / "restarted"
-    assert_ok(launch(SCRIPT, str(straight), strategy, env=env))
+    restarted = tmp_path / "restarted"
     result = launch(SCRIPT, str(restarted), strategy, "--crash-after", "8", launch_args=("--max-restarts", "1"),
                     env=env)
     assert_ok(result)
     assert "attempt 1: rank 1 exited with code 17; attempt 2 succeeded" in result.stderr, result.stderr
-    _assert_same(_params(straight), _params(restarted), strategy)
+    _assert_same(uninterrupted(strategy, env), _params(restarted), strategy)
 
 
 def test_resume_takes_the_newest_checkpoint_complete_on_every_process():
@@ -281,12 +296,10 @@ def test_when_one_of_two_machines_is_lost_the_other_ends_naming_it(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_a_restarted_machine_rejoins_and_the_job_ends_bitwise_equal(tmp_path):
+def test_a_restarted_machine_rejoins_and_the_job_ends_bitwise_equal(tmp_path, uninterrupted):
     """Under --max-restarts 1, machine 1's launcher is killed after the first checkpoint and
     started again: machine 0 restarts its workers, the two meet in a new rendezvous round,
     resume from the newest complete checkpoint and end with the uninterrupted run's parameters."""
-    straight = tmp_path / "straight"
-    assert_ok(launch(SCRIPT, str(straight), "ddp"))  # two processes, as the two machines' one each
     with _Machines(tmp_path / "job", "--max-restarts", "1") as machines:
         machines.start_both_and_wait_for_training()
         machines.kill(1)
@@ -295,4 +308,5 @@ def test_a_restarted_machine_rejoins_and_the_job_ends_bitwise_equal(tmp_path):
     for rank, proc in machines.procs.items():
         assert proc.returncode == 0, f"machine {rank}: {results[rank][1][-3000:]}"
     assert "attempt 2 succeeded" in results[0][1], results[0][1]
-    _assert_same(_params(straight), _params(tmp_path / "job"), "a restarted machine")
+    # two processes, as the two machines' one each
+    _assert_same(uninterrupted("ddp"), _params(tmp_path / "job"), "a restarted machine")

@@ -1,9 +1,9 @@
-"""Launched on 2 processes: DeepSpeed ZeRO at one stage against the DDP run.
+"""Launched on 2 processes: DeepSpeed ZeRO at each given stage against the DDP run.
 
-    check_deepspeed.py STAGE DIRECTORY
+    check_deepspeed.py STAGES DIRECTORY        (STAGES: "2", or "1,2,3" for each in turn)
 
-Trains the same small model with DDP (the launch's default strategy) and then with DeepSpeed
-ZeRO-STAGE, with and without CPU optimizer offload, and checks: the losses and weights match
+Trains the same small model with DDP (the launch's default strategy, once) and then with
+DeepSpeed ZeRO at each stage, with and without CPU optimizer offload, and checks: the losses and weights match
 DDP's, gradient accumulation is DeepSpeed's own and matches DDP's, ``save_state`` /
 ``load_state`` resume exactly (into a fresh engine and into the running one), that a
 checkpoint of another model is refused with nothing changed, and the full
@@ -12,7 +12,8 @@ master weights under bf16, ``zero3_init_context``, MoE leaf modules, and two mod
 ``DeepSpeedPlugin``s (a ZeRO-2 student and a ZeRO-3 teacher). Every stage also checks that
 ``clip_grad_norm_`` returns the engine's real global norm of each step (``None`` before the
 first), that ``clip_grad_value_`` is refused, and that a dynamo backend compiles through the
-engine. Prints CHECK-DEEPSPEED-OK.
+engine. Prints CHECK-DEEPSPEED-OK for each stage. The stages share one launch: starting the
+processes and the DDP reference cost as much as a stage's checks.
 """
 
 from __future__ import annotations
@@ -429,9 +430,8 @@ def check_engine_files_never_run_code(stage, directory):
     accelerator.wait_for_everyone()
 
 
-def main() -> None:
-    stage, directory = int(sys.argv[1]), sys.argv[2]
-    reference_losses, reference_weights, accumulated_losses, accumulated_weights, norms = ddp_reference()
+def check_stage(stage: int, directory: str, reference) -> None:
+    reference_losses, reference_weights, accumulated_losses, accumulated_weights, norms = reference
     check_compiled(stage, reference_losses)
     for offload in (False, True):
         accelerator, model = check_matches_ddp(stage, offload, reference_losses, reference_weights, norms)
@@ -445,9 +445,16 @@ def main() -> None:
         check_save_16bit_model(stage, directory)
         check_zero3_construction_and_leaves(stage)
         check_two_models(directory)
-    accelerator = Accelerator()
-    accelerator.wait_for_everyone()
-    print(f"CHECK-DEEPSPEED-OK stage {stage} rank {accelerator.process_index}", flush=True)
+
+
+def main() -> None:
+    stages, directory = [int(stage) for stage in sys.argv[1].split(",")], sys.argv[2]
+    reference = ddp_reference()
+    for stage in stages:
+        check_stage(stage, directory, reference)
+        accelerator = fresh_accelerator()
+        accelerator.wait_for_everyone()
+        print(f"CHECK-DEEPSPEED-OK stage {stage} rank {accelerator.process_index}", flush=True)
 
 
 if __name__ == "__main__":
