@@ -16,7 +16,6 @@ imports torch.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import sys
@@ -24,11 +23,13 @@ from typing import Any, Iterable, Iterator
 
 from packaging.version import InvalidVersion, Version
 
+from .descriptors import resolve
+
 
 class InstalledDistribution:
     """A distribution installed in a directory of ``sys.path``: its ``.dist-info`` (or
     ``.egg-info``) folder, read on demand. Answers what discovery asks of an
-    ``importlib.metadata.Distribution``: ``read_text``, ``name``, ``version``, ``metadata``."""
+    ``importlib.metadata.Distribution``: ``read_text``, its headers, ``metadata``."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -42,30 +43,13 @@ class InstalledDistribution:
 
     def headers(self) -> tuple[str | None, str | None]:
         """(Name, Version) from the metadata's header lines, reading no further."""
-        name = version = None
         for filename in ("METADATA", "PKG-INFO"):
             try:
                 with open(os.path.join(self.path, filename), encoding="utf-8") as file:
-                    for line in file:
-                        if not line.strip():
-                            break
-                        key, _, value = line.partition(":")
-                        if key == "Name" and name is None:
-                            name = value.strip()
-                        elif key == "Version" and version is None:
-                            version = value.strip()
-                return name, version
+                    return _name_and_version(file)
             except (OSError, UnicodeDecodeError):
                 continue
-        return name, version
-
-    @property
-    def name(self) -> str | None:
-        return self.headers()[0]
-
-    @property
-    def version(self) -> str | None:
-        return self.headers()[1]
+        return None, None
 
     @property
     def metadata(self) -> Any:
@@ -97,10 +81,7 @@ class InstalledEntryPoint:
         return self.value.partition(":")[2].partition("[")[0].strip()
 
     def load(self) -> Any:
-        loaded: Any = importlib.import_module(self.module)
-        for part in filter(None, self.attr.split(".")):
-            loaded = getattr(loaded, part)
-        return loaded
+        return resolve(f"{self.module}:{self.attr}")
 
     def __repr__(self) -> str:
         return f"InstalledEntryPoint(name={self.name!r}, value={self.value!r}, group={self.group!r})"
@@ -281,24 +262,31 @@ def distribution_name_and_version(dist: Any) -> tuple[str | None, str | None]:
     """
     if isinstance(dist, InstalledDistribution):
         name, version = dist.headers()
-        if name is not None and version is not None:
-            return name, version
+    else:
+        read_text = getattr(dist, "read_text", None)
+        try:
+            text = (read_text("METADATA") or read_text("PKG-INFO")) if read_text is not None else None
+        except Exception:  # a distribution of an odd kind: ask it the usual way below
+            text = None
+        name, version = _name_and_version((text or "").splitlines())
+    if name is None:
+        name = getattr(dist, "name", None) or getattr(dist, "metadata", {}).get("Name", "")
+    if version is None:
+        version = getattr(dist, "version", None)
+    return name, version
+
+
+def _name_and_version(lines: Iterable[str]) -> tuple[str | None, str | None]:
+    """The Name and Version fields of metadata's header lines (up to the first blank line)."""
     name = version = None
-    read_text = getattr(dist, "read_text", None)
-    try:
-        text = (read_text("METADATA") or read_text("PKG-INFO")) if read_text is not None else None
-    except Exception:  # a distribution of an odd kind: ask it the usual way below
-        text = None
-    for line in (text or "").partition("\n\n")[0].splitlines():
+    for line in lines:
+        if not line.strip():
+            break
         key, _, value = line.partition(":")
         if key == "Name" and name is None:
             name = value.strip()
         elif key == "Version" and version is None:
             version = value.strip()
-    if name is None:
-        name = getattr(dist, "name", None) or getattr(dist, "metadata", {}).get("Name", "")
-    if version is None:
-        version = getattr(dist, "version", None)
     return name, version
 
 
