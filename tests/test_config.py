@@ -10,6 +10,7 @@ import warnings
 import pytest
 import yaml
 from fake_plugins import fake_plugin
+from local_devices import local_accelerator, local_device_count
 
 from drivetrain.config import (
     Config,
@@ -264,8 +265,9 @@ def test_write_update_and_round_trip(tmp_path):
     assert path == tmp_path / "d" / "c.yaml"
     assert write_basic_config("bf16", path) is False  # never overwrites
     config = load_config(path)
-    assert (config.mixed_precision, config.num_processes, config.use_cpu, config.distributed_type) == (
-        "bf16", 1, True, "NO")
+    count = local_device_count()  # every device of this machine's platform, or one CPU process
+    assert (config.mixed_precision, config.num_processes, config.use_cpu) == ("bf16", count, local_accelerator() == "cpu")
+    assert (config.distributed_type == "NO") if count == 1 else config.distributed_type.startswith("MULTI_")
     with pytest.raises(ConfigError, match="mixed_precision is 'fp7'"):
         write_basic_config("fp7", tmp_path / "other.yaml")
     assert not (tmp_path / "other.yaml").exists()

@@ -12,6 +12,7 @@ import warnings
 import pytest
 from conftest import run_cli
 from fake_plugins import fake_plugin
+from local_devices import local_accelerator
 
 from drivetrain import plugin_manager
 from drivetrain.errors import PluginHookError, PluginSelectionError, PluginWarning
@@ -52,7 +53,7 @@ def test_imports_that_hang_exit_or_interrupt_are_recorded_and_skipped(hostile_si
         assert PluginManager(env={"DRIVETRAIN_PLUGIN_TIMEOUT": "soon"}).timeout == 10
 
 
-def test_a_probe_that_never_answers_and_a_platform_that_cannot_start_fall_back_to_the_cpu(hostile, monkeypatch):
+def test_a_probe_that_never_answers_and_a_platform_that_cannot_start_fall_back_to_the_next(hostile, monkeypatch):
     from drivetrain.detection import detect
     from drivetrain.selection import Requests, choose_platform
     from drivetrain.state import PartialState
@@ -61,9 +62,10 @@ def test_a_probe_that_never_answers_and_a_platform_that_cannot_start_fall_back_t
         stuck = next(c for c in detect(hostile).candidates if c.name == "stuckaccel")
     assert not stuck.available and stuck.reason.startswith("probe failed: did not answer within 0.5 s")
     with pytest.warns(PluginWarning, match=r"skipped the detected platform 'brokenaccel' \(plugin 'hostile_platform'\), "
-                                           r"'cpu' runs instead: .*OSError: device /dev/brokenaccel0 is not responding"):
+                                           rf"'{local_accelerator()}' runs instead: .*OSError: device /dev/brokenaccel0 "
+                                           r"is not responding"):
         state = PartialState()
-    assert state.run.selection.platform.name == "cpu"
+    assert state.run.selection.platform.name == local_accelerator()
     # Asked for by name, it is one error naming the plugin and the fix, not a bare OSError.
     PartialState._reset_state()
     monkeypatch.setenv("DRIVETRAIN_PLATFORM", "brokenaccel")

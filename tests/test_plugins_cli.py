@@ -11,6 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from conftest import ROOT
+from local_devices import local_accelerator
 
 SCHEMA = json.loads((ROOT / "docs" / "plugins-list.schema.json").read_text())
 
@@ -115,10 +116,10 @@ def test_broken_plugins_are_reported_and_the_rest_works(cli, template_site, brok
     assert all("DRIVETRAIN_BLOCK_PLUGINS=cpu" not in p["reason"] for p in plugins.values())
 
 
-def test_detect_picks_cpu_here_and_shows_every_probe(cli, broken_site):
+def test_detect_picks_this_machines_platform_and_shows_every_probe(cli, broken_site):
     plugins, data = listing(cli, broken_site, detect=True)
-    assert data["detection"]["platform"] == "cpu"
-    assert plugins["cpu"]["status"] == "active"
+    assert data["detection"]["platform"] == local_accelerator()
+    assert plugins[local_accelerator()]["status"] == "active"
     # the built-in's platform: a third-party 'cpu' with priority 999 takes no part
     assert [c["plugin"] for c in data["detection"]["candidates"] if c["name"] == "cpu"] == ["cpu"]
     cpu = [c for c in data["detection"]["candidates"] if c["name"] == "cpu"][0]
@@ -126,7 +127,7 @@ def test_detect_picks_cpu_here_and_shows_every_probe(cli, broken_site):
     # a refused plugin's platform never takes part, whatever priority it claims
     assert all(c["name"] != "future" for c in data["detection"]["candidates"])
     table = cli("plugins", "list", "--detect").stdout
-    assert "platform: cpu" in table
+    assert f"platform: {local_accelerator()}" in table
 
 
 def test_block_and_autoload_controls_on_the_command_line(cli, template_site, broken_site):
@@ -167,7 +168,7 @@ def test_a_plain_run_ignores_misbehaving_plugins(broken_site, with_sites, fresh_
     assert len(caught) == 1
     monkeypatch.setattr(plugin_manager, "_default_manager", manager)
     accelerator = Accelerator(log_with="tensorboard", project_dir=tmp_path)
-    assert accelerator.state.run.selection.platform_plugin == "cpu"
+    assert accelerator.state.run.selection.platform_plugin == local_accelerator()
     assert manager.records["cpu"].source == "built-in"
     accelerator.init_trackers("probe")
     assert [t.name for t in accelerator.trackers] == ["tensorboard"]

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 from fake_plugins import fake_plugin
+from local_devices import local_accelerator, local_device_count
 
 from drivetrain import environment
 from drivetrain.cli import launch_cmd
@@ -61,12 +62,13 @@ def sharding_plugin():
 
 def test_detection_picks_the_highest_priority_usable_platform():
     manager = manager_with()
-    assert select(manager, Requests(), cluster=ONE).platform.name == "cpu"  # cuda's probe says no here
+    assert select(manager, Requests(), cluster=ONE).platform.name == local_accelerator()
     third_party = manager_with(npu_plugin(priority=500))
     selection = select(third_party, Requests(), cluster=TWO)
     assert selection.platform.name == "npu" and selection.reasons["platform"].startswith("detected (priority 500)")
     assert selection.distributed_type == "MULTI_NPU"  # a third-party platform reports its own name
-    assert select(manager_with(npu_plugin(available=False)), Requests(), cluster=ONE).platform.name == "cpu"
+    assert select(manager_with(npu_plugin(available=False)), Requests(), cluster=ONE).platform.name \
+        == local_accelerator()
 
 
 def test_explicit_choice_wins_and_unknown_names_list_the_installed_ones():
@@ -82,9 +84,12 @@ def test_explicit_choice_wins_and_unknown_names_list_the_installed_ones():
 
 
 def test_unusable_platforms_are_refused_with_the_reason():
-    manager = manager_with()
-    with pytest.raises(PluginSelectionError, match=r"platform 'cuda' was requested but is not usable here: .*CUDA"):
-        select(manager, Requests(platform="cuda"), cluster=ONE)
+    manager = manager_with(npu_plugin(available=False))
+    with pytest.raises(PluginSelectionError, match=r"platform 'npu' was requested but is not usable here: no NPU here"):
+        select(manager, Requests(platform="npu"), cluster=ONE)
+    if local_accelerator() != "cuda":  # a built-in's probe gives its own reason
+        with pytest.raises(PluginSelectionError, match=r"platform 'cuda' was requested but is not usable here: .*CUDA"):
+            select(manager, Requests(platform="cuda"), cluster=ONE)
     with pytest.raises(PluginSelectionError, match=r"xla.*pip install 'drivetrain\[xla\]'"):
         select(manager, Requests(platform="xla"), cluster=ONE)
 
@@ -263,11 +268,11 @@ def test_torchrun_command_line_follows_the_options():
 
 def test_several_processes_without_a_collective_backend_stop_before_training():
     blocked = manager_with(env={"DRIVETRAIN_BLOCK_PLUGINS": "torch_distributed"})
-    assert select(blocked, Requests(), cluster=ONE).platform.name == "cpu"  # one process needs none
+    assert select(blocked, Requests(), cluster=ONE).platform.name == local_accelerator()  # one process needs none
     with pytest.raises(PluginSelectionError) as caught:
         select(blocked, Requests(), cluster=TWO)
     message = str(caught.value)
-    assert "2 processes on platform 'cpu' need plugin 'torch_distributed'" in message
+    assert f"2 processes on platform '{local_accelerator()}' need plugin 'torch_distributed'" in message
     assert "blocked by DRIVETRAIN_BLOCK_PLUGINS: remove 'torch_distributed'" in message
 
     @hookimpl
@@ -313,10 +318,11 @@ def test_a_platform_whose_factory_cannot_be_imported_is_named_at_launch():
 
     manager = manager_with(fake_plugin("npu", PLUGIN_INFO=INFO, drivetrain_register_platforms=drivetrain_register_platforms))
     args = launch_args()
-    # Detected, it is skipped with the reason: the CPU runs the job.
-    with pytest.warns(PluginWarning, match=r"'cpu' runs instead: platform 'npu' of plugin 'npu' .*no_such_npu_module.*"
-                                           r"pip install -U someone-else"):
-        assert launch_cmd._default_num_processes(args, manager, launch_cmd.requests_for(args, manager)) == 1
+    # Detected, it is skipped with the reason: the next platform (this machine's) runs the job.
+    with pytest.warns(PluginWarning, match=rf"'{local_accelerator()}' runs instead: platform 'npu' of plugin 'npu' "
+                                           r".*no_such_npu_module.*pip install -U someone-else"):
+        assert launch_cmd._default_num_processes(args, manager, launch_cmd.requests_for(args, manager)) \
+            == local_device_count()
     # Named by the user, it is an error that says the same.
     args = launch_args("--platform", "npu")
     with pytest.raises(PluginSelectionError, match=r"platform 'npu' of plugin 'npu' .*no_such_npu_module.*"
