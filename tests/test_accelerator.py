@@ -279,7 +279,7 @@ def test_a_strategy_preparing_objects_together_still_gets_every_model_transform(
     """Conversions before and finalisation (here: compilation) after, whoever wraps the model."""
     import types
 
-    accelerator = Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="eager"))
+    accelerator = Accelerator(cpu=True, dynamo_plugin=TorchDynamoPlugin(backend="eager"))
     run, calls = accelerator.run, []
     real_hook, real_call, real_chain = run.hook, run.call, run.chain
 

@@ -296,29 +296,32 @@ def _load_script():
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("version", [1, 2])
-def test_fsdp_on_two_processes_then_one(version, tmp_path, cli):
-    """FULL_SHARD and SHARD_GRAD_OP match DDP; checkpoints resume exactly; the 2-process
-    sharded checkpoint loads in 1 process and merges into a plain model."""
+def test_fsdp_on_two_processes_then_one(tmp_path, cli):
+    """FSDP1 and FSDP2, one after the other in one launch: FULL_SHARD and SHARD_GRAD_OP match
+    DDP; checkpoints resume exactly; the 2-process sharded checkpoint loads in 1 process and
+    merges into a plain model."""
     from launching import assert_ok, launch
     from safetensors.torch import load_file
 
-    result = launch(SCRIPT, str(version), str(tmp_path))
+    result = launch(SCRIPT, "1,2", str(tmp_path))
     assert_ok(result)
     assert result.stdout.count("CHECK-FSDP-OK") == 2
 
-    merged = tmp_path / "merged"
-    merging = cli("merge-weights", str(tmp_path / "sharded"), str(merged))
-    assert merging.returncode == 0, merging.stderr
-    assert sorted(os.listdir(merged)) == ["model.safetensors"]
-    expected = load_file(tmp_path / "expected.safetensors")
     script = _load_script()
-    model = script.TinyTransformer()
-    model.load_state_dict(load_file(merged / "model.safetensors"))
-    with torch.no_grad():
-        torch.testing.assert_close(model(expected["ids"][:, :-1]), expected["logits"], rtol=0, atol=0)
+    for version in (1, 2):
+        own = tmp_path / f"fsdp{version}"
+        merged = own / "merged"
+        merging = cli("merge-weights", str(own / "sharded"), str(merged))
+        assert merging.returncode == 0, merging.stderr
+        assert sorted(os.listdir(merged)) == ["model.safetensors"]
+        expected = load_file(own / "expected.safetensors")
+        model = script.TinyTransformer()
+        model.load_state_dict(load_file(merged / "model.safetensors"))
+        with torch.no_grad():
+            torch.testing.assert_close(model(expected["ids"][:, :-1]), expected["logits"], rtol=0, atol=0,
+                                       msg=f"FSDP{version}")
 
-    single = launch(SCRIPT, str(version), str(tmp_path), "--single", num_processes=1)
+    single = launch(SCRIPT, "1,2", str(tmp_path), "--single", num_processes=1)
     assert_ok(single)
     assert "CHECK-FSDP-OK" in single.stdout
 

@@ -1,14 +1,15 @@
-"""Launched on 2 processes: the fsdp strategy, FSDP1 or FSDP2 (first argument), over gloo.
+"""Launched on 2 processes: the fsdp strategy, FSDP1 and/or FSDP2 (first argument), over gloo.
 
-    check_fsdp.py VERSION DIRECTORY            2 processes: training, checkpoints, options
-    check_fsdp.py VERSION DIRECTORY --single   1 process: load what the 2 processes saved
-    check_fsdp.py VERSION DIRECTORY --offload  1 process on an accelerator: CPU offload
+    check_fsdp.py VERSIONS DIRECTORY            2 processes: training, checkpoints, options
+    check_fsdp.py VERSIONS DIRECTORY --single   1 process: load what the 2 processes saved
+    check_fsdp.py VERSION DIRECTORY --offload   1 process on an accelerator: CPU offload
     check_fsdp.py VERSION DIRECTORY --from-launch  options from the launcher (config file, flags)
 
-References are computed in the same processes with plain PyTorch DDP on the same model and
-data. The 2-process run leaves in DIRECTORY a sharded checkpoint and the full weights and
-outputs it expects, which the 1-process run and the test (through merge-weights) read back.
-Prints CHECK-FSDP-OK at the end.
+VERSIONS is ``1``, ``2`` or ``1,2``: both versions in one launch share its start-up and its DDP
+references, and each works in DIRECTORY/fsdpN. References are computed in the same processes
+with plain PyTorch DDP on the same model and data. The 2-process run leaves in DIRECTORY/fsdpN a
+sharded checkpoint and the full weights and outputs it expects, which the 1-process run and
+the test (through merge-weights) read back. Prints CHECK-FSDP-OK at the end.
 """
 
 from __future__ import annotations
@@ -474,32 +475,36 @@ def from_launch(version: int) -> None:
 
 
 def main() -> None:
-    version, directory = int(sys.argv[1]), sys.argv[2]
+    versions, directory = [int(v) for v in sys.argv[1].split(",")], sys.argv[2]
     if "--from-launch" in sys.argv:
-        from_launch(version)
+        from_launch(versions[0])
         print(f"CHECK-FSDP-OK rank {dist.get_rank()}", flush=True)
         return
     if "--offload" in sys.argv:
-        offload(version)
+        offload(versions[0])
         print("CHECK-FSDP-OK rank 0", flush=True)
         return
     if "--single" in sys.argv:
-        single_process(version, directory)
+        for version in versions:
+            single_process(version, os.path.join(directory, f"fsdp{version}"))
         print("CHECK-FSDP-OK rank 0", flush=True)
         return
     accelerator = Accelerator()  # joins the process group for the DDP references
     reference = ddp_reference()
     reference_accumulated = ddp_reference(steps=3, accumulation=2)
-    check_refusals(version)
-    check_training_matches_ddp(version, reference)
-    check_other_strategies_and_accumulation(version, reference_accumulated, directory)
-    check_checkpoints_resume_exactly(version, directory)
-    check_bad_checkpoints_change_nothing(version, directory)
-    check_other_version_resumes(version, directory)
-    check_leaves_checkpoint_for_one_process(version, directory)
-    check_mixed_precision(version, reference)
-    check_sync_module_states(version)
-    check_activation_checkpointing_and_prefetch(version, reference)
+    for version in versions:
+        own = os.path.join(directory, f"fsdp{version}")
+        os.makedirs(own, exist_ok=True)
+        check_refusals(version)
+        check_training_matches_ddp(version, reference)
+        check_other_strategies_and_accumulation(version, reference_accumulated, own)
+        check_checkpoints_resume_exactly(version, own)
+        check_bad_checkpoints_change_nothing(version, own)
+        check_other_version_resumes(version, own)
+        check_leaves_checkpoint_for_one_process(version, own)
+        check_mixed_precision(version, reference)
+        check_sync_module_states(version)
+        check_activation_checkpointing_and_prefetch(version, reference)
     accelerator.wait_for_everyone()
     print(f"CHECK-FSDP-OK rank {accelerator.process_index}", flush=True)
 
