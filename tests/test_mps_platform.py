@@ -33,6 +33,9 @@ def spec():
 def fake_mac(monkeypatch):
     """torch answers as on a Mac with MPS (macOS 14.5), the device calls recorded."""
     calls = []
+    from drivetrain_mps import support
+
+    monkeypatch.setattr(support, "ON_MACOS", True)
     monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
     monkeypatch.setattr(host, "mac_ver", lambda: ("14.5", ("", "", ""), "arm64"))

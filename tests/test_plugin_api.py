@@ -260,3 +260,47 @@ def test_every_built_in_strategy_is_one_role_object_and_its_module_has_no_run_ho
                      getattr(module, name).__code__.co_varnames[:getattr(module, name).__code__.co_argcount]}
         # DeepSpeed's module also serves its launcher and cluster environment: an engine unwraps whatever the strategy
         assert run_hooks <= {"drivetrain_unwrap_model"}, (plugin, run_hooks)
+
+
+def test_descriptors_are_frozen_dataclasses_with_shared_methods():
+    """The descriptors and the cluster environment behave as ``@dataclass(frozen=True)``
+    classes do (their methods come from FrozenRecord instead of being generated)."""
+    import copy
+    import dataclasses
+    import pickle
+
+    from drivetrain.kernel.cluster import ClusterEnvironment
+    from drivetrain.plugin_api import ConfigError, PlatformSpec, PluginInfo, Probe
+
+    info = PluginInfo("1.0", requires=("a>=1",))
+    assert dataclasses.is_dataclass(info) and [f.name for f in dataclasses.fields(PluginInfo)][:3] == [
+        "api_version", "description", "requires"]
+    assert info == PluginInfo("1.0", requires=("a>=1",)) != PluginInfo("1.1", requires=("a>=1",))
+    assert hash(info) == hash(PluginInfo("1.0", requires=("a>=1",)))
+    assert repr(info) == ("PluginInfo(api_version='1.0', description='', requires=('a>=1',), extra=None, "
+                          "install_hint=None, features=())")
+    assert dataclasses.replace(info, extra="x").extra == "x" and dataclasses.asdict(info)["api_version"] == "1.0"
+    assert pickle.loads(pickle.dumps(info)) == info == copy.deepcopy(info)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.description = "changed"
+    assert Probe(True, "yes").details == {} and Probe(True, "yes").details is not Probe(True, "yes").details
+    spec = PlatformSpec("p", "m:f", priority=3)
+    assert (spec.name, spec.factory, spec.priority, spec.probe().available) == ("p", "m:f", 3, True)
+    for make, message in ((lambda: PlatformSpec(), "missing 1 required argument: 'name'"),
+                          (lambda: PlatformSpec("p", "m:f", nope=1), "unexpected keyword argument 'nope'"),
+                          (lambda: PlatformSpec("p", "m:f", name="q"), "multiple values for argument 'name'"),
+                          (lambda: Probe(True, "r", {}, 4), "takes 3 positional arguments but 4 were given")):
+        with pytest.raises(TypeError, match=re.escape(message)):
+            make()
+    with pytest.raises(ConfigError, match="rank 5 is outside 0..1"):  # __post_init__ still runs
+        ClusterEnvironment(name="t", world_size=2, rank=5)
+
+    @dataclasses.dataclass(frozen=True)
+    class Scheduler(ClusterEnvironment):  # a plugin's own frozen subclass is accepted
+        queue: str = "default"
+
+    assert Scheduler(name="s", queue="gpu").queue == "gpu"
+    with pytest.raises(TypeError, match="non-frozen"):
+        @dataclasses.dataclass
+        class Mutable(ClusterEnvironment):
+            queue: str = "default"

@@ -99,8 +99,8 @@ def test_autoload_off_skips_third_party_but_not_built_ins():
 
 @pytest.mark.parametrize(
     "declared, problem",
-    [("1.0", None), ("1.0.0", None), ("2.0", "upgrade drivetrain"), ("1.9", "upgrade drivetrain"),
-     ("0.9", "upgrade the plugin"), ("banana", "not a version number")],
+    [("1.0", None), ("1.0.0", None), ("1.0rc1", None), ("2.0", "upgrade drivetrain"), ("1.9", "upgrade drivetrain"),
+     ("0.9", "upgrade the plugin"), ("banana", "not a version number"), ("1.x", "not a version number")],
 )
 def test_api_version_check(declared, problem):
     answer = api_version_problem(declared, offered="1.0")
@@ -336,9 +336,16 @@ def test_missing_library_makes_a_plugin_unavailable_with_its_extra():
         manager.require("needs")
 
 
-def test_requirement_versions_are_checked_from_metadata():
+def test_requirement_versions_are_checked_from_metadata(monkeypatch):
     assert missing_requirements(["pluggy>=0.1"]) == []
     assert missing_requirements(["pluggy>=999"])[0].startswith("pluggy>=999 (found ")
+    from drivetrain.kernel import installed
+
+    # release numbers are compared without packaging; other forms go through it
+    for found, wanted, met in (("2.13.0+cpu", "2.4", True), ("2.13", "2.13.0", True), ("1.9.9", "1.10", False),
+                               ("2.0.0rc1", "2.0", False), ("2.0.0.post1", "2.0", True)):
+        monkeypatch.setattr(installed, "installed_version", lambda name, found=found: found)
+        assert (missing_requirements([f"lib>={wanted}"]) == []) is met, (found, wanted)
     assert "not a valid requirement" in missing_requirements(["?? what"])[0]
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 # Launching's own modules (subprocess, tempfile, the child module's name) are imported where a
 # launch uses them: this module is imported whenever plugins load (`drivetrain plugins list`).
@@ -61,11 +60,11 @@ def runner_arguments(args: argparse.Namespace) -> list[str]:
     machines = args.num_machines or 1
     hostfile = getattr(args, "deepspeed_hostfile", None)
     if hostfile:
-        path = Path(hostfile).expanduser()
-        if not path.is_file():
+        path = os.path.expanduser(hostfile)
+        if not os.path.isfile(path):
             raise ConfigError(f"deepspeed_hostfile {hostfile} does not exist; it lists the machines, one "
                               "'hostname slots=N' per line")
-        hostfile = str(path.absolute())
+        hostfile = os.path.abspath(path)
     elif machines > 1:
         raise ConfigError("DeepSpeed's multi-node launcher needs --deepspeed-hostfile (one 'hostname slots=N' line "
                           "per machine), or use --deepspeed-multinode-launcher standard to launch with torchrun "
@@ -111,15 +110,17 @@ def environment_file(env: dict[str, str], directory: str) -> str:
     """
     lines: list[str] = []
     for folder in (os.path.expanduser("~"), os.getcwd()):
-        own = Path(folder) / DEEPSPEED_ENV_FILE
-        if own.is_file():
-            lines += [line.rstrip("\n") for line in own.read_text(encoding="utf-8").splitlines() if "=" in line]
+        own = os.path.join(folder, DEEPSPEED_ENV_FILE)
+        if os.path.isfile(own):
+            with open(own, encoding="utf-8") as file:
+                lines += [line.rstrip("\n") for line in file.read().splitlines() if "=" in line]
     for key, value in sorted(env.items()):
         if key.startswith(EXPORTED_PREFIXES) and "\n" not in value:
             lines.append(f"{key}={value}")
-    path = Path(directory) / "drivetrain.deepspeed_env"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return str(path)
+    path = os.path.join(directory, "drivetrain.deepspeed_env")
+    with open(path, "w", encoding="utf-8") as file:
+        file.write("\n".join(lines) + "\n")
+    return path
 
 
 def launch_deepspeed(args: argparse.Namespace) -> int:

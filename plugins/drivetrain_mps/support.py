@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-import platform as _host
+import sys
 
 #: The first macOS release whose MPS kernels take bfloat16.
 BF16_MACOS = (14, 0)
+#: Whether this is a Mac; elsewhere the platform module (costly to import) is never read.
+ON_MACOS = sys.platform == "darwin"
 
 
 def macos_version() -> tuple[int, ...] | None:
     """The macOS version as numbers, or ``None`` elsewhere."""
-    release = _host.mac_ver()[0]
+    if not ON_MACOS:
+        return None
+    import platform
+
+    release = platform.mac_ver()[0]
     if not release:
         return None
     return tuple(int(part) for part in release.split(".") if part.isdigit())

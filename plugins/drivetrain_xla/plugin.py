@@ -15,7 +15,6 @@ else they need this plugin's library, and the error says how to install it.
 
 from __future__ import annotations
 
-import glob
 import importlib.util
 import os
 
@@ -37,6 +36,12 @@ PLUGIN_INFO = PluginInfo(api_version="1.8", description="TPUs and other PJRT dev
 NAME = "xla"
 
 
+def _tpu_device_files() -> list[str]:
+    import glob
+
+    return glob.glob("/dev/accel*") + glob.glob("/dev/vfio/[0-9]*")
+
+
 def probe() -> Probe:
     # Reads the environment only: opening the runtime here would hold the TPU, and the
     # processes the launcher starts could not open it.
@@ -45,7 +50,7 @@ def probe() -> Probe:
     device = os.environ.get("PJRT_DEVICE")
     if device:
         return Probe(True, f"PJRT_DEVICE={device}")
-    if importlib.util.find_spec("libtpu") is not None and glob.glob("/dev/accel*") + glob.glob("/dev/vfio/[0-9]*"):
+    if importlib.util.find_spec("libtpu") is not None and _tpu_device_files():
         return Probe(True, "a TPU (libtpu and its device files)")
     # torch_xla would fall back to the host CPU: not a reason to prefer it to the cpu platform.
     return Probe(False, "torch_xla is installed but no TPU is here; set PJRT_DEVICE (TPU, CPU, CUDA) to use it")

@@ -7,6 +7,7 @@ Sub-command modules are imported only when their command runs, so ``drivetrain -
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from typing import Sequence
@@ -53,9 +54,18 @@ def _add_plugin_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``drivetrain`` command with ``argv`` (default: this process's command line)."""
+    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     with json_only_stdout(argv):  # plugins load below: what they print must not spoil the JSON
-        return _main(argv)
+        status = _main(argv)
+    if from_command_line:
+        # The process ends next, and the interpreter's last collection would walk every object
+        # the plugins' modules made, to free what the exit frees anyway: a fifth of a quick
+        # command's time (`drivetrain plugins list`). Frozen objects are skipped; every file a
+        # command writes is closed before it returns, and atexit handlers still run.
+        gc.freeze()
+    return status
 
 
 def _main(argv: list[str]) -> int:

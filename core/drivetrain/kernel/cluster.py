@@ -7,14 +7,14 @@ ranks and the rendezvous address from it and never looks at a launcher's variabl
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Mapping
 
 from .errors import ConfigError
+from .records import FrozenRecord, frozen_record
 
 
-@dataclass(frozen=True)
-class ClusterEnvironment:
+@frozen_record
+class ClusterEnvironment(FrozenRecord):
     """The position of this process in its job.
 
     Attributes:

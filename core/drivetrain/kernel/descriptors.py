@@ -8,10 +8,12 @@ and nothing behind them is imported until a plugin is chosen.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable, Mapping, Sequence, Union
 
 import pluggy
+
+from .records import FrozenRecord, frozen_record
 
 __all__ = [
     "PROJECT_NAME", "ClusterEnvironmentSpec", "ConfigField", "ConfigSection", "EnvReportLine", "LauncherSpec",
@@ -41,8 +43,8 @@ def resolve(ref: LazyRef) -> Any:
     return obj
 
 
-@dataclass(frozen=True)
-class PluginInfo:
+@frozen_record
+class PluginInfo(FrozenRecord):
     """A plugin module's declaration, read before any of its hooks is called.
 
     A plugin module (the target of its ``drivetrain.plugins`` entry point) defines
@@ -78,8 +80,8 @@ class PluginInfo:
         return "pip install " + " ".join(repr(r) for r in self.requires)
 
 
-@dataclass(frozen=True)
-class Probe:
+@frozen_record
+class Probe(FrozenRecord):
     """The answer of a cheap detection probe: is this usable here, and why (not)."""
 
     available: bool
@@ -91,8 +93,8 @@ def _always(reason: str) -> Callable[[], Probe]:
     return lambda: Probe(True, reason)
 
 
-@dataclass(frozen=True)
-class PlatformSpec:
+@frozen_record
+class PlatformSpec(FrozenRecord):
     """A device platform (cpu, cuda, mps, xla, ...), returned by ``drivetrain_register_platforms``.
 
     Attributes:
@@ -123,8 +125,8 @@ class PlatformSpec:
     description: str = ""
 
 
-@dataclass(frozen=True)
-class ClusterEnvironmentSpec:
+@frozen_record
+class ClusterEnvironmentSpec(FrozenRecord):
     """A way processes learn their rank and peers (torchrun, SLURM, MPI, Kubernetes, ...).
 
     Attributes:
@@ -144,8 +146,8 @@ class ClusterEnvironmentSpec:
     description: str = ""
 
 
-@dataclass(frozen=True)
-class StrategySpec:
+@frozen_record
+class StrategySpec(FrozenRecord):
     """A way to distribute a model (ddp, fsdp, deepspeed, megatron, ...).
 
     Attributes:
@@ -192,8 +194,8 @@ class StrategySpec:
     description: str = ""
 
 
-@dataclass(frozen=True)
-class PrecisionSpec:
+@frozen_record
+class PrecisionSpec(FrozenRecord):
     """A mixed-precision mode (``fp16``, ``bf16``, ``fp8``) offered by a plugin.
 
     Several plugins may offer the same name (fp8 through Transformer Engine, MS-AMP or
@@ -217,8 +219,8 @@ class PrecisionSpec:
     description: str = ""
 
 
-@dataclass(frozen=True)
-class TrackerSpec:
+@frozen_record
+class TrackerSpec(FrozenRecord):
     """An experiment tracker, returned by ``drivetrain_register_trackers``.
 
     Attributes:
@@ -234,8 +236,8 @@ class TrackerSpec:
     description: str = ""
 
 
-@dataclass(frozen=True)
-class LauncherSpec:
+@frozen_record
+class LauncherSpec(FrozenRecord):
     """A way ``drivetrain launch`` starts processes (torchrun, DeepSpeed's launcher, ...).
 
     Attributes:
@@ -259,8 +261,8 @@ class LauncherSpec:
     command_prefix: LazyRef | None = None
 
 
-@dataclass(frozen=True)
-class ConfigField:
+@frozen_record
+class ConfigField(FrozenRecord):
     """One key of a configuration section.
 
     Attributes:
@@ -289,8 +291,8 @@ class ConfigField:
     needs_library: bool = True
 
 
-@dataclass(frozen=True)
-class ConfigSection:
+@frozen_record
+class ConfigSection(FrozenRecord):
     """A block of the config file owned by a plugin (``fsdp_config:``, ``deepspeed_config:``).
 
     Attributes:
@@ -310,8 +312,8 @@ class ConfigSection:
     description: str = ""
 
 
-@dataclass(frozen=True)
-class EnvReportLine:
+@frozen_record
+class EnvReportLine(FrozenRecord):
     """One line of ``drivetrain env``."""
 
     key: str

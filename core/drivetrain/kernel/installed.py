@@ -9,8 +9,8 @@ reads every distribution's ``entry_points.txt`` through them, which cost more th
 of discovery. Path entries it alone can read (zip files, eggs) and distributions that other
 finders provide are still asked through it. A distribution's name and version come from
 the two header lines of its metadata rather than the whole file (long description
-included), and a plain requirement (``"wandb>=0.17"``) is checked with a version comparison
-rather than packaging's requirement parser, imported only for the other forms. Nothing here
+included), and a plain requirement (``"wandb>=0.17"``) is checked by comparing release
+numbers rather than through packaging, imported only for the other forms. Nothing here
 imports torch.
 """
 
@@ -20,8 +20,6 @@ import os
 import re
 import sys
 from typing import Any, Iterable, Iterator
-
-from packaging.version import InvalidVersion, Version
 
 from .descriptors import resolve
 
@@ -147,7 +145,7 @@ def installed_entry_points(group: str) -> list[Any]:
     header = f"[{group}]"
     seen: set[str] = set()
     found: list[Any] = []
-    for key, dist in installed_distributions():
+    for key, dist in _list_path():
         if key in seen:
             continue
         seen.add(key)
@@ -198,13 +196,12 @@ def missing_requirements(requires: Iterable[str]) -> list[str]:
             if not simple.group(2):
                 continue
             at_least = simple.group(2).strip()
-            if at_least.startswith(">=") and "," not in at_least and "*" not in at_least:
-                try:  # the usual form; ">=" of packaging's specifiers is this comparison
-                    if Version(installed) < Version(at_least[2:].strip()):
+            if at_least.startswith(">=") and "," not in at_least:
+                have, want = _release(installed), _release(at_least[2:].strip())
+                if have is not None and want is not None:  # the usual form: numbers on both sides
+                    if _padded(have, len(want)) < _padded(want, len(have)):
                         missing.append(f"{simple.group(1)}{at_least.replace(' ', '')} (found {installed})")
                     continue
-                except InvalidVersion:
-                    pass
             from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
             try:
@@ -231,8 +228,32 @@ def missing_requirements(requires: Iterable[str]) -> list[str]:
     return missing
 
 
+def _release(version: str) -> tuple[int, ...] | None:
+    """The numbers of a plain release (``"2.13.0"``, ``"2.13.0+cpu"``: a local label does not
+    count against ``>=``), or ``None`` for any other form, which packaging compares."""
+    parts = version.partition("+")[0].split(".")
+    return tuple(int(part) for part in parts) if all(part.isdigit() for part in parts) else None
+
+
+def _padded(numbers: tuple[int, ...], length: int) -> tuple[int, ...]:
+    return numbers + (0,) * (length - len(numbers))
+
+
 _versions: dict[str, Any] = {}  # normalised name -> version or None; "" -> the sys.path it was read with
 _first: dict[str, list[Any]] = {}  # normalised name -> its distributions, in path order (same sys.path)
+_listing: list[tuple[str, Any]] = []  # (normalised name, distribution) on that sys.path, in path order
+
+
+def _list_path() -> list[tuple[str, Any]]:
+    """:func:`installed_distributions`, listed once for this ``sys.path`` until
+    :func:`forget_versions`: entry points and versions are read from the same listing."""
+    if _versions.get("", ()) != sys.path:  # a directory added to the path may hold more distributions
+        forget_versions()
+        _versions[""] = list(sys.path)
+        _listing.extend(installed_distributions())
+        for found_key, dist in _listing:
+            _first.setdefault(found_key, []).append(dist)
+    return _listing
 
 
 def installed_version(name: str) -> str | None:
@@ -243,11 +264,7 @@ def installed_version(name: str) -> str | None:
     headers give a version is the one (``importlib.metadata.distribution(name)``'s choice).
     """
     key = _normalized(name)
-    if _versions.get("", ()) != sys.path:  # a directory added to the path may hold more distributions
-        forget_versions()
-        _versions[""] = list(sys.path)
-        for found_key, dist in installed_distributions():
-            _first.setdefault(found_key, []).append(dist)
+    _list_path()
     if key not in _versions:
         _versions[key] = next(filter(None, (distribution_name_and_version(dist)[1] for dist in _first.get(key, ()))),
                               None)
@@ -291,6 +308,7 @@ def _name_and_version(lines: Iterable[str]) -> tuple[str | None, str | None]:
 
 
 def forget_versions() -> None:
-    """Ask the installed versions again from now on (something was installed)."""
+    """List the path and ask the installed versions again from now on (something was installed)."""
     _versions.clear()
     _first.clear()
+    _listing.clear()

@@ -20,13 +20,12 @@ The separate thread also tells a plugin's own faults apart from the user's:
 
 from __future__ import annotations
 
-import logging
+import _thread
 import os
-import queue
-import threading
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-logger = logging.getLogger("drivetrain.plugin_guard")  # its name before the layers, kept for log filters
+if TYPE_CHECKING:
+    import queue
 
 TIMEOUT_VARIABLE = "DRIVETRAIN_PLUGIN_TIMEOUT"
 #: Seconds a third-party import, registration hook or probe may take (0: no limit).
@@ -56,7 +55,9 @@ class _ExitCalled(BaseException):
         self.code = code
 
 
-_local = threading.local()
+# threading and queue are imported with the first third-party plugin's call: a run with the
+# built-in plugins alone never starts the worker, and the import was a part of every start
+_local = _thread._local()
 _real_exit = os._exit
 
 
@@ -70,6 +71,8 @@ class _Task:
     __slots__ = ("function", "done", "value", "error")
 
     def __init__(self, function: Callable[[], Any]) -> None:
+        import threading
+
         self.function = function
         self.done = threading.Event()
         self.value: Any = None
@@ -90,7 +93,7 @@ def _serve(tasks: queue.SimpleQueue) -> None:
         tasks.get().run()
 
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _tasks: queue.SimpleQueue | None = None
 
 
@@ -98,6 +101,9 @@ def _worker() -> queue.SimpleQueue:
     global _tasks
     with _lock:
         if _tasks is None:
+            import queue
+            import threading
+
             os._exit = _guarded_exit  # type: ignore[assignment]  # once, for the process's lifetime
             _tasks = queue.SimpleQueue()
             threading.Thread(target=_serve, args=(_tasks,), name="drivetrain-plugin-worker", daemon=True).start()

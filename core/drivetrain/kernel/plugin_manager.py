@@ -8,7 +8,6 @@ program (pluggy's own loader stops at the first failure). Nothing here imports t
 from __future__ import annotations
 
 import inspect
-import logging
 import os
 import warnings
 from types import FunctionType, MethodType, ModuleType
@@ -17,7 +16,6 @@ from enum import Enum
 from typing import Any, Iterable, Mapping
 
 import pluggy
-from packaging.version import InvalidVersion, Version
 
 from .. import hookspecs
 from . import plugin_guard, registration
@@ -27,7 +25,15 @@ from . import installed
 from .installed import distribution_name_and_version, forget_versions, installed_version, missing_requirements
 from .version import PLUGIN_API_VERSION
 
-logger = logging.getLogger("drivetrain.plugin_manager")  # the logger name docs/plugins.md gives
+LOGGER_NAME = "drivetrain.plugin_manager"  # the logger name docs/plugins.md gives
+
+
+def _log_debug(message: str, *args: Any) -> None:
+    # logging is imported by the first message, not at start: `drivetrain plugins list` logs
+    # nothing, and importing logging was a tenth of its time
+    import logging
+
+    logging.getLogger(LOGGER_NAME).debug(message, *args)
 
 ENTRY_POINT_GROUP = "drivetrain.plugins"
 CORE_DISTRIBUTION = "drivetrain"
@@ -105,12 +111,11 @@ def _env_names(env: Mapping[str, str], name: str) -> set[str]:
 
 def api_version_problem(declared: str, offered: str = PLUGIN_API_VERSION) -> str | None:
     """Why a plugin written for API ``declared`` cannot run on ``offered``, or ``None``."""
-    try:
-        want, have = Version(declared), Version(offered)
-    except InvalidVersion:
+    want, have = _major_minor(declared), _major_minor(offered)
+    if want is None:
         return f"declares plugin API version {declared!r}, which is not a version number like '1.0'"
-    if want.major != have.major or want.minor > have.minor:
-        if (want.major, want.minor) > (have.major, have.minor):
+    if want[0] != have[0] or want[1] > have[1]:
+        if want > have:
             return (
                 f"needs plugin API {declared} but this drivetrain offers {offered}: "
                 "upgrade drivetrain (pip install -U drivetrain)"
@@ -122,6 +127,20 @@ def api_version_problem(declared: str, offered: str = PLUGIN_API_VERSION) -> str
     return None
 
 
+def _major_minor(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a version number (``"1.0"``, ``"1.2.3"``, ``"1.0rc1"``), or ``None``."""
+    parts = version.split(".")
+    if len(parts) >= 2 and all(part.isdigit() for part in parts):  # the usual form, without packaging
+        return int(parts[0]), int(parts[1])
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return None
+    return parsed.major, parsed.minor
+
+
 def installed_entry_points(group: str = ENTRY_POINT_GROUP) -> list[Any]:
     """The entry points of ``group`` (by default the plugins'), as
     ``importlib.metadata.entry_points(group=group)`` finds them (see :mod:`.installed`)."""
@@ -129,6 +148,7 @@ def installed_entry_points(group: str = ENTRY_POINT_GROUP) -> list[Any]:
 
 
 _IMPL_MARKER = f"{PROJECT_NAME}_impl"
+_SPEC_MARKER = f"{PROJECT_NAME}_spec"
 
 
 class HookRegistry(pluggy.PluginManager):
@@ -144,12 +164,37 @@ class HookRegistry(pluggy.PluginManager):
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         if type(plugin) is ModuleType:
             value = plugin.__dict__.get(name)
-            if type(value) is FunctionType:
-                if _IMPL_MARKER not in value.__dict__:
-                    return None
-            elif not isinstance(value, (MethodType, staticmethod, classmethod)):
+            if type(value) is FunctionType:  # what pluggy's static look-up finds, read directly
+                options = value.__dict__.get(_IMPL_MARKER)
+                return options if isinstance(options, dict) else None
+            if not isinstance(value, (MethodType, staticmethod, classmethod)):
                 return None
         return super().parse_hookimpl_opts(plugin, name)
+
+    def parse_hookspec_opts(self, module_or_class: Any, name: str) -> Any:
+        # the same quick look for the hook specification modules, read by every manager made
+        if type(module_or_class) is ModuleType:
+            value = module_or_class.__dict__.get(name)
+            if type(value) is FunctionType:
+                options = value.__dict__.get(_SPEC_MARKER)
+                return options if isinstance(options, dict) else None
+            if not isinstance(value, (MethodType, staticmethod, classmethod)):
+                return None
+        return super().parse_hookspec_opts(module_or_class, name)
+
+    def get_hookcallers(self, plugin: Any) -> Any:
+        """pluggy's answer, found from a module's own hook functions instead of a search of
+        every hook's implementations (asked for every plugin at every start)."""
+        if type(plugin) is not ModuleType or self.get_name(plugin) is None:
+            return super().get_hookcallers(plugin)
+        callers = []
+        for name in list(plugin.__dict__):
+            options = self.parse_hookimpl_opts(plugin, name)
+            if options is not None:
+                caller = getattr(self.hook, options.get("specname") or name, None)
+                if caller is not None and caller not in callers:
+                    callers.append(caller)
+        return callers
 
 
 class PluginManager:
@@ -250,7 +295,7 @@ class PluginManager:
 
     def _notice(self, message: str, once: bool = False) -> None:
         if _env_flag(self.env, REPORTED_VARIABLE):
-            logger.debug("%s", message)
+            _log_debug("%s", message)
         elif once:
             _warn_once(message)
         else:
@@ -426,7 +471,7 @@ class PluginManager:
         record.status = PluginStatus.FAILED
         record.reason = reason
         self.records.setdefault(record.name, record)
-        logger.debug("drivetrain plugin %r skipped: %s", record.name, reason)
+        _log_debug("drivetrain plugin %r skipped: %s", record.name, reason)
 
     # ------------------------------------------------------------ registration
 
@@ -513,7 +558,7 @@ class PluginManager:
 
     def _refuse(self, record: PluginRecord, reason: str) -> None:
         self._refused.setdefault(record.name, []).append(reason)
-        logger.debug("drivetrain plugin %r: refused %s", record.name, reason)
+        _log_debug("drivetrain plugin %r: refused %s", record.name, reason)
 
     def refused(self, plugin_name: str) -> list[str]:
         """Why each item plugin ``plugin_name`` registered was refused (empty when none was)."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cli.launch_parser import BackendFlag
+
+if TYPE_CHECKING:  # pathlib waits for the command that reads the config file
+    from pathlib import Path
 
 __all__ = ["BackendFlag", "KwargsHandler", "bool_argument", "default_config_path"]
 
