@@ -3,9 +3,12 @@ pip, and the ``drivetrain`` command run in this process or in a fresh one."""
 
 from __future__ import annotations
 
+import fcntl
+import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -165,3 +168,43 @@ def private_group():
     yield
     if dist.is_initialized() and not existed:
         dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ DeepSpeed's compiled ops
+
+#: Where DeepSpeed's CPU ops are built, once for every test and every checkout on this machine
+#: (unless TORCH_EXTENSIONS_DIR is set): ``drivetrain/torch_extensions`` in the user's cache.
+EXTENSIONS = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "drivetrain", "torch_extensions")
+
+
+def _remove_stale_build_locks(root: str, older_than_s: float) -> None:
+    for lock in Path(root).glob("*/lock"):
+        if time.time() - lock.stat().st_mtime > older_than_s:
+            lock.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def deepspeed_ops():
+    """DeepSpeed's CPU ops (a shared-memory collective, CPU Adam), built once into
+    :data:`EXTENSIONS`; returns the variables that point a child process there. A test that
+    builds them in its own process sets ``TORCH_EXTENSIONS_DIR`` from it too: each directory
+    is a build of its own (a minute or two on 2 cores), so every test shares this one."""
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("deepspeed is not installed (pip install -c constraints.txt -e '.[deepspeed]')")
+    os.makedirs(EXTENSIONS, exist_ok=True)
+    code = ("from deepspeed.accelerator import get_accelerator\n"
+            "for name in ('ShareMemCommBuilder', 'CPUAdamBuilder'):\n"
+            "    get_accelerator().create_op_builder(name).load(verbose=False)\n")
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=EXTENSIONS, DS_ACCELERATOR="cpu")
+    started = time.monotonic()
+    with open(os.path.join(EXTENSIONS, ".build.flock"), "w") as guard:
+        # torch's build lock is a plain file: a process killed while building or loading leaves it,
+        # and every later load waits on it forever. Builds started here are serialised by this
+        # flock (released by the kernel when its holder dies), so an old torch lock is a leftover.
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        _remove_stale_build_locks(EXTENSIONS, older_than_s=600)
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1500)
+    assert result.returncode == 0, result.stderr[-3000:]
+    print(f"DeepSpeed ops ready in {time.monotonic() - started:.0f}s ({EXTENSIONS})")
+    return {"TORCH_EXTENSIONS_DIR": EXTENSIONS}

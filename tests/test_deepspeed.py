@@ -11,12 +11,10 @@ directory, outside the checkout, so that fresh clones on one machine reuse the b
 from __future__ import annotations
 
 import importlib.util
-import fcntl
 import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,8 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed is not installed "
                                      "(pip install -c constraints.txt -e '.[deepspeed]')")
-EXTENSIONS = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "drivetrain", "torch_extensions")
 
 
 # ------------------------------------------------------------------ import cost
@@ -315,7 +311,8 @@ def test_wrong_accelerator_arguments(fresh_state):
 
 @needs_deepspeed
 @pytest.mark.usefixtures("fresh_state", "private_group")
-def test_one_process_engine_load_reads_its_model_states_once_and_reports_its_own_errors(monkeypatch, tmp_path):
+def test_one_process_engine_load_reads_its_model_states_once_and_reports_its_own_errors(monkeypatch, tmp_path,
+                                                                                        deepspeed_ops):
     """The pre-load check's read of the model states file is what DeepSpeed loads; a keyword
     load_checkpoint does not take is refused before anything is read, and a TypeError raised
     inside DeepSpeed is reported as DeepSpeed's failure, not as a wrong keyword."""
@@ -326,7 +323,7 @@ def test_one_process_engine_load_reads_its_model_states_once_and_reports_its_own
     from drivetrain import Accelerator, DeepSpeedPlugin
     from drivetrain.errors import CheckpointError
 
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", EXTENSIONS)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", deepspeed_ops["TORCH_EXTENSIONS_DIR"])
     accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=1))
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
@@ -454,35 +451,6 @@ def test_deepspeed_launcher_is_used_when_the_config_asks_for_it(launch_env, tmp_
 
 
 # ------------------------------------------------------------------ real engines, 2 processes
-
-
-def _remove_stale_build_locks(root: str, older_than_s: float) -> None:
-    for lock in Path(root).glob("*/lock"):
-        if time.time() - lock.stat().st_mtime > older_than_s:
-            lock.unlink(missing_ok=True)
-
-
-@pytest.fixture(scope="module")
-def deepspeed_ops():
-    """Build DeepSpeed's CPU ops once (cached in TORCH_EXTENSIONS_DIR) and report how long it took."""
-    if not HAS_DEEPSPEED:
-        pytest.skip("deepspeed is not installed (pip install -c constraints.txt -e '.[deepspeed]')")
-    os.makedirs(EXTENSIONS, exist_ok=True)
-    code = ("from deepspeed.accelerator import get_accelerator\n"
-            "for name in ('ShareMemCommBuilder', 'CPUAdamBuilder'):\n"
-            "    get_accelerator().create_op_builder(name).load(verbose=False)\n")
-    env = dict(os.environ, TORCH_EXTENSIONS_DIR=EXTENSIONS, DS_ACCELERATOR="cpu")
-    started = time.monotonic()
-    with open(os.path.join(EXTENSIONS, ".build.flock"), "w") as guard:
-        # torch's build lock is a plain file: a process killed while building or loading leaves it,
-        # and every later load waits on it forever. Builds started here are serialised by this
-        # flock (released by the kernel when its holder dies), so an old torch lock is a leftover.
-        fcntl.flock(guard, fcntl.LOCK_EX)
-        _remove_stale_build_locks(EXTENSIONS, older_than_s=600)
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1500)
-    assert result.returncode == 0, result.stderr[-3000:]
-    print(f"DeepSpeed ops ready in {time.monotonic() - started:.0f}s ({EXTENSIONS})")
-    return {"TORCH_EXTENSIONS_DIR": EXTENSIONS}
 
 
 @needs_deepspeed

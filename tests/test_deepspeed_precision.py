@@ -26,9 +26,9 @@ def _environment() -> dict[str, str]:
 
 @needs_deepspeed
 @pytest.mark.timeout(600)
-def test_bf16_engine_trains_on_fp32_features():
+def test_bf16_engine_trains_on_fp32_features(deepspeed_ops):
     result = subprocess.run([sys.executable, str(SCRIPT), "bf16"], capture_output=True, text=True,
-                            env=_environment(), timeout=540)
+                            env={**_environment(), **deepspeed_ops}, timeout=540)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "CHECK-DEEPSPEED-INPUTS-OK bf16" in result.stdout
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 import torch
 from launching import assert_ok, launch
-from test_deepspeed import deepspeed_ops, needs_deepspeed  # noqa: F401 (a fixture)
+from test_deepspeed import needs_deepspeed
 
 SCRIPT = "check_fault_tolerance.py"
 
