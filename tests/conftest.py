@@ -176,6 +176,10 @@ def private_group():
 #: (unless TORCH_EXTENSIONS_DIR is set): ``drivetrain/torch_extensions`` in the user's cache.
 EXTENSIONS = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
     os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "drivetrain", "torch_extensions")
+# Every process the tests start, and the tests' own, find (or make) the ops there: a launched
+# DeepSpeed job that loads its shared-memory collective without asking for deepspeed_ops
+# would otherwise compile it again in torch's default directory.
+os.environ["TORCH_EXTENSIONS_DIR"] = EXTENSIONS
 
 
 def _remove_stale_build_locks(root: str, older_than_s: float) -> None:
