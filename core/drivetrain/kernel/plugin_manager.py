@@ -10,7 +10,6 @@ from __future__ import annotations
 import inspect
 import os
 import warnings
-from types import FunctionType, MethodType, ModuleType
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Mapping
@@ -21,6 +20,7 @@ from .. import hookspecs
 from . import plugin_guard, registration
 from .errors import DrivetrainError, PluginHookError, PluginLoadError, PluginSelectionError, PluginWarning
 from .descriptors import PROJECT_NAME, PluginInfo, resolve
+from .hook_registry import HookRegistry
 from . import installed
 from .installed import distribution_name_and_version, forget_versions, installed_version, missing_requirements
 from .version import PLUGIN_API_VERSION
@@ -145,56 +145,6 @@ def installed_entry_points(group: str = ENTRY_POINT_GROUP) -> list[Any]:
     """The entry points of ``group`` (by default the plugins'), as
     ``importlib.metadata.entry_points(group=group)`` finds them (see :mod:`.installed`)."""
     return installed.installed_entry_points(group)
-
-
-_IMPL_MARKER = f"{PROJECT_NAME}_impl"
-_SPEC_MARKER = f"{PROJECT_NAME}_spec"
-
-
-class HookRegistry(pluggy.PluginManager):
-    """pluggy's manager, with a quicker look at the attributes of a module plugin.
-
-    Registering a module makes pluggy look up every name of ``dir(module)`` through
-    ``inspect.getattr_static`` (so that no descriptor runs), and a plugin module holds mostly
-    imports and helpers: at every start, for every plugin, that was a third of registering.
-    A module's attributes are its ``__dict__``, where no descriptor runs anyway, so anything
-    there that cannot carry the marker is skipped at once; what can is left to pluggy.
-    """
-
-    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
-        if type(plugin) is ModuleType:
-            value = plugin.__dict__.get(name)
-            if type(value) is FunctionType:  # what pluggy's static look-up finds, read directly
-                options = value.__dict__.get(_IMPL_MARKER)
-                return options if isinstance(options, dict) else None
-            if not isinstance(value, (MethodType, staticmethod, classmethod)):
-                return None
-        return super().parse_hookimpl_opts(plugin, name)
-
-    def parse_hookspec_opts(self, module_or_class: Any, name: str) -> Any:
-        # the same quick look for the hook specification modules, read by every manager made
-        if type(module_or_class) is ModuleType:
-            value = module_or_class.__dict__.get(name)
-            if type(value) is FunctionType:
-                options = value.__dict__.get(_SPEC_MARKER)
-                return options if isinstance(options, dict) else None
-            if not isinstance(value, (MethodType, staticmethod, classmethod)):
-                return None
-        return super().parse_hookspec_opts(module_or_class, name)
-
-    def get_hookcallers(self, plugin: Any) -> Any:
-        """pluggy's answer, found from a module's own hook functions instead of a search of
-        every hook's implementations (asked for every plugin at every start)."""
-        if type(plugin) is not ModuleType or self.get_name(plugin) is None:
-            return super().get_hookcallers(plugin)
-        callers = []
-        for name in list(plugin.__dict__):
-            options = self.parse_hookimpl_opts(plugin, name)
-            if options is not None:
-                caller = getattr(self.hook, options.get("specname") or name, None)
-                if caller is not None and caller not in callers:
-                    callers.append(caller)
-        return callers
 
 
 class PluginManager:
