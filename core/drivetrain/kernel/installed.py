@@ -197,7 +197,7 @@ def missing_requirements(requires: Iterable[str]) -> list[str]:
                 continue
             at_least = simple.group(2).strip()
             if at_least.startswith(">=") and "," not in at_least:
-                have, want = _release(installed), _release(at_least[2:].strip())
+                have, want = release_numbers(installed), release_numbers(at_least[2:].strip())
                 if have is not None and want is not None:  # the usual form: numbers on both sides
                     if _padded(have, len(want)) < _padded(want, len(have)):
                         missing.append(f"{simple.group(1)}{at_least.replace(' ', '')} (found {installed})")
@@ -228,7 +228,7 @@ def missing_requirements(requires: Iterable[str]) -> list[str]:
     return missing
 
 
-def _release(version: str) -> tuple[int, ...] | None:
+def release_numbers(version: str) -> tuple[int, ...] | None:
     """The numbers of a plain release (``"2.13.0"``, ``"2.13.0+cpu"``: a local label does not
     count against ``>=``), or ``None`` for any other form, which packaging compares."""
     parts = version.partition("+")[0].split(".")

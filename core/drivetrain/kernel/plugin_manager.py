@@ -22,7 +22,8 @@ from .errors import DrivetrainError, PluginHookError, PluginLoadError, PluginSel
 from .descriptors import PROJECT_NAME, PluginInfo, resolve
 from .hook_registry import HookRegistry
 from . import installed
-from .installed import distribution_name_and_version, forget_versions, installed_version, missing_requirements
+from .installed import (distribution_name_and_version, forget_versions, installed_version, missing_requirements,
+                        release_numbers)
 from .version import PLUGIN_API_VERSION
 
 LOGGER_NAME = "drivetrain.plugin_manager"  # the logger name docs/plugins.md gives
@@ -129,9 +130,9 @@ def api_version_problem(declared: str, offered: str = PLUGIN_API_VERSION) -> str
 
 def _major_minor(version: str) -> tuple[int, int] | None:
     """(major, minor) of a version number (``"1.0"``, ``"1.2.3"``, ``"1.0rc1"``), or ``None``."""
-    parts = version.split(".")
-    if len(parts) >= 2 and all(part.isdigit() for part in parts):  # the usual form, without packaging
-        return int(parts[0]), int(parts[1])
+    numbers = release_numbers(version)
+    if numbers is not None and len(numbers) >= 2:  # the usual form, without packaging
+        return numbers[0], numbers[1]
     from packaging.version import InvalidVersion, Version
 
     try:
