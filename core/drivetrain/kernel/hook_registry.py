@@ -31,25 +31,13 @@ class HookRegistry(pluggy.PluginManager):
     """
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
-        if type(plugin) is ModuleType:
-            value = plugin.__dict__.get(name)
-            if type(value) is FunctionType:  # what pluggy's static look-up finds, read directly
-                options = value.__dict__.get(_IMPL_MARKER)
-                return options if isinstance(options, dict) else None
-            if not isinstance(value, (MethodType, staticmethod, classmethod)):
-                return None
-        return super().parse_hookimpl_opts(plugin, name)
+        known, options = _module_marker(plugin, name, _IMPL_MARKER)
+        return options if known else super().parse_hookimpl_opts(plugin, name)
 
     def parse_hookspec_opts(self, module_or_class: Any, name: str) -> Any:
         # the same quick look for the hook specification modules, read by every manager made
-        if type(module_or_class) is ModuleType:
-            value = module_or_class.__dict__.get(name)
-            if type(value) is FunctionType:
-                options = value.__dict__.get(_SPEC_MARKER)
-                return options if isinstance(options, dict) else None
-            if not isinstance(value, (MethodType, staticmethod, classmethod)):
-                return None
-        return super().parse_hookspec_opts(module_or_class, name)
+        known, options = _module_marker(module_or_class, name, _SPEC_MARKER)
+        return options if known else super().parse_hookspec_opts(module_or_class, name)
 
     def get_hookcallers(self, plugin: Any) -> Any:
         """pluggy's answer, found from a module's own hook functions instead of a search of
@@ -64,3 +52,18 @@ class HookRegistry(pluggy.PluginManager):
                 if caller is not None and caller not in callers:
                     callers.append(caller)
         return callers
+
+
+def _module_marker(namespace: Any, name: str, marker: str) -> tuple[bool, Any]:
+    """``(True, options or None)`` when ``name`` of a module is answered here: a plain
+    function (its marker's options, read as pluggy reads them) or anything that cannot carry
+    a marker (``None``); ``(False, None)`` leaves the look-up to pluggy."""
+    if type(namespace) is not ModuleType:
+        return False, None
+    value = namespace.__dict__.get(name)
+    if type(value) is FunctionType:
+        options = value.__dict__.get(marker)
+        return True, options if isinstance(options, dict) else None
+    if isinstance(value, (MethodType, staticmethod, classmethod)):
+        return False, None
+    return True, None
