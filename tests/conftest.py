@@ -191,9 +191,9 @@ def _remove_stale_build_locks(root: str, older_than_s: float) -> None:
 @pytest.fixture(scope="session")
 def deepspeed_ops():
     """DeepSpeed's CPU ops (a shared-memory collective, CPU Adam), built once into
-    :data:`EXTENSIONS`; returns the variables that point a child process there. A test that
-    builds them in its own process sets ``TORCH_EXTENSIONS_DIR`` from it too: each directory
-    is a build of its own (a minute or two on 2 cores), so every test shares this one."""
+    :data:`EXTENSIONS` under a lock before any test loads them (each directory is a build of
+    its own, a minute or two on 2 cores). Every process of the session already looks there
+    (``TORCH_EXTENSIONS_DIR`` above); the variables returned say so in a child's own environment."""
     if importlib.util.find_spec("deepspeed") is None:
         pytest.skip("deepspeed is not installed (pip install -c constraints.txt -e '.[deepspeed]')")
     os.makedirs(EXTENSIONS, exist_ok=True)

@@ -174,12 +174,10 @@ def test_map_pytorch_optim_to_deepspeed_refuses_what_deepspeed_has_no_cpu_optimi
 
 
 @pytest.mark.slow  # the first call builds DeepSpeed's CPU Adam extension (minutes; cached afterwards)
-def test_map_pytorch_optim_to_deepspeed_steps_like_the_torch_optimizer(request, monkeypatch):
-    from drivetrain.utils import is_deepspeed_available, map_pytorch_optim_to_deepspeed
+@pytest.mark.usefixtures("deepspeed_ops")  # CPU Adam, built once for the session (skipped without DeepSpeed)
+def test_map_pytorch_optim_to_deepspeed_steps_like_the_torch_optimizer():
+    from drivetrain.utils import map_pytorch_optim_to_deepspeed
 
-    if not is_deepspeed_available():
-        pytest.skip("DeepSpeed is not installed")
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", request.getfixturevalue("deepspeed_ops")["TORCH_EXTENSIONS_DIR"])
     torch.manual_seed(0)
     ours, theirs = Net(), Net()
     theirs.load_state_dict(ours.state_dict())

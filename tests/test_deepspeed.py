@@ -310,9 +310,8 @@ def test_wrong_accelerator_arguments(fresh_state):
 
 
 @needs_deepspeed
-@pytest.mark.usefixtures("fresh_state", "private_group")
-def test_one_process_engine_load_reads_its_model_states_once_and_reports_its_own_errors(monkeypatch, tmp_path,
-                                                                                        deepspeed_ops):
+@pytest.mark.usefixtures("fresh_state", "private_group", "deepspeed_ops")
+def test_one_process_engine_load_reads_its_model_states_once_and_reports_its_own_errors(monkeypatch, tmp_path):
     """The pre-load check's read of the model states file is what DeepSpeed loads; a keyword
     load_checkpoint does not take is refused before anything is read, and a TypeError raised
     inside DeepSpeed is reported as DeepSpeed's failure, not as a wrong keyword."""
@@ -323,7 +322,6 @@ def test_one_process_engine_load_reads_its_model_states_once_and_reports_its_own
     from drivetrain import Accelerator, DeepSpeedPlugin
     from drivetrain.errors import CheckpointError
 
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", deepspeed_ops["TORCH_EXTENSIONS_DIR"])
     accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=1))
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
