@@ -1,8 +1,10 @@
 """The parallelism_config strategy: ParallelismConfig's contract in-process, ND layouts on real
-processes (tests/scripts/check_parallelism.py: TP=2 on 2 processes; FSDP2 × TP and HSDP on 4)."""
+processes (tests/scripts/check_parallelism.py: TP=2 on 2 processes; FSDP2 × TP, HSDP and the Ulysses
+mesh groups in one launch on 4)."""
 
 from __future__ import annotations
 
+import importlib.util
 
 import pytest
 import torch
@@ -332,10 +334,16 @@ def test_checkpoints_resume_under_another_layout(tmp_path):
 
 
 @pytest.mark.multiprocess
-def test_fsdp_times_tp_and_hsdp_on_four_processes(tmp_path):
-    result = launch("check_parallelism.py", str(tmp_path), "1,2,2", "2,2,1", num_processes=4, timeout=600)
+def test_fsdp_times_tp_hsdp_and_ulysses_groups_on_four_processes(tmp_path):
+    # one launch of 4 processes: FSDP2 × TP, HSDP, then (with DeepSpeed) the Ulysses mesh groups,
+    # which match DeepSpeed's only if the mesh is laid out its way round (with 2 processes every
+    # group is [0, 1])
+    layouts = ["1,2,2", "2,2,1"] + (["ulysses:dp_shard"] if importlib.util.find_spec("deepspeed") else [])
+    result = launch("check_parallelism.py", str(tmp_path), *layouts, num_processes=4, timeout=600)
     assert_ok(result)
     assert "CHECK-PARALLELISM-OK" in result.stdout
+    if "ulysses:dp_shard" in layouts:
+        assert "CHECK-SEQUENCE-PARALLEL-MESH-OK dp_shard" in result.stdout
 
 
 # ------------------------------------------------------------------ Ulysses sequence parallelism (deepspeed)
@@ -383,14 +391,6 @@ def test_sequence_parallel_from_a_deepspeed_config_file(clean_env, tmp_path):
     assert env["PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION"] == "sdpa"
 
 
-@pytest.mark.multiprocess
-def test_ulysses_sequence_parallel_on_two_processes(tmp_path):
-    # DeepSpeed's all-to-all runs over gloo (all_to_all_single is implemented for CPU tensors)
-    result = launch("check_sequence_parallel.py", num_processes=2, timeout=400)
-    assert_ok(result)
-    assert "CHECK-SEQUENCE-PARALLEL-OK" in result.stdout
-
-
 SP_CONFIG_FILE = ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 1\n  gradient_clipping: 0.0\n"
                   "parallelism_config:\n  parallelism_config_sp_size: 2\n  parallelism_config_sp_backend: deepspeed\n"
                   "  parallelism_config_sp_attn_implementation: sdpa\n")
@@ -430,23 +430,14 @@ def test_sequence_parallel_mesh_sizes(clean_env):
 
 
 @pytest.mark.multiprocess
-def test_accelerates_sequence_parallel_recipe_on_two_processes(tmp_path):
-    # the strategy and the layout from a config file; the script uses torch_device_mesh["sp"]
+def test_ulysses_in_code_and_by_accelerates_recipe_on_two_processes(tmp_path):
+    # one launch: the layout and plugin in code, then Accelerate's recipe with the strategy and the
+    # layout from a config file (the script uses torch_device_mesh["sp"]). DeepSpeed's all-to-all
+    # runs over gloo (all_to_all_single is implemented for CPU tensors).
     path = tmp_path / "config.yaml"
     path.write_text(SP_CONFIG_FILE)
-    result = launch("check_sequence_parallel.py", "recipe", num_processes=2, launch_args=("--config-file", str(path)),
-                    timeout=400)
-    assert_ok(result)
-    assert "CHECK-SEQUENCE-PARALLEL-RECIPE-OK" in result.stdout
-
-
-@pytest.mark.multiprocess
-def test_sequence_parallel_mesh_groups_are_deepspeeds_on_four_processes(tmp_path):
-    # with 2 processes every group is [0, 1]; on 4, a mesh laid out the other way round would not match
-    path = tmp_path / "config.yaml"
-    path.write_text(SP_CONFIG_FILE.replace("  parallelism_config_sp_size: 2\n",
-                                           "  parallelism_config_sp_size: 2\n  parallelism_config_dp_shard_size: 2\n"))
-    result = launch("check_sequence_parallel.py", "mesh", "dp_shard", num_processes=4,
+    result = launch("check_sequence_parallel.py", "code", "recipe", num_processes=2,
                     launch_args=("--config-file", str(path)), timeout=400)
     assert_ok(result)
-    assert "CHECK-SEQUENCE-PARALLEL-MESH-OK dp_shard" in result.stdout
+    assert "CHECK-SEQUENCE-PARALLEL-OK" in result.stdout
+    assert "CHECK-SEQUENCE-PARALLEL-RECIPE-OK" in result.stdout

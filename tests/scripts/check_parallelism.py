@@ -8,7 +8,9 @@ processes by plain PyTorch on the whole global batch, and must agree: loss and g
 first step, weights after every step, the clipped norm. Then a checkpoint resumes exactly and
 merges (in one process, with ``merge_fsdp_weights``) to the reference's weights. Also checked:
 ranks, the device mesh, and that the data loader shards by data-parallel rank only.
-Prints CHECK-PARALLELISM-OK at the end.
+A LAYOUT ``ulysses:dp_shard`` (or ``ulysses:dp_replicate``), on 4 processes, checks DeepSpeed's
+sequence-parallel groups against the device mesh instead (``check_sequence_parallel.mesh_layout``):
+the 4-process checks share one launch. Prints CHECK-PARALLELISM-OK at the end.
 """
 
 from __future__ import annotations
@@ -156,6 +158,13 @@ def check_layout(directory: Path, sizes: tuple[int, int, int]) -> None:
 def main() -> None:
     directory = Path(sys.argv[1])
     for layout in sys.argv[2:]:
+        if layout.startswith("ulysses:"):
+            from check_sequence_parallel import mesh_layout
+
+            mesh_layout(layout.partition(":")[2], in_code=True)
+            AcceleratorState._reset_state()
+            GradientState._reset_state()
+            continue
         check_layout(directory, tuple(int(part) for part in layout.split(",")))
     if dist.get_rank() == 0:
         print("CHECK-PARALLELISM-OK")

@@ -19,9 +19,13 @@ sp_size × that process's (each process backpropagates the whole loss, then Deep
 the group): with plain SGD and no clipping, the engine's global gradient norm is 2 × the
 reference's and each step moves the weights 2 × as far.
 
-With the arguments ``mesh dp_shard`` (or ``mesh dp_replicate``), launched on 4 processes with a
-matching config file, each process's ``sp`` and ``dp`` mesh groups are checked against
-DeepSpeed's sequence-parallel group and the data-parallel replicas.
+With the arguments ``mesh dp_shard`` (or ``mesh dp_replicate``), on 4 processes, each process's
+``sp`` and ``dp`` mesh groups are checked against DeepSpeed's sequence-parallel group and the
+data-parallel replicas (:func:`mesh_layout`, also called by ``check_parallelism.py``).
+
+Several checks share one launch (processes cost seconds to start): ``code recipe`` runs the
+in-code check (the default when no argument is given), then the recipe, the state reset
+between them. The in-code plugin and layout take precedence over the config file's.
 """
 
 from __future__ import annotations
@@ -174,11 +178,12 @@ def recipe() -> None:
     accelerator.print("CHECK-SEQUENCE-PARALLEL-RECIPE-OK")
 
 
-def mesh_layout() -> None:
-    """On 4 processes: each process's mesh groups against DeepSpeed's, for sp × dp_shard and sp × dp_replicate."""
-    dp_dimension = sys.argv[2]
+def mesh_layout(dp_dimension: str, in_code: bool = False) -> None:
+    """On 4 processes: each process's mesh groups against DeepSpeed's, for sp × dp_shard and sp × dp_replicate.
+    ``in_code``: the deepspeed strategy from a plugin passed in code rather than the launcher's config file."""
     model, _reference, loader = model_reference_and_loader()
-    accelerator = Accelerator(parallelism_config=ParallelismConfig(sp_size=2, **{f"{dp_dimension}_size": 2}))
+    extra = {"deepspeed_plugin": DeepSpeedPlugin(zero_stage=1)} if in_code else {}
+    accelerator = Accelerator(parallelism_config=ParallelismConfig(sp_size=2, **{f"{dp_dimension}_size": 2}), **extra)
     accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=LR), loader)
     from drivetrain_deepspeed.sequence_parallel import sequence_parallel_group
 
@@ -191,5 +196,18 @@ def mesh_layout() -> None:
     accelerator.print(f"CHECK-SEQUENCE-PARALLEL-MESH-OK {dp_dimension}")
 
 
+def reset() -> None:
+    from drivetrain.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state()
+    GradientState._reset_state()
+
+
 if __name__ == "__main__":
-    {"recipe": recipe, "mesh": mesh_layout}.get(sys.argv[1] if sys.argv[1:] else "", main)()
+    if sys.argv[1:2] == ["mesh"]:
+        mesh_layout(sys.argv[2])
+    else:
+        for index, check in enumerate(sys.argv[1:] or ["code"]):
+            if index:
+                reset()
+            {"code": main, "recipe": recipe}[check]()
