@@ -182,33 +182,103 @@ EXTENSIONS = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
 os.environ["TORCH_EXTENSIONS_DIR"] = EXTENSIONS
 
 
-def _remove_stale_build_locks(root: str, older_than_s: float) -> None:
-    for lock in Path(root).glob("*/lock"):
-        if time.time() - lock.stat().st_mtime > older_than_s:
-            lock.unlink(missing_ok=True)
+_BUILD_CODE = """
+import fcntl, glob, os, sys, time
+root = sys.argv[1]
+with open(os.path.join(root, ".build.flock"), "w") as guard:
+    # torch's build lock is a plain file: a process killed while building or loading leaves it,
+    # and every later load waits on it forever. Builds are serialised by this flock (released by
+    # the kernel when its holder dies), so an old torch lock is a leftover.
+    fcntl.flock(guard, fcntl.LOCK_EX)
+    for lock in glob.glob(os.path.join(root, "*", "lock")):
+        if time.time() - os.stat(lock).st_mtime > float(sys.argv[2]):
+            os.unlink(lock)
+    from deepspeed.accelerator import get_accelerator
+    for name in ("ShareMemCommBuilder", "CPUAdamBuilder"):
+        get_accelerator().create_op_builder(name).load(verbose=False)
+"""
+
+
+class _OpsBuild:
+    """The build of DeepSpeed's CPU ops into :data:`EXTENSIONS`, in a child process.
+
+    Started in the background when the session collects a test that needs the ops: at a lower
+    priority, it takes the CPU time the tests that run before them leave (those tests run last,
+    see ``pytest_collection_modifyitems``) instead of stalling the session for minutes when the
+    first of them starts. Already built, it only loads them (seconds)."""
+
+    process: subprocess.Popen | None = None
+    started = 0.0
+
+    @classmethod
+    def start(cls, background: bool, stale_after_s: float = 600) -> None:
+        if cls.process is not None:
+            return
+        os.makedirs(EXTENSIONS, exist_ok=True)
+        env = dict(os.environ, TORCH_EXTENSIONS_DIR=EXTENSIONS, DS_ACCELERATOR="cpu")
+        cls.started = time.monotonic()
+        cls.process = subprocess.Popen(
+            [sys.executable, "-c", _BUILD_CODE, EXTENSIONS, str(stale_after_s)], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            preexec_fn=(lambda: os.nice(10)) if background else None)
+
+    @classmethod
+    def wait(cls) -> None:
+        cls.start(background=False)
+        output, _ = cls.process.communicate(timeout=1500)
+        assert cls.process.returncode == 0, output[-3000:]
+        print(f"DeepSpeed ops ready {time.monotonic() - cls.started:.0f}s after the build started ({EXTENSIONS})")
+
+    @classmethod
+    def stop(cls) -> None:
+        """An interrupted session: the build ends with it, and its torch lock goes with it (the
+        flock, taken after the builder is gone, shows that no other build holds one)."""
+        if cls.process is None or cls.process.poll() is not None:
+            return
+        cls.process.kill()
+        cls.process.wait()
+        with open(os.path.join(EXTENSIONS, ".build.flock"), "w") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            for lock in Path(EXTENSIONS).glob("*/lock"):
+                lock.unlink(missing_ok=True)
+
+
+def _runs_deepspeed(item: pytest.Item) -> bool:
+    return "optional_deepspeed_ops" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what will not run
+def pytest_collection_modifyitems(config, items):
+    """The tests that need DeepSpeed's ops run last, and the ops are built meanwhile."""
+    if config.option.collectonly or importlib.util.find_spec("deepspeed") is None:
+        return
+    late = [item for item in items if _runs_deepspeed(item)]
+    if late:
+        items[:] = [item for item in items if not _runs_deepspeed(item)] + late
+        _OpsBuild.start(background=True)
+
+
+def pytest_unconfigure(config):
+    _OpsBuild.stop()
 
 
 @pytest.fixture(scope="session")
-def deepspeed_ops():
+def optional_deepspeed_ops() -> dict[str, str] | None:
     """DeepSpeed's CPU ops (a shared-memory collective, CPU Adam), built once into
     :data:`EXTENSIONS` under a lock before any test loads them (each directory is a build of
-    its own, a minute or two on 2 cores). Every process of the session already looks there
-    (``TORCH_EXTENSIONS_DIR`` above); the variables returned say so in a child's own environment."""
+    its own, a minute or two on 2 cores); None without DeepSpeed. Every process of the session
+    already looks there (``TORCH_EXTENSIONS_DIR`` above); the variables returned say so in a
+    child's own environment. Every test that runs DeepSpeed asks for it, or for
+    ``deepspeed_ops``: it orders the session (see above)."""
     if importlib.util.find_spec("deepspeed") is None:
-        pytest.skip("deepspeed is not installed (pip install -c constraints.txt -e '.[deepspeed]')")
-    os.makedirs(EXTENSIONS, exist_ok=True)
-    code = ("from deepspeed.accelerator import get_accelerator\n"
-            "for name in ('ShareMemCommBuilder', 'CPUAdamBuilder'):\n"
-            "    get_accelerator().create_op_builder(name).load(verbose=False)\n")
-    env = dict(os.environ, TORCH_EXTENSIONS_DIR=EXTENSIONS, DS_ACCELERATOR="cpu")
-    started = time.monotonic()
-    with open(os.path.join(EXTENSIONS, ".build.flock"), "w") as guard:
-        # torch's build lock is a plain file: a process killed while building or loading leaves it,
-        # and every later load waits on it forever. Builds started here are serialised by this
-        # flock (released by the kernel when its holder dies), so an old torch lock is a leftover.
-        fcntl.flock(guard, fcntl.LOCK_EX)
-        _remove_stale_build_locks(EXTENSIONS, older_than_s=600)
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1500)
-    assert result.returncode == 0, result.stderr[-3000:]
-    print(f"DeepSpeed ops ready in {time.monotonic() - started:.0f}s ({EXTENSIONS})")
+        return None
+    _OpsBuild.wait()
     return {"TORCH_EXTENSIONS_DIR": EXTENSIONS}
+
+
+@pytest.fixture(scope="session")
+def deepspeed_ops(optional_deepspeed_ops) -> dict[str, str]:
+    """:func:`optional_deepspeed_ops`, the test skipped without DeepSpeed."""
+    if optional_deepspeed_ops is None:
+        pytest.skip("deepspeed is not installed (pip install -c constraints.txt -e '.[deepspeed]')")
+    return optional_deepspeed_ops

@@ -140,13 +140,13 @@ def _assert_same(straight, other, what):
 @pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["fsdp2", pytest.param("deepspeed", marks=needs_deepspeed)])
-def test_a_killed_rank_is_restarted_and_ends_bitwise_equal(tmp_path, strategy, request, uninterrupted):
+def test_a_killed_rank_is_restarted_and_ends_bitwise_equal(tmp_path, strategy, optional_deepspeed_ops, uninterrupted):
     """Rank 1 dies after step 8 (checkpoints every 3 steps): the launcher restarts every worker,
     they resume from checkpoint 6 and end with the parameters of the run that never failed.
     Under DeepSpeed (ZeRO-2) rank 1's last stderr line is a library's warning: the report must
     not give it as the reason rank 1 ended. (DDP's restart and resume are the restarted
     machine's below, and test_resume_multiprocess's: one launch fewer here.)"""
-    env = request.getfixturevalue("deepspeed_ops") if strategy == "deepspeed" else None
+    env = optional_deepspeed_ops if strategy == "deepspeed" else None
     restarted = tmp_path / "restarted"
     result = launch(SCRIPT, str(restarted), strategy, "--crash-after", "8", launch_args=("--max-restarts", "1"),
                     env=env)

@@ -4,8 +4,6 @@ mesh groups in one launch on 4)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
@@ -334,11 +332,11 @@ def test_checkpoints_resume_under_another_layout(tmp_path):
 
 
 @pytest.mark.multiprocess
-def test_fsdp_times_tp_hsdp_and_ulysses_groups_on_four_processes(tmp_path):
+def test_fsdp_times_tp_hsdp_and_ulysses_groups_on_four_processes(tmp_path, optional_deepspeed_ops):
     # one launch of 4 processes: FSDP2 × TP, HSDP, then (with DeepSpeed) the Ulysses mesh groups,
     # which match DeepSpeed's only if the mesh is laid out its way round (with 2 processes every
     # group is [0, 1])
-    layouts = ["1,2,2", "2,2,1"] + (["ulysses:dp_shard"] if importlib.util.find_spec("deepspeed") else [])
+    layouts = ["1,2,2", "2,2,1"] + (["ulysses:dp_shard"] if optional_deepspeed_ops else [])
     result = launch("check_parallelism.py", str(tmp_path), *layouts, num_processes=4, timeout=600)
     assert_ok(result)
     assert "CHECK-PARALLELISM-OK" in result.stdout
@@ -430,7 +428,7 @@ def test_sequence_parallel_mesh_sizes(clean_env):
 
 
 @pytest.mark.multiprocess
-def test_ulysses_in_code_and_by_accelerates_recipe_on_two_processes(tmp_path):
+def test_ulysses_in_code_and_by_accelerates_recipe_on_two_processes(tmp_path, deepspeed_ops):
     # one launch: the layout and plugin in code, then Accelerate's recipe with the strategy and the
     # layout from a config file (the script uses torch_device_mesh["sp"]). DeepSpeed's all-to-all
     # runs over gloo (all_to_all_single is implemented for CPU tensors).
