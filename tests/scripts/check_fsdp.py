@@ -1,15 +1,14 @@
 """Launched on 2 processes: the fsdp strategy, FSDP1 and/or FSDP2 (first argument), over gloo.
 
     check_fsdp.py VERSIONS DIRECTORY            2 processes: training, checkpoints, options
-    check_fsdp.py VERSIONS DIRECTORY --single   1 process: load what the 2 processes saved
     check_fsdp.py VERSION DIRECTORY --offload   1 process on an accelerator: CPU offload
     check_fsdp.py VERSION DIRECTORY --from-launch  options from the launcher (config file, flags)
 
 VERSIONS is ``1``, ``2`` or ``1,2``: both versions in one launch share its start-up and its DDP
 references, and each works in DIRECTORY/fsdpN. References are computed in the same processes
 with plain PyTorch DDP on the same model and data. The 2-process run leaves in DIRECTORY/fsdpN a
-sharded checkpoint and the full weights and outputs it expects, which the 1-process run and
-the test (through merge-weights) read back. Prints CHECK-FSDP-OK at the end.
+sharded checkpoint and the full weights and outputs it expects, which the test reads back in
+its own process (:func:`single_process`) and through merge-weights. Prints CHECK-FSDP-OK at the end.
 """
 
 from __future__ import annotations
@@ -425,7 +424,7 @@ def check_activation_checkpointing_and_prefetch(version: int, reference) -> None
 
 
 def single_process(version: int, directory: str) -> None:
-    """1 process: the 2-process sharded checkpoint loads, and gives the saved weights."""
+    """1 process (the test's own): the 2-process sharded checkpoint loads, and gives the saved weights."""
     from safetensors.torch import load_file
 
     expected = load_file(os.path.join(directory, "expected.safetensors"))
@@ -482,11 +481,6 @@ def main() -> None:
         return
     if "--offload" in sys.argv:
         offload(versions[0])
-        print("CHECK-FSDP-OK rank 0", flush=True)
-        return
-    if "--single" in sys.argv:
-        for version in versions:
-            single_process(version, os.path.join(directory, f"fsdp{version}"))
         print("CHECK-FSDP-OK rank 0", flush=True)
         return
     accelerator = Accelerator()  # joins the process group for the DDP references
