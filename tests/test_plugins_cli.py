@@ -58,20 +58,38 @@ def test_list_does_not_import_torch_even_with_broken_plugins(template_site, brok
 
 def test_a_built_in_command_imports_neither_the_other_commands_nor_the_plugins_commands():
     # `drivetrain plugins list` builds its own parser alone: no launch/config modules, and no
-    # plugin command (the fsdp plugin's needs yaml), nor what only a launch needs
+    # plugin command (the fsdp plugin's needs yaml), nor what only a launch needs, nor the
+    # shutil that argparse imports for the terminal's width
     code = (
         "import sys, io, contextlib\n"
         "from drivetrain.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    assert main(['plugins', 'list']) == 0\n"
         "print(sorted(m for m in ('drivetrain.cli.launch_cmd', 'drivetrain.cli.config_cmd', 'yaml', "
-        "'drivetrain_fsdp.commands', 'drivetrain.runtime.process_exits') if m in sys.modules))\n"
+        "'drivetrain_fsdp.commands', 'drivetrain.runtime.process_exits', 'shutil') if m in sys.modules))\n"
     )
     import subprocess
 
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("columns", [None, "57", "0", "wide"])
+def test_help_is_as_wide_as_argparse_makes_it(clean_env, columns):
+    import argparse
+
+    from drivetrain.cli.help_width import HelpFormatter
+    from drivetrain.cli.main import build_parser
+
+    if columns is None:
+        clean_env.delenv("COLUMNS", raising=False)
+    else:
+        clean_env.setenv("COLUMNS", columns)
+    assert HelpFormatter("drivetrain")._width == argparse.HelpFormatter("drivetrain")._width
+    parser = build_parser()
+    plugins = parser._subparsers._group_actions[0].choices["plugins"]
+    assert parser.formatter_class is HelpFormatter and plugins.formatter_class is HelpFormatter
 
 
 def test_help_still_lists_every_command_and_the_plugins_commands(cli):

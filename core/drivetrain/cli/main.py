@@ -14,6 +14,7 @@ from typing import Sequence
 
 from ..kernel.errors import DrivetrainError
 from ..kernel.version import __version__
+from .help_width import ArgumentParser
 from .json_output import json_only_stdout
 
 # command name -> module in drivetrain.cli that defines add_parser(subparsers)
@@ -26,7 +27,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     A built-in command's name is never a plugin's, so running one (``drivetrain plugins
     list``) needs neither the other commands' modules nor the plugins' commands.
     """
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="drivetrain",
         description="Run one PyTorch script anywhere; every backend is a plugin.",
     )
