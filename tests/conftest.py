@@ -6,8 +6,10 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -208,35 +210,45 @@ class _OpsBuild:
     first of them starts. Already built, it only loads them (seconds)."""
 
     process: subprocess.Popen | None = None
+    output = None  # a temporary file: a pipe nobody reads while the build runs could fill and stall it
     started = 0.0
+    STALE_LOCK_S = 600  # a torch lock file older than this, found under the flock, is a leftover
 
     @classmethod
-    def start(cls, background: bool, stale_after_s: float = 600) -> None:
+    def start(cls, background: bool) -> None:
         if cls.process is not None:
             return
         os.makedirs(EXTENSIONS, exist_ok=True)
         env = dict(os.environ, TORCH_EXTENSIONS_DIR=EXTENSIONS, DS_ACCELERATOR="cpu")
         cls.started = time.monotonic()
+        cls.output = tempfile.TemporaryFile("w+")
         cls.process = subprocess.Popen(
-            [sys.executable, "-c", _BUILD_CODE, EXTENSIONS, str(stale_after_s)], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [sys.executable, "-c", _BUILD_CODE, EXTENSIONS, str(cls.STALE_LOCK_S)], env=env,
+            stdout=cls.output, stderr=subprocess.STDOUT, text=True, start_new_session=True,
             preexec_fn=(lambda: os.nice(10)) if background else None)
 
     @classmethod
     def wait(cls) -> None:
         cls.start(background=False)
-        output, _ = cls.process.communicate(timeout=1500)
-        assert cls.process.returncode == 0, output[-3000:]
+        cls.process.wait(timeout=1500)
+        cls.output.seek(0)
+        assert cls.process.returncode == 0, cls.output.read()[-3000:]
         print(f"DeepSpeed ops ready {time.monotonic() - cls.started:.0f}s after the build started ({EXTENSIONS})")
 
     @classmethod
     def stop(cls) -> None:
         """An interrupted session: the build ends with it, and its torch lock goes with it (the
-        flock, taken after the builder is gone, shows that no other build holds one)."""
+        flock, taken after the builder is gone, shows that no other build holds one). SIGTERM
+        first, to the builder's process group: ninja ends the compilers it started, each in a
+        group of its own, only when it can handle the signal."""
         if cls.process is None or cls.process.poll() is not None:
             return
-        cls.process.kill()
-        cls.process.wait()
+        os.killpg(cls.process.pid, signal.SIGTERM)
+        try:
+            cls.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(cls.process.pid, signal.SIGKILL)
+            cls.process.wait()
         with open(os.path.join(EXTENSIONS, ".build.flock"), "w") as guard:
             fcntl.flock(guard, fcntl.LOCK_EX)
             for lock in Path(EXTENSIONS).glob("*/lock"):
