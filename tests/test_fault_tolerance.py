@@ -223,6 +223,11 @@ def test_a_stopped_rank_under_a_timeout_is_named_and_the_job_restarts(tmp_path):
 class _Machines:
     """``drivetrain launch`` twice on this host as machines 0 and 1 of one job (c10d rendezvous)."""
 
+    # A killed launcher stays a member of the rendezvous until its heartbeats are missed
+    # keep_alive_max_attempt times: 15 s with torch's defaults (every 5 s, 3 times), most of
+    # what a restarted machine waited for. Every second, 5 times: the same check, sooner.
+    RENDEZVOUS_CONF = "keep_alive_interval=1,keep_alive_max_attempt=5"
+
     def __init__(self, out, *launch_args: str) -> None:
         import socket
 
@@ -241,7 +246,8 @@ class _Machines:
         self.procs[rank] = subprocess.Popen(
             [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", "--num-machines", "2",
              "--machine-rank", str(rank), "--main-process-ip", "127.0.0.1", "--main-process-port", str(self.port),
-             "--rdzv-backend", "c10d", "--rdzv-timeout", "60", *self.launch_args, str(SCRIPTS / SCRIPT),
+             "--rdzv-backend", "c10d", "--rdzv-timeout", "60", "--rdzv-conf", self.RENDEZVOUS_CONF, *self.launch_args,
+             str(SCRIPTS / SCRIPT),
              str(self.out), "ddp", "--step-seconds", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env=clean_environ())
         return self.procs[rank]
