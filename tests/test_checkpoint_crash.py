@@ -81,10 +81,12 @@ class _Forking:
         self.process.stdin.flush()
         child = self.output.wait_for(lambda lines: any(line.startswith("CHILD") for line in lines), since)
         pid = int(next(line for line in child if line.startswith("CHILD")).split()[1])
-        self.output.wait_for(_saved(saves_before_kill), since)
+        ended = f"ENDED {pid}\n"
+        lines = self.output.wait_for(lambda lines: _saved(saves_before_kill)(lines) or ended in lines, since)
+        assert ended not in lines, "the training child stopped before being killed:\n" + "".join(lines)
         time.sleep(rng.uniform(0, 0.25))  # land anywhere in the next step or save
         _kill_tree(pid)
-        return self.output.wait_for(lambda lines: f"ENDED {pid}\n" in lines, since)
+        return self.output.wait_for(lambda lines: ended in lines, since)
 
     def __enter__(self) -> "_Forking":
         return self
