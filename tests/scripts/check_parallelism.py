@@ -161,7 +161,7 @@ def main() -> None:
         if layout.startswith("ulysses:"):
             from check_sequence_parallel import mesh_layout
 
-            mesh_layout(layout.partition(":")[2], in_code=True)
+            mesh_layout(layout.partition(":")[2])
             AcceleratorState._reset_state()
             GradientState._reset_state()
             continue

@@ -19,9 +19,9 @@ sp_size × that process's (each process backpropagates the whole loss, then Deep
 the group): with plain SGD and no clipping, the engine's global gradient norm is 2 × the
 reference's and each step moves the weights 2 × as far.
 
-With the arguments ``mesh dp_shard`` (or ``mesh dp_replicate``), on 4 processes, each process's
-``sp`` and ``dp`` mesh groups are checked against DeepSpeed's sequence-parallel group and the
-data-parallel replicas (:func:`mesh_layout`, also called by ``check_parallelism.py``).
+On 4 processes, :func:`mesh_layout` (called by ``check_parallelism.py``, in its launch of 4)
+checks each process's ``sp`` and ``dp`` mesh groups against DeepSpeed's sequence-parallel group
+and the data-parallel replicas.
 
 Several checks share one launch (processes cost seconds to start): ``code recipe`` runs the
 in-code check (the default when no argument is given), then the recipe, the state reset
@@ -178,12 +178,11 @@ def recipe() -> None:
     accelerator.print("CHECK-SEQUENCE-PARALLEL-RECIPE-OK")
 
 
-def mesh_layout(dp_dimension: str, in_code: bool = False) -> None:
-    """On 4 processes: each process's mesh groups against DeepSpeed's, for sp × dp_shard and sp × dp_replicate.
-    ``in_code``: the deepspeed strategy from a plugin passed in code rather than the launcher's config file."""
+def mesh_layout(dp_dimension: str) -> None:
+    """On 4 processes: each process's mesh groups against DeepSpeed's, for sp × dp_shard and sp × dp_replicate."""
     model, _reference, loader = model_reference_and_loader()
-    extra = {"deepspeed_plugin": DeepSpeedPlugin(zero_stage=1)} if in_code else {}
-    accelerator = Accelerator(parallelism_config=ParallelismConfig(sp_size=2, **{f"{dp_dimension}_size": 2}), **extra)
+    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=1),
+                              parallelism_config=ParallelismConfig(sp_size=2, **{f"{dp_dimension}_size": 2}))
     accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=LR), loader)
     from drivetrain_deepspeed.sequence_parallel import sequence_parallel_group
 
@@ -204,10 +203,7 @@ def reset() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["mesh"]:
-        mesh_layout(sys.argv[2])
-    else:
-        for index, check in enumerate(sys.argv[1:] or ["code"]):
-            if index:
-                reset()
-            {"code": main, "recipe": recipe}[check]()
+    for index, check in enumerate(sys.argv[1:] or ["code"]):
+        if index:
+            reset()
+        {"code": main, "recipe": recipe}[check]()
