@@ -243,8 +243,8 @@ def _require_usable(manager: PluginManager, plugin: str, kind: str, name: str) -
 
 
 def choose_platform(manager: PluginManager, requests: Requests) -> tuple[Candidate, str]:
-    platforms = probe_all(manager, "drivetrain_register_platforms", "platform")
     wanted = CPU_PLATFORM if requests.cpu else requests.platform
+    platforms = probe_all(manager, "drivetrain_register_platforms", "platform", only=wanted)
     if wanted:
         _named(manager, "drivetrain_register_platforms", "platform", wanted)
         for candidate in platforms:

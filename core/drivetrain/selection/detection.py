@@ -63,9 +63,13 @@ def ask(manager: PluginManager, plugin_name: str, probe: Any) -> Probe:
     return answer
 
 
-def probe_all(manager: PluginManager, hook_name: str, kind: str) -> list[Candidate]:
+def probe_all(manager: PluginManager, hook_name: str, kind: str, only: str | None = None) -> list[Candidate]:
+    """Every candidate of ``hook_name``, probed; with ``only``, just those of that name (a
+    probe can import a library as large as torch, and a named choice needs no other)."""
     candidates = []
     for plugin_name, spec in manager.registrations(hook_name):
+        if only is not None and spec.name.lower() != only.lower():
+            continue
         record = manager.records[plugin_name]
         if not record.usable:
             candidates.append(Candidate(kind, spec.name, plugin_name, spec.priority, False, record.reason, spec))
