@@ -1,4 +1,4 @@
-"""Real jobs: `drivetrain launch` over torchrun, two "machines" on one host, plain torchrun,
+"""Real jobs: `drivetrain launch` on one machine and over torchrun, two "machines" on one host, plain torchrun,
 SLURM- and MPI-style processes, failures and hangs, `drivetrain env` / `drivetrain test`,
 and the Python launchers (notebook_launcher, debug_launcher)."""
 
@@ -59,14 +59,30 @@ def test_two_machines_on_one_host_meet_on_localhost(tmp_path):
     assert {v["cluster"] for v in seen} == {"torchelastic"}
 
 
-def test_a_script_started_by_plain_torchrun_is_detected(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                             str(SCRIPTS / "check_cluster.py")], capture_output=True, text=True, timeout=240,
-                            env=clean_environ(HF_HOME=str(tmp_path), DRIVETRAIN_USE_CPU="1"))  # gloo, GPU or not
-    assert_ok(result)
-    seen = views(result.stdout)
-    assert [(v["cluster"], v["rank"], v["world_size"], v["distributed_type"], v["sum"]) for v in seen] == [
-        ("torchelastic", 0, 2, "MULTI_CPU", 3.0), ("torchelastic", 1, 2, "MULTI_CPU", 3.0)]
+def test_plain_torchrun_and_the_local_launcher_give_workers_the_same_job(tmp_path):
+    # Plain torchrun's workers are detected as a torchelastic job; drivetrain's own launcher
+    # for one machine starts its workers without torch's agent, and without torch in the
+    # launcher, yet sets every variable the agent sets, with the same values where they are not
+    # per-job (the port, the run id).
+    plain = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                            str(SCRIPTS / "check_cluster.py")], capture_output=True, text=True, timeout=240,
+                           env=clean_environ(HF_HOME=str(tmp_path), DRIVETRAIN_USE_CPU="1"))  # gloo, GPU or not
+    assert_ok(plain)
+    ours = launch("check_cluster.py", env={"HF_HOME": str(tmp_path)})
+    assert_ok(ours)
+    torchrun_seen, local_seen = views(plain.stdout), views(ours.stdout)
+    for seen in (torchrun_seen, local_seen):
+        assert [(v["cluster"], v["rank"], v["world_size"], v["distributed_type"], v["sum"]) for v in seen] == [
+            ("torchelastic", 0, 2, "MULTI_CPU", 3.0), ("torchelastic", 1, 2, "MULTI_CPU", 3.0)]
+    per_job = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE")
+    for agent, local in zip(torchrun_seen, local_seen):
+        assert set(agent["agent_variables"]) == set(local["agent_variables"])
+        assert all(value is not None for value in local["agent_variables"].values()), local
+        same = {name: value for name, value in agent["agent_variables"].items() if name not in per_job}
+        assert same == {name: local["agent_variables"][name] for name in same}
+    if sys.platform.startswith("linux"):
+        assert [v["parent_has_torch"] for v in torchrun_seen] == [True, True]  # the check can see torch
+        assert [v["parent_has_torch"] for v in local_seen] == [False, False]
 
 
 @pytest.mark.parametrize("flavour", ["slurm"])  # MPI, Kubernetes: from their variables in test_selection.py

@@ -4,6 +4,7 @@ fails before a process would be started, so a started process means the check is
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 
 import pytest
@@ -189,7 +190,10 @@ def test_mpirun_hostfile_picks_the_mpirun_launcher():
     assert choose_launcher(args)[0] == "mpirun"
     args = parser.parse_args(["--cpu", "--num_processes", "2", "train.py"])
     args.num_machines = 1
-    assert choose_launcher(args)[0] == "torchrun"
+    assert choose_launcher(args)[0] == "local"  # one machine: no elastic agent needed
+    for option, value in (("tee", "3"), ("log_dir", "logs"), ("rdzv_backend", "c10d"), ("num_machines", 2)):
+        changed = argparse.Namespace(**{**vars(args), option: value})
+        assert choose_launcher(changed)[0] == "torchrun", option  # what only the agent does
 
 
 def test_multi_gpu_without_a_gpu_starts_cpu_processes_with_one_warning(capsys):

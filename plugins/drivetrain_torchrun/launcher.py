@@ -21,6 +21,20 @@ def _target(args: argparse.Namespace) -> list[str]:
     return ["-m", CHILD, "--module" if args.module else "--script", args.training_script, *args.training_script_args]
 
 
+def worker_command(args: argparse.Namespace) -> list[str]:
+    """What each worker runs, as torchrun runs it: ``python -u`` (output unbuffered) unless ``--no-python``."""
+    return _target(args) if args.no_python else [sys.executable, "-u", *_target(args)]
+
+
+def collective_limit(args: argparse.Namespace) -> float:
+    """How long a rank left stopped once the others ended is given before it is killed: the
+    run's collective timeout when given at launch (the launcher cannot see one set in the script)."""
+    try:
+        return float(getattr(args, "timeout", None) or os.environ.get("DRIVETRAIN_TIMEOUT") or DEFAULT_TIMEOUT_S)
+    except ValueError:  # a bad variable is the workers' error to report
+        return DEFAULT_TIMEOUT_S
+
+
 def rendezvous_conf(args: argparse.Namespace, timeout_key: str) -> str:
     """``--rdzv-conf`` with ``--rdzv-timeout`` as the rendezvous back-end's ``timeout_key``
     (unless the user's own ``--rdzv-conf`` sets it): torch would wait 10 minutes or more."""
@@ -126,7 +140,7 @@ class _NoClosingNotes(logging.Filter):
         return not (message.startswith("Sending process") or "death signal" in message)
 
 
-def _stopped(signum: int) -> int:
+def stopped(signum: int) -> int:
     import signal
 
     try:
@@ -194,14 +208,8 @@ def launch_torchrun(args: argparse.Namespace) -> int:
     quiet_stop = _NoClosingNotes()
     for logger in notes:
         logger.addFilter(quiet_stop)
-    # A rank left stopped once the others ended is killed after the collective timeout (the run's
-    # own when given at launch; the launcher cannot see one set in the script).
-    try:
-        limit = float(getattr(args, "timeout", None) or os.environ.get("DRIVETRAIN_TIMEOUT") or DEFAULT_TIMEOUT_S)
-    except ValueError:  # a bad variable is the workers' error to report
-        limit = DEFAULT_TIMEOUT_S
     with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors, \
-            AttemptWatchers(errors, stopped_limit=limit) as attempts, \
+            AttemptWatchers(errors, stopped_limit=collective_limit(args)) as attempts, \
             _heartbeat(args, lambda: bool(attempts.watchers)) as heartbeat:
         os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it, per attempt
         agent_exits = _AgentExits(attempts)
@@ -221,7 +229,7 @@ def launch_torchrun(args: argparse.Namespace) -> int:
                 print(rendezvous_failure(args, error), file=sys.stderr)
             return 1
         except SignalException as stop:  # Ctrl-C or SIGTERM: torch's agent has ended the workers
-            return _stopped(int(stop.sigval))
+            return stopped(int(stop.sigval))
         finally:
             os.environ.pop(ERRORS_DIR_VARIABLE, None)
             if own_store:
@@ -229,11 +237,16 @@ def launch_torchrun(args: argparse.Namespace) -> int:
             notes[0].removeHandler(agent_exits)
             for logger in notes:
                 logger.removeFilter(quiet_stop)
-        attempts.__exit__()
-        earlier = attempts.report()
-        if earlier:  # the job recovered: say from what
-            print(earlier.splitlines()[0] + f"; attempt {max(attempts.watchers) + 1} succeeded", file=sys.stderr)
+        report_recovery(attempts)
     return 0
+
+
+def report_recovery(attempts) -> None:
+    """After a job that succeeded: one line on the attempts that failed before, if any."""
+    attempts.__exit__()
+    earlier = attempts.report()
+    if earlier:
+        print(earlier.splitlines()[0] + f"; attempt {max(attempts.watchers) + 1} succeeded", file=sys.stderr)
 
 
 def launch_single(args: argparse.Namespace) -> int:
@@ -259,7 +272,7 @@ def launch_single(args: argparse.Namespace) -> int:
         recorded = recorded_failures(errors)
         last = last_stderr_line(errors, 0)
     if received:
-        return _stopped(received[0])
+        return stopped(received[0])
     if code != 0:
         error = next(iter(recorded.values()), (0, ""))[1] or last
         print(f"drivetrain launch: the process {describe_exit(code)}" + (f": {error}" if error else ""),
