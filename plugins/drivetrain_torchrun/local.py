@@ -147,26 +147,31 @@ class LocalAttempt:
                 self.end(signal.SIGTERM)
 
     def _watch(self) -> dict[int, WorkerFailure]:
-        # A failure is acted on at the poll after the one that saw it, as torch's agent does in
-        # effect: by then the exit watcher has ended a stopped rank, which then counts as failed.
-        settling = False
         while True:
             if self.signals.received:
                 signum = self.signals.received[0]
                 self.end(signum)
                 raise Stopped(signum)
-            codes = {rank: worker.poll() for rank, worker in self.workers.items()}
-            now = time.time()
-            for rank, code in codes.items():
-                if code is not None and rank not in self._told:  # polling collected it: the watcher may not have seen it
-                    self._told.add(rank)
-                    self.watchers.note_reaped(self.workers[rank].pid, code)
-            failed = {rank: WorkerFailure(rank, self.workers[rank].pid, code, now)
-                      for rank, code in codes.items() if code not in (None, 0)}
-            if (failed and settling) or all(code == 0 for code in codes.values()):
-                return failed
-            settling = bool(failed)
+            failed = self._failures()
+            if failed:
+                # as torch's agent does: the others are ended, and those that end badly count too
+                self.end(signal.SIGTERM)
+                return {**self._failures(), **failed}
+            if all(worker.returncode == 0 for worker in self.workers.values()):
+                return {}
             self.signals.wait(self.args.monitor_interval)
+
+    def _failures(self) -> dict[int, WorkerFailure]:
+        """The ranks that have ended badly so far (each end also told to the exit watchers)."""
+        now, failed = time.time(), {}
+        for rank, worker in self.workers.items():
+            code = worker.poll()
+            if code is not None and rank not in self._told:  # polling collected it: the watcher may not have seen it
+                self._told.add(rank)
+                self.watchers.note_reaped(worker.pid, code)
+            if code not in (None, 0):
+                failed[rank] = WorkerFailure(rank, worker.pid, code, now)
+        return failed
 
     def end(self, signum: int) -> None:
         """Every worker still running gets ``signum`` (its whole session), then SIGKILL after the grace period."""
