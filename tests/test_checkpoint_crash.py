@@ -81,12 +81,16 @@ class _Forking:
         self.process.stdin.flush()
         child = self.output.wait_for(lambda lines: any(line.startswith("CHILD") for line in lines), since)
         pid = int(next(line for line in child if line.startswith("CHILD")).split()[1])
-        ended = f"ENDED {pid}\n"
-        lines = self.output.wait_for(lambda lines: _saved(saves_before_kill)(lines) or ended in lines, since)
-        assert ended not in lines, "the training child stopped before being killed:\n" + "".join(lines)
+        # a child killed in the middle of a line leaves it without its newline, and the parent's
+        # ENDED is written after it on the same line
+        def ended(lines: list[str]) -> bool:
+            return any(line.endswith(f"ENDED {pid}\n") for line in lines)
+
+        lines = self.output.wait_for(lambda lines: _saved(saves_before_kill)(lines) or ended(lines), since)
+        assert not ended(lines), "the training child stopped before being killed:\n" + "".join(lines)
         time.sleep(rng.uniform(0, 0.25))  # land anywhere in the next step or save
         _kill_tree(pid)
-        return self.output.wait_for(lambda lines: ended in lines, since)
+        return self.output.wait_for(ended, since)
 
     def __enter__(self) -> "_Forking":
         return self
