@@ -141,6 +141,57 @@ def test_wrong_hook_signature_is_refused():
     assert "badsig" not in manager.modules
 
 
+def test_a_registration_refused_part_way_leaves_no_hook_behind():
+    # pluggy before 1.7 stops at the first bad hook and keeps the plugin's name; unregistering
+    # must then find only the hooks it added (it raises for a caller without the plugin)
+    import types
+
+    import pluggy
+
+    from drivetrain import hookspecs
+    from drivetrain.kernel.hook_registry import HookRegistry
+
+    @hookimpl
+    def drivetrain_register_platforms(colour):
+        return []
+
+    module = types.ModuleType("half_registered")
+    module.drivetrain_register_platforms = drivetrain_register_platforms
+    registry = HookRegistry("drivetrain")
+    registry.add_hookspecs(hookspecs)
+    with pytest.raises(pluggy.PluginValidationError):
+        registry.register(module, name="half")
+    assert not registry.get_hookcallers(module)
+    registry.unregister(name="half")
+    assert registry.get_plugin("half") is None
+
+
+def test_a_role_objects_properties_are_not_run_to_find_its_hooks(monkeypatch):
+    # pluggy before 1.7 reads every attribute with getattr; a property that needs its run
+    # (an FSDP strategy's options before prepare) raised and the strategy could not register
+    import pluggy
+
+    from drivetrain.kernel.hook_registry import HookRegistry
+
+    def read_like_old_pluggy(self, plugin, name):
+        return getattr(getattr(plugin, name), "drivetrain_impl", None)
+
+    monkeypatch.setattr(pluggy.PluginManager, "parse_hookimpl_opts", read_like_old_pluggy)
+
+    class Role:
+        @property
+        def options(self):
+            raise AttributeError("options: not prepared yet")
+
+        @hookimpl
+        def drivetrain_register_platforms(self):
+            return []
+
+    registry = HookRegistry("drivetrain")
+    assert registry.parse_hookimpl_opts(Role(), "options") is None
+    assert registry.parse_hookimpl_opts(Role(), "drivetrain_register_platforms") is not None
+
+
 def test_unknown_hook_is_refused():
     @hookimpl
     def drivetrain_register_platfroms():

@@ -6,6 +6,7 @@ look-ups, made for any kind of plugin object, were a third of that.
 
 from __future__ import annotations
 
+import inspect
 from types import FunctionType, MethodType, ModuleType
 from typing import Any
 
@@ -28,11 +29,19 @@ class HookRegistry(pluggy.PluginManager):
     A module's attributes are its ``__dict__``, where no descriptor runs anyway, so anything
     there that cannot carry the marker is skipped at once, a plain function's marker is read
     directly, and what else can carry one is left to pluggy.
+
+    pluggy before 1.7 reads an object plugin's attributes with ``getattr``, which runs its
+    properties: a role object's property that needs its run (and raises until then) made it
+    fail to register. Such attributes are skipped here, whatever pluggy's version.
     """
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         known, options = _module_marker(plugin, name, _IMPL_MARKER)
-        return options if known else super().parse_hookimpl_opts(plugin, name)
+        if known:
+            return options
+        if not isinstance(plugin, (ModuleType, type)) and not _can_be_a_hook(plugin, name):
+            return None
+        return super().parse_hookimpl_opts(plugin, name)
 
     def parse_hookspec_opts(self, module_or_class: Any, name: str) -> Any:
         # the same quick look for the hook specification modules, read by every manager made
@@ -49,9 +58,21 @@ class HookRegistry(pluggy.PluginManager):
             options = self.parse_hookimpl_opts(plugin, name)
             if options is not None:
                 caller = getattr(self.hook, options.get("specname") or name, None)
-                if caller is not None and caller not in callers:
+                # a registration refused part-way added only the hooks before the bad one
+                if caller is not None and caller not in callers and _holds(caller, plugin):
                     callers.append(caller)
         return callers
+
+
+def _holds(caller: Any, plugin: Any) -> bool:
+    return any(impl.plugin is plugin for impl in caller.get_hookimpls())
+
+
+def _can_be_a_hook(plugin: Any, name: str) -> bool:
+    """Whether attribute ``name`` of an object plugin is a function or method, found without
+    running a descriptor (a property's value is never a hook)."""
+    value = inspect.getattr_static(plugin, name, None)
+    return isinstance(value, (FunctionType, MethodType, staticmethod, classmethod))
 
 
 def _module_marker(namespace: Any, name: str, marker: str) -> tuple[bool, Any]:
