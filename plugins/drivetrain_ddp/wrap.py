@@ -20,14 +20,22 @@ def wrap_ddp(model: torch.nn.Module, run: Any, options: DistributedDataParallelK
         wrapped = DistributedDataParallel(model, **kwargs)
     else:
         wrapped = DistributedDataParallel(model, device_ids=[device.index], output_device=device.index, **kwargs)
-    _register_comm_hook(wrapped, options)
+    _register_comm_hook(wrapped, options, device)
     return wrapped
 
 
-def _register_comm_hook(model: DistributedDataParallel, options: DistributedDataParallelKwargs) -> None:
+def _register_comm_hook(model: DistributedDataParallel, options: DistributedDataParallelKwargs,
+                        device: torch.device) -> None:
     hook_type = DDPCommunicationHookType(options.comm_hook)
     if hook_type is DDPCommunicationHookType.NO:
         return
+    power_sgd = hook_type in (DDPCommunicationHookType.POWER_SGD, DDPCommunicationHookType.BATCHED_POWER_SGD)
+    if power_sgd and device.type == "cpu" and torch.cuda.is_available():
+        # torch's PowerSGD hook synchronizes CUDA on the gradients' device whenever CUDA exists,
+        # and fails in the first backward when that device is the CPU
+        raise ConfigError(f"DistributedDataParallelKwargs(comm_hook={options.comm_hook!r}) cannot train a CPU "
+                          "model on a machine with a CUDA device; hide the GPUs (CUDA_VISIBLE_DEVICES=) or "
+                          "train on the GPU")
     wrapper_type = DDPCommunicationHookType(options.comm_wrapper)
     backend = torch.distributed.get_backend()
     if DDPCommunicationHookType.BF16 in (hook_type, wrapper_type) and backend == "gloo":

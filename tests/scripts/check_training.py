@@ -189,9 +189,16 @@ def check_comm_hooks_and_static_graph() -> None:
         raise AssertionError("a bf16 comm hook on gloo was accepted")
     except ConfigError as error:
         assert "needs the nccl backend" in str(error)
+    power_sgd = DistributedDataParallelKwargs(comm_hook="power_sgd", comm_state_option={"matrix_approximation_rank": 1,
+                                                                                       "start_powerSGD_iter": 2})
+    if torch.cuda.is_available():  # torch's PowerSGD hook cannot run on CPU tensors there
+        try:
+            fresh_accelerator(kwargs_handlers=[power_sgd]).prepare(*make())
+            raise AssertionError("power_sgd on CPU processes of a CUDA machine was accepted")
+        except ConfigError as error:
+            assert "CUDA_VISIBLE_DEVICES" in str(error)
     for options in (DistributedDataParallelKwargs(comm_hook="fp16"),
-                    DistributedDataParallelKwargs(comm_hook="power_sgd", comm_state_option={"matrix_approximation_rank": 1,
-                                                                                            "start_powerSGD_iter": 2}),
+                    *(() if torch.cuda.is_available() else (power_sgd,)),
                     DistributedDataParallelKwargs(static_graph=True)):
         accelerator = fresh_accelerator(kwargs_handlers=[options])
         world, rank = accelerator.num_processes, accelerator.process_index
