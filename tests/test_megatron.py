@@ -10,6 +10,14 @@ import torch
 
 from drivetrain.errors import ConfigError
 
+
+def _found(module: str) -> bool:
+    try:  # find_spec imports the parent package, which may be missing
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 # Without megatron-core the plugin is listed as unavailable, and selecting it names the extra.
 needs_core = pytest.mark.skipif(importlib.util.find_spec("megatron") is None, reason="megatron-core is not installed")
 
@@ -83,7 +91,7 @@ def test_refusal_names_what_is_missing(clean_env):
         GPTTrainStep(None, None)
     assert is_megatron_lm_available() is False  # not requested
     clean_env.setenv("ACCELERATE_USE_MEGATRON_LM", "true")
-    assert is_megatron_lm_available() is (importlib.util.find_spec("megatron.training") is not None)
+    assert is_megatron_lm_available() is (_found("megatron.training"))
 
 
 @needs_core
@@ -193,7 +201,7 @@ def test_helpers_that_drive_megatron_training_refuse_with_the_reason(clean_env, 
     import drivetrain.utils
 
     helper = getattr(drivetrain.utils, name)
-    if importlib.util.find_spec("megatron.training") is not None and torch.cuda.is_available():
+    if _found("megatron.training") and torch.cuda.is_available():
         pytest.skip("Megatron-LM and CUDA are here: the refusal is that drivetrain does not drive its loop yet")
     with pytest.raises(ConfigError, match=rf"^{name}: the megatron_lm strategy needs .*megatron\.training"):
         helper(*args)

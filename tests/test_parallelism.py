@@ -189,7 +189,9 @@ def test_tensor_parallel_plan_from_the_model_or_the_user(clean_env):
     plan = _expanded(model, plan_of(model, Layout()), 2)  # transformers' own plan, `*` as the layer index
     assert type(plan["model.layers.1.self_attn.q_proj"]) is ColwiseParallel
     assert type(plan["model.layers.0.mlp.down_proj"]) is RowwiseParallel
-    assert "lm_head" in plan and "model.embed_tokens" in plan
+    assert "lm_head" in plan
+    if "embed_tokens" in (model.config.base_model_tp_plan or {}):  # not in every transformers release's plan
+        assert "model.embed_tokens" in plan
     Layout.config = ParallelismConfig(tp_size=2, tp_handler=TorchTensorParallelConfig(tp_plan={"lm_head": "diagonal"}))
     with pytest.raises(ConfigError, match="tensor-parallel style 'diagonal' is not supported"):
         _expanded(model, plan_of(model, Layout()), 2)
@@ -381,6 +383,7 @@ def test_sequence_parallel_options_from_the_variables(clean_env):
 
 
 def test_sequence_parallel_from_a_deepspeed_config_file(clean_env, tmp_path):
+    pytest.importorskip("deepspeed")  # without it the config's deepspeed block is refused, naming the extra
     env = _launch_env(["--cpu", "--num_processes", "2"], tmp_path,
                       "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 1\nparallelism_config:\n"
                       "  parallelism_config_sp_size: 2\n  parallelism_config_sp_backend: deepspeed\n"

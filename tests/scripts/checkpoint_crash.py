@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 import torch
 
@@ -34,7 +35,7 @@ def train(project: str) -> None:
         accelerator.load_state()
         accelerator.print(f"RESUMED {accelerator.save_iteration}", flush=True)
     while True:
-        accelerator.backward(model(torch.randn(8, 512)).pow(2).mean())
+        accelerator.backward(model(torch.randn(8, 512, device=accelerator.device)).pow(2).mean())
         optimizer.step()
         optimizer.zero_grad()
         directory = accelerator.save_state()
@@ -47,6 +48,9 @@ def forking(project: str) -> None:
         if pid == 0:
             try:
                 train(project)
+            except BaseException:
+                traceback.print_exc()  # os._exit below would swallow it
+                sys.stderr.flush()
             finally:
                 os._exit(1)
         print(f"CHILD {pid}", flush=True)
