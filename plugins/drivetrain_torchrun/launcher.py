@@ -245,8 +245,16 @@ def report_recovery(attempts) -> None:
     """After a job that succeeded: one line on the attempts that failed before, if any."""
     attempts.__exit__()
     earlier = attempts.report()
-    if earlier:
-        print(earlier.splitlines()[0] + f"; attempt {max(attempts.watchers) + 1} succeeded", file=sys.stderr)
+    if not earlier:
+        return
+    last = max(attempts.watchers)
+    if last in attempts.failed_attempts():
+        # torch's agent starts the workers again without counting a restart when a machine
+        # joins, so the workers that succeeded share the failed attempt's number
+        outcome = "the workers started again when a machine rejoined succeeded"
+    else:
+        outcome = f"attempt {last + 1} succeeded"
+    print(earlier.splitlines()[0] + f"; {outcome}", file=sys.stderr)
 
 
 def launch_single(args: argparse.Namespace) -> int:
