@@ -172,6 +172,27 @@ def private_group():
         dist.destroy_process_group()
 
 
+def _group_initialized() -> bool:
+    if "torch.distributed" not in sys.modules:  # nothing joined a group: no need to import torch
+        return False
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+@pytest.fixture(autouse=True)
+def no_group_left_behind():
+    """A test that joins a process group without ``private_group`` fails: on a GPU machine the
+    NCCL group it leaves keeps the test process from exiting at the end of the run."""
+    existed = _group_initialized()
+    yield
+    if _group_initialized() and not existed:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+        pytest.fail("the test left a process group behind; give it the private_group fixture")
+
+
 # ------------------------------------------------------------------ DeepSpeed's compiled ops
 
 #: Where DeepSpeed's CPU ops are built, once for every test and every checkout on this machine

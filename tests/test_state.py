@@ -256,6 +256,7 @@ def test_an_accelerator_whose_state_was_reset_says_so():
     assert not AcceleratorState._shared_state  # answering did not set the Accelerator's state up again
 
 
+@pytest.mark.usefixtures("private_group")  # a named device joins a one-process group, on NCCL on a GPU machine
 def test_the_torch_device_variable_chooses_the_process_device(monkeypatch):
     platform = PartialState().platform
     PartialState._reset_state()
