@@ -91,7 +91,7 @@ def test_refusal_names_what_is_missing(clean_env):
         GPTTrainStep(None, None)
     assert is_megatron_lm_available() is False  # not requested
     clean_env.setenv("ACCELERATE_USE_MEGATRON_LM", "true")
-    assert is_megatron_lm_available() is (_found("megatron.training"))
+    assert is_megatron_lm_available() is _found("megatron.training")
 
 
 @needs_core
