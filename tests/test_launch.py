@@ -232,16 +232,16 @@ def test_the_rank_that_really_died_first_is_named_with_its_exit_code_and_last_li
         assert "To enable traceback see" not in result.stderr
 
 
-@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_the_launcher_ends_every_worker_with_one_line(tmp_path, how):
+@pytest.mark.parametrize("how, processes", [(signal.SIGTERM, 2), (signal.SIGINT, 2), (signal.SIGHUP, 1)])
+def test_a_signal_to_the_launcher_ends_every_worker_with_one_line(tmp_path, how, processes):
     marker = f"sleep {tmp_path}"  # this run's processes only
-    command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", "-q",
+    command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", str(processes), "-q",
                str(SCRIPTS / "check_failure.py"), *marker.split(" ", 1)]
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=clean_environ(HF_HOME=str(tmp_path)), start_new_session=True)
     try:
-        started = sorted(launcher.stdout.readline().rsplit(" ", 1)[0] for _rank in range(2))
-        assert started == ["STARTED 0", "STARTED 1"], started
+        started = sorted(launcher.stdout.readline().rsplit(" ", 1)[0] for _rank in range(processes))
+        assert started == [f"STARTED {rank}" for rank in range(processes)], started
         launcher.send_signal(how)
         _out, err = launcher.communicate(timeout=60)
         assert launcher.returncode == 128 + how, err

@@ -258,29 +258,20 @@ def report_recovery(attempts) -> None:
 
 
 def launch_single(args: argparse.Namespace) -> int:
-    import signal
-
     from drivetrain.plugin_api import ERRORS_DIR_VARIABLE, describe_exit, last_stderr_line, recorded_failures
 
+    from .signals import Signals
+
     command = [sys.executable, *_target(args)] if not args.no_python else _target(args)
-    received: list[int] = []
     with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors:
         child = subprocess.Popen(command, env={**os.environ, ERRORS_DIR_VARIABLE: errors})
-
-        def forward(signum, _frame):  # the child ends as the launcher was asked to
-            received.append(signum)
-            child.send_signal(signum)
-
-        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
+        # the child ends as the launcher was asked to
+        with Signals(forward=child.send_signal) as signals:
             code = child.wait()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
         recorded = recorded_failures(errors)
         last = last_stderr_line(errors, 0)
-    if received:
-        return stopped(received[0])
+    if signals.received:
+        return stopped(signals.received[0])
     if code != 0:
         error = next(iter(recorded.values()), (0, ""))[1] or last
         print(f"drivetrain launch: the process {describe_exit(code)}" + (f": {error}" if error else ""),

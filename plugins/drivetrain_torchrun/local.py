@@ -29,15 +29,14 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator
 
 from .launcher import collective_limit, report_recovery, rendezvous_id, summarize, stopped, worker_command
+from .signals import Signals
 
 GRACE_S = 30.0  # how long torch's agent lets a worker end after SIGTERM before SIGKILL
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 @dataclass
@@ -65,32 +64,6 @@ class Stopped(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
-
-
-class Signals:
-    """Catches the forwarded signals while the job runs and wakes the monitoring loop."""
-
-    def __init__(self) -> None:
-        self.received: list[int] = []
-        self._event = threading.Event()
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> "Signals":
-        if threading.current_thread() is threading.main_thread():  # only there can Python catch them
-            for signum in FORWARDED:
-                self._previous[signum] = signal.signal(signum, self._catch)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-    def _catch(self, signum: int, _frame: object) -> None:
-        self.received.append(signum)
-        self._event.set()
-
-    def wait(self, seconds: float) -> None:
-        self._event.wait(seconds)
 
 
 @contextlib.contextmanager

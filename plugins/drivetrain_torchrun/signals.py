@@ -1,0 +1,40 @@
+"""The signals a launcher passes on to its workers, caught while the job runs."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Callable
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+class Signals:
+    """Catches the forwarded signals while the job runs: each is kept, handed to ``forward``
+    at once when given (a launcher blocked waiting on one process), and wakes :meth:`wait`
+    (a launcher's monitoring loop)."""
+
+    def __init__(self, forward: Callable[[int], object] | None = None) -> None:
+        self.received: list[int] = []
+        self._forward = forward
+        self._event = threading.Event()
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "Signals":
+        if threading.current_thread() is threading.main_thread():  # only there can Python catch them
+            for signum in FORWARDED:
+                self._previous[signum] = signal.signal(signum, self._catch)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _catch(self, signum: int, _frame: object) -> None:
+        self.received.append(signum)
+        if self._forward is not None:
+            self._forward(signum)
+        self._event.set()
+
+    def wait(self, seconds: float) -> None:
+        self._event.wait(seconds)
