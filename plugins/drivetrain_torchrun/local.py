@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
+from drivetrain.plugin_api import ERRORS_DIR_VARIABLE
+
 from .launcher import collective_limit, report_recovery, rendezvous_id, summarize, stopped, worker_command
 from .signals import Signals
 
@@ -112,9 +114,9 @@ class LocalAttempt:
         with reserved_port(self.args) as port:
             try:
                 for rank in range(self.args.num_processes):
-                    self.workers[rank] = subprocess.Popen(
-                        worker_command(self.args), env=worker_environment(self.args, rank, self.attempt, port),
-                        start_new_session=True)
+                    env = worker_environment(self.args, rank, self.attempt, port)
+                    env[ERRORS_DIR_VARIABLE] = self.watchers.errors  # where it records the error that ends it
+                    self.workers[rank] = subprocess.Popen(worker_command(self.args), env=env, start_new_session=True)
                 return self._watch()
             finally:
                 self.end(signal.SIGTERM)
@@ -167,11 +169,10 @@ def _signal_session(pid: int, signum: int) -> None:
 
 
 def launch_local(args: argparse.Namespace) -> int:
-    from drivetrain.plugin_api import ERRORS_DIR_VARIABLE, AttemptWatchers
+    from drivetrain.plugin_api import AttemptWatchers
 
     with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors, \
             AttemptWatchers(errors, stopped_limit=collective_limit(args)) as attempts, Signals() as signals:
-        os.environ[ERRORS_DIR_VARIABLE] = errors  # each child records the error that ended it, per attempt
         try:
             for attempt in range(args.max_restarts + 1):
                 failures = LocalAttempt(args, attempt, attempts, signals).run()
@@ -187,7 +188,5 @@ def launch_local(args: argparse.Namespace) -> int:
         except OSError as error:  # the interpreter or --no-python's executable cannot be started
             print(f"drivetrain launch: cannot start the workers: {error}", file=sys.stderr)
             return 1
-        finally:
-            os.environ.pop(ERRORS_DIR_VARIABLE, None)
         report_recovery(attempts)
     return 0
