@@ -27,7 +27,8 @@ idle machine. One line per row: medians of each side, the ratios (wall / CPU) an
 - step: the small MLP of ``bench_training_step.py``, AdamW, one process (no process group,
   as plain torch runs it) and two (gloo, DDP on the plain side), fp32 and bf16 autocast
   (plain: the forward under ``torch.autocast``, the output cast back to fp32, as
-  ``Accelerator(mixed_precision="bf16")`` does);
+  ``Accelerator(mixed_precision="bf16")`` does). The two sides train side by side in one
+  process, their steps interleaved one by one, a fresh pair of models per sample;
 - reduce / gather / broadcast of 1 KB and 1 MB on two processes (gloo), against the raw
   ``torch.distributed`` calls of ``bench_collectives.py``;
 - the same collectives' own cost: both sides called with the communication taken out
@@ -267,17 +268,6 @@ def step_worker(precision: str, samples: int, steps: int) -> None:
     accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no")
     distributed = accelerator.num_processes > 1
 
-    def loop(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: Callable,
-             data: list) -> tuple[float, float]:
-        for x, y in data[:5]:  # warm-up, not timed
-            step(model, optimizer, x, y)
-        if distributed:
-            dist.barrier()
-        wall, cpu = time.perf_counter(), time.process_time()
-        for x, y in data:
-            step(model, optimizer, x, y)
-        return (time.perf_counter() - wall) / len(data), (time.process_time() - cpu) / len(data)
-
     def plain_step(model, optimizer, x, y) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             out = model(x)
@@ -294,22 +284,38 @@ def step_worker(precision: str, samples: int, steps: int) -> None:
             optimizer.zero_grad()
 
     def compare(build_model: Callable[[], torch.nn.Module], data: list) -> dict:
-        def plain() -> tuple[float, float]:
-            model = build_model()
-            model = DistributedDataParallel(model) if distributed else model
-            return loop(model, torch.optim.AdamW(model.parameters(), lr=1e-3), plain_step, data)
-
-        def ours() -> tuple[float, float]:
-            model = build_model()
-            model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
-            try:
-                return loop(model, optimizer, our_step, data)
-            finally:
-                accelerator.free_memory()
-
-        result = abba(plain, ours, samples)
-        best = {side: min(pairs, key=lambda pair: pair[1]) for side, pairs in result.items()}
-        return {**summary(result), "best": best}
+        """A plain model and a prepared one trained side by side, their steps interleaved one
+        by one in alternating order: a drift of the machine moves a block of identical steps
+        by several percent, and here it moves both sides alike. A fresh pair per sample (the
+        first pair warms up); each side's time per step, summed over the pair's steps."""
+        results: dict[str, list[tuple[float, float]]] = {"plain": [], "ours": []}
+        for sample in range(samples + 1):
+            plain_model = build_model()
+            plain_model = DistributedDataParallel(plain_model) if distributed else plain_model
+            our_model = build_model()
+            our_model, our_optimizer = accelerator.prepare(our_model,
+                                                           torch.optim.AdamW(our_model.parameters(), lr=1e-3))
+            sides = {"plain": (plain_model, torch.optim.AdamW(plain_model.parameters(), lr=1e-3), plain_step),
+                     "ours": (our_model, our_optimizer, our_step)}
+            for x, y in data[:5]:  # warm-up, not timed
+                for model, optimizer, step in sides.values():
+                    step(model, optimizer, x, y)
+            if distributed:
+                dist.barrier()
+            spent = {name: [0.0, 0.0] for name in sides}
+            for index, (x, y) in enumerate(data):
+                for name in ("plain", "ours") if index % 2 == 0 else ("ours", "plain"):
+                    model, optimizer, step = sides[name]
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    step(model, optimizer, x, y)
+                    spent[name][0] += time.perf_counter() - wall
+                    spent[name][1] += time.process_time() - cpu
+            accelerator.free_memory()
+            if sample:
+                for name, (wall, cpu) in spent.items():
+                    results[name].append((wall / len(data), cpu / len(data)))
+        best = {side: min(pairs, key=lambda pair: pair[1]) for side, pairs in results.items()}
+        return {**summary(results), "best": best}
 
     result = compare(lambda: build("small"), batches("small", steps, 32, accelerator.process_index))
     if not distributed:
