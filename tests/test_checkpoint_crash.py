@@ -119,7 +119,7 @@ def test_sigkill_during_saves_never_leaves_a_broken_checkpoint(tmp_path):
     kills = 0
     with _Forking(tmp_path / "one") as single:
         runs = [(single.run_and_kill, tmp_path / "one", 8),
-                (lambda count, rng: _run_and_kill(double, count, rng), tmp_path / "two", 3)]
+                (lambda count, rng: _run_and_kill(double, count, rng), tmp_path / "two", 2)]
         for run_and_kill, project, rounds in runs:
             for round_ in range(rounds):
                 # save_state returns before its commit; the next save waits for it, so after two

@@ -6,7 +6,18 @@ import pytest
 import torch
 
 from drivetrain.errors import ConfigError, NoExecutableBatchSizeError
+from drivetrain.services import memory
 from drivetrain.utils.memory import find_executable_batch_size
+
+
+@pytest.fixture(autouse=True)
+def collections(monkeypatch):
+    """The garbage collections asked for: counted, not run. A full collection of this test
+    process's heap (torch, transformers and every test module) takes most of a second, and
+    the decorator asks for one before the first try and after each failed one."""
+    calls = []
+    monkeypatch.setattr(memory.gc, "collect", lambda *args: calls.append(args) or 0)
+    return calls
 
 
 def _fits_at(limit, tried):
@@ -18,7 +29,7 @@ def _fits_at(limit, tried):
     return train
 
 
-def test_each_retry_shrinks_the_size_by_a_tenth_and_keeps_the_one_that_fit():
+def test_each_retry_shrinks_the_size_by_a_tenth_and_keeps_the_one_that_fit(collections):
     tried = []
     train = find_executable_batch_size(_fits_at(20, tried), starting_batch_size=32)
     assert train(3) == 19 * 3
@@ -26,6 +37,8 @@ def test_each_retry_shrinks_the_size_by_a_tenth_and_keeps_the_one_that_fit():
     while expected[-1] > 20:
         expected.append(int(expected[-1] * 0.9))
     assert tried == expected and expected[-1] == 19
+    # what each failed try left is freed before the next: once at the start, once per failure
+    assert len(collections) == len(tried)
     tried.clear()
     assert train(1) == 19 and tried == [19]  # the next call starts where the last one fitted
 

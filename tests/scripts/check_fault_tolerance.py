@@ -50,7 +50,9 @@ def main() -> None:
     parser.add_argument("--crash-after", type=int, default=-1)
     parser.add_argument("--hang-after", type=int, default=-1)
     parser.add_argument("--stop-after", type=int, default=-1)
-    parser.add_argument("--step-seconds", type=float, default=0.0, help="sleep in each step (a slower job)")
+    parser.add_argument("--step-seconds", type=float, default=0.0,
+                        help="sleep in each step until the job has resumed once (a slower first run, "
+                             "that a test can interrupt while it trains)")
     args = parser.parse_args()
     extra = {}
     if args.strategy == "fsdp2":
@@ -74,8 +76,10 @@ def main() -> None:
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
+    step_seconds = args.step_seconds
     if os.path.isdir(os.path.join(args.out, "checkpoints")) and os.listdir(os.path.join(args.out, "checkpoints")):
         accelerator.load_state()
+        step_seconds = 0.0
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     rank, world = accelerator.process_index, accelerator.num_processes
     seen: list[list[int]] = []
@@ -95,7 +99,7 @@ def main() -> None:
                 scheduler.step()
                 optimizer.zero_grad()
             seen[-1].extend(ids.tolist())
-            time.sleep(args.step_seconds)
+            time.sleep(step_seconds)
             progress.step += 1
             if progress.step % EVERY == 0:
                 accelerator.save_state()
