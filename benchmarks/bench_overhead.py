@@ -15,10 +15,11 @@ idle machine. One line per row: medians of each side, the ratios (wall / CPU) an
 
 - start-up: ``import drivetrain; drivetrain.Accelerator()`` against ``import torch`` plus
   what torch itself needs for a CPU run (a fresh interpreter each, bytecode cached first),
-  in the installed environment (the goal's row) and in this one. Two whole starts differ by
-  10% or more on a shared machine, so each is followed by drivetrain's own cost, timed
-  inside processes that have imported torch, as a share of torch's start: that row shows
-  a cost of 2 or 3%, which the ratio of whole starts cannot;
+  in the installed environment (the goal's) and in this one. Two whole starts differ by 10%
+  or more on a shared machine (each row prints the spread of its pairs), so each is followed
+  by drivetrain's own cost, timed inside processes that have imported torch, as a share of
+  torch's start: that row, which shows a cost of 2 or 3% where the ratio of whole starts
+  cannot, is the goal's check;
 - ``drivetrain plugins list``: absolute time of ``python -m drivetrain plugins list``, in an
   install of this tree from its wheel, as a user has it (the goal's row), and in this
   environment. An editable install makes every interpreter start import setuptools' path
@@ -150,10 +151,15 @@ def startup_rows(samples: int) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="drivetrain-bench-") as directory:
         pythons = (("installed", regular_install(Path(directory))), ("editable install", sys.executable))
         for where, python in pythons:
-            result = summary(abba(command(python, PLAIN_STARTUP), command(python, OURS_STARTUP), samples))
-            lines.append(row(f"import + Accelerator(), {where}", result["plain"], result["ours"], GOALS["startup"],
-                             ratio=result["ratio"]))
-            lines.extend(startup_own_cost_rows(python, where, result["plain"], samples))
+            pairs = abba(command(python, PLAIN_STARTUP), command(python, OURS_STARTUP), samples)
+            result = summary(pairs)
+            ratios = [ours[1] / plain[1] for plain, ours in zip(pairs["plain"], pairs["ours"])]
+            whole = row(f"import + Accelerator(), {where}", result["plain"], result["ours"], GOALS["startup"],
+                        ratio=result["ratio"])
+            lines.append(f"{whole.partition('   goal')[0]}   pairs {min(ratios):.2f}-{max(ratios):.2f} (CPU): "
+                         "too wide for the goal, checked below")
+            lines.extend(startup_own_cost_rows(python, where, result["plain"], samples,
+                                               goal=python != sys.executable))
         for where, python in pythons:
             wall, cpu = medians([run_child([python, "-m", "drivetrain", "plugins", "list"])[:2]
                                  for _ in range(samples)])
@@ -165,7 +171,8 @@ def startup_rows(samples: int) -> list[str]:
     return lines
 
 
-def startup_own_cost_rows(python: str, where: str, plain: tuple[float, float], samples: int) -> list[str]:
+def startup_own_cost_rows(python: str, where: str, plain: tuple[float, float], samples: int,
+                          goal: bool) -> list[str]:
     """What ``import drivetrain; Accelerator()`` adds to a start, timed inside processes that
     have imported torch, as a share of plain torch's whole start (``plain``: wall, CPU).
 
@@ -184,9 +191,9 @@ def startup_own_cost_rows(python: str, where: str, plain: tuple[float, float], s
     wall, cpu = medians(added)
     share = (wall / plain[0], cpu / plain[1])
     verdict = "ok" if 1 + share[1] <= GOALS["startup"] else "OVER"
+    check = f"goal <= {GOALS['startup']:.2f} (CPU {verdict})" if goal else "(this environment: no goal)"
     return [f"{'  own cost, ' + where:<34} added {wall * 1e3:6.1f} / {cpu * 1e3:6.1f} ms = {share[0]:+.2%} / "
-            f"{share[1]:+.2%} of torch's start   ratio {1 + share[0]:5.2f} / {1 + share[1]:5.2f}   "
-            f"goal <= {GOALS['startup']:.2f} (CPU {verdict})",
+            f"{share[1]:+.2%} of torch's start   ratio {1 + share[0]:5.2f} / {1 + share[1]:5.2f}   {check}",
             f"{'  (not counted: the collection':<34} torch's import leaves due, {statistics.median(collection) * 1e3:.0f} ms "
             f"in either program)"]
 
