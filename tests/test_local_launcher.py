@@ -45,3 +45,16 @@ def test_the_port_is_held_against_others_but_rank_zeros_store_can_bind_it():
         later.bind(("127.0.0.1", port))  # given back when the attempt ends
     with reserved_port(_args(main_process_port=29512)) as port:
         assert port == 29512  # the user's port is used as given
+
+
+def test_workers_run_unbuffered_and_one_process_as_a_script_run_by_hand():
+    import sys
+
+    from drivetrain_torchrun.launcher import worker_command
+
+    args = _args(no_python=False, module=False, training_script="train.py", training_script_args=["--lr", "1"])
+    target = ["-m", "drivetrain.cli.child", "--script", "train.py", "--lr", "1"]
+    assert worker_command(args) == [sys.executable, "-u", *target]
+    assert worker_command(args, unbuffered=False) == [sys.executable, *target]
+    no_python = _args(no_python=True, module=False, training_script="./run.sh", training_script_args=["x"])
+    assert worker_command(no_python) == worker_command(no_python, unbuffered=False) == ["./run.sh", "x"]

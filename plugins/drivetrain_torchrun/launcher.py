@@ -21,9 +21,13 @@ def _target(args: argparse.Namespace) -> list[str]:
     return ["-m", CHILD, "--module" if args.module else "--script", args.training_script, *args.training_script_args]
 
 
-def worker_command(args: argparse.Namespace) -> list[str]:
-    """What each worker runs, as torchrun runs it: ``python -u`` (output unbuffered) unless ``--no-python``."""
-    return _target(args) if args.no_python else [sys.executable, "-u", *_target(args)]
+def worker_command(args: argparse.Namespace, unbuffered: bool = True) -> list[str]:
+    """What each worker runs, as torchrun runs it: ``python -u`` (output unbuffered) unless
+    ``--no-python``. ``unbuffered=False``: plain ``python``, for one process whose output goes
+    straight to the terminal, as a script run by hand."""
+    if args.no_python:
+        return _target(args)
+    return [sys.executable, "-u", *_target(args)] if unbuffered else [sys.executable, *_target(args)]
 
 
 def collective_limit(args: argparse.Namespace) -> float:
@@ -262,7 +266,7 @@ def launch_single(args: argparse.Namespace) -> int:
 
     from .signals import Signals
 
-    command = [sys.executable, *_target(args)] if not args.no_python else _target(args)
+    command = worker_command(args, unbuffered=False)
     with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors:
         child = subprocess.Popen(command, env={**os.environ, ERRORS_DIR_VARIABLE: errors})
         # the child ends as the launcher was asked to
