@@ -18,7 +18,7 @@ under it reads "within noise"; "OVER" means that most rounds are over.
 - start-up: ``import drivetrain; drivetrain.Accelerator()`` against ``import torch`` plus
   what torch itself needs for a CPU run (a fresh interpreter each, bytecode cached first),
   in the installed environment (the goal's) and in this one. Two whole starts differ by 10%
-  or more on a shared machine (each row prints the spread of its pairs), so each is followed
+  or more on a shared machine (see the middle half of each row's rounds), so each is followed
   by drivetrain's own cost, timed inside processes that have imported torch, as a share of
   torch's start: that row, which shows a cost of 2 or 3% where the ratio of whole starts
   cannot, is the goal's check;
@@ -30,8 +30,8 @@ under it reads "within noise"; "OVER" means that most rounds are over.
 - step: the small MLP of ``bench_training_step.py``, AdamW, one process (no process group,
   as plain torch runs it) and two (gloo, DDP on the plain side), fp32 and bf16 autocast
   (plain: the forward under ``torch.autocast``, the output cast back to fp32, as
-  ``Accelerator(mixed_precision="bf16")`` does). The two sides train side by side in one
-  process, their steps interleaved one by one, a fresh pair of models per sample;
+  ``Accelerator(mixed_precision="bf16")`` does). The two sides train side by side in the
+  same processes, their steps interleaved one by one, a fresh pair of models per sample;
 - reduce / gather / broadcast of 1 KB and 1 MB on two processes (gloo), against the raw
   ``torch.distributed`` calls of ``bench_collectives.py``, the two sides' calls taken in
   turns, one by one;
@@ -308,10 +308,8 @@ def step_worker(precision: str, samples: int, steps: int) -> None:
             optimizer.zero_grad()
 
     def compare(build_model: Callable[[], torch.nn.Module], data: list) -> dict:
-        """A plain model and a prepared one trained side by side, their steps interleaved one
-        by one in alternating order: a drift of the machine moves a block of identical steps
-        by several percent, and here it moves both sides alike. A fresh pair per sample (the
-        first pair warms up); each side's time per step, summed over the pair's steps."""
+        """A plain model and a prepared one trained side by side (:func:`interleaved`), a
+        fresh pair per sample; the first pair warms up."""
         results: dict[str, list[tuple[float, float]]] = {"plain": [], "ours": []}
         for sample in range(samples + 1):
             plain_model = build_model()

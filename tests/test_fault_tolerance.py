@@ -214,16 +214,15 @@ def test_a_two_process_job_resumes_on_one_and_on_four(tmp_path):
     test_resume_multiprocess, in-process)."""
     import shutil
 
-    strategy = "fsdp2"
     first = tmp_path / "first"
-    assert_ok(launch(SCRIPT, str(first), strategy, "--stop-after", "6"))
+    assert_ok(launch(SCRIPT, str(first), "fsdp2", "--stop-after", "6"))
     for processes in (1, 4):
         resumed = shutil.copytree(first, tmp_path / f"on{processes}")
-        assert_ok(launch(SCRIPT, str(resumed), strategy, num_processes=processes))
+        assert_ok(launch(SCRIPT, str(resumed), "fsdp2", num_processes=processes))
         epochs = _seen_per_epoch(resumed)
         assert sorted(epochs) == [0, 1]
         for epoch, ids in epochs.items():
-            assert sorted(ids) == list(range(32)), f"{strategy} 2 -> {processes}, epoch {epoch}: {sorted(ids)}"
+            assert sorted(ids) == list(range(32)), f"2 -> {processes}, epoch {epoch}: {sorted(ids)}"
         assert (resumed / "final.pt").exists()
 
 
