@@ -330,13 +330,13 @@ class PluginManager:
         if problem:
             self._fail(record, problem)
             return
-        problem = self._register_checked(module, record.name)
+        problem, hooks = self._register_checked(module, record.name)
         if problem:
             self._fail(record, problem)
             return
         self.modules[record.name] = module
         self.infos[record.name] = info
-        record.hooks = sorted(caller.name for caller in self.hooks.get_hookcallers(module) or ())
+        record.hooks = hooks
         for hook_name in sorted(set(record.hooks) & set(hookspecs.DEPRECATED_HOOKS)):
             # still heard (no removal within a major version), but its author should move on
             self._notice(f"plugin {record.name!r} implements {hook_name}, which is deprecated and goes at "
@@ -362,13 +362,14 @@ class PluginManager:
         except Exception as exc:
             raise plugin_guard.PluginCodeFailed(f"{type(exc).__name__}: {exc}", exc) from exc
 
-    def _register_checked(self, module: Any, name: str) -> str | None:
-        """Register a plugin module's hooks, or say why they are refused and take back what a
-        failed registration added (pluggy adds hooks one by one and stops at a bad one).
+    def _register_checked(self, module: Any, name: str) -> tuple[str | None, list[str]]:
+        """Register a plugin module's hooks: ``(None, the names of its hooks, sorted)``; or
+        ``(why they are refused, [])``, having taken back what a failed registration added
+        (pluggy adds hooks one by one and stops at a bad one).
 
         A spec-less caller an unknown hook created stays behind, empty: nothing calls it.
         """
-        problem = None
+        problem, callers = None, []
         try:
             self.hooks.register(module, name=name)
         except pluggy.PluginValidationError as exc:
@@ -376,13 +377,16 @@ class PluginManager:
         except Exception as exc:
             problem = f"cannot register: {type(exc).__name__}: {exc}"
         else:
-            for caller in self.hooks.get_hookcallers(module) or ():
+            callers = self.hooks.get_hookcallers(module) or []
+            for caller in callers:
                 if not caller.has_spec():
                     problem = f"implements unknown hook {caller.name!r} (misspelt, or needs a newer drivetrain)"
                     break
-        if problem is not None and self.hooks.get_plugin(name) is module:
-            self.hooks.unregister(name=name)
-        return problem
+        if problem is not None:
+            if self.hooks.get_plugin(name) is module:
+                self.hooks.unregister(name=name)
+            return problem, []
+        return None, sorted(caller.name for caller in callers)
 
     def _hook_problem(self, module: Any) -> str | None:
         """Validate a module's hooks on a scratch manager, so the real one never sees a bad one.
