@@ -378,10 +378,7 @@ class PluginManager:
             problem = f"cannot register: {type(exc).__name__}: {exc}"
         else:
             callers = self.hooks.get_hookcallers(module) or []
-            for caller in callers:
-                if not caller.has_spec():
-                    problem = f"implements unknown hook {caller.name!r} (misspelt, or needs a newer drivetrain)"
-                    break
+            problem = _unknown_hook(callers)
         if problem is not None:
             if self.hooks.get_plugin(name) is module:
                 self.hooks.unregister(name=name)
@@ -406,9 +403,9 @@ class PluginManager:
             return f"bad hook implementation: {exc}"
         except Exception as exc:
             return f"cannot register: {type(exc).__name__}: {exc}"
-        for caller in scratch.get_hookcallers(module) or ():
-            if not caller.has_spec():
-                return f"implements unknown hook {caller.name!r} (misspelt, or needs a newer drivetrain)"
+        problem = _unknown_hook(scratch.get_hookcallers(module) or ())
+        if problem is not None:
+            return problem
         scratch.unregister(module)
         self._scratch = scratch
         return None
@@ -758,3 +755,10 @@ def call_chain(caller: pluggy.HookCaller, value_name: str, value: Any, manager: 
             value = result
     return value
 
+
+def _unknown_hook(callers: Any) -> str | None:
+    """Why a plugin whose hooks landed in ``callers`` is refused: one of them has no spec."""
+    for caller in callers:
+        if not caller.has_spec():
+            return f"implements unknown hook {caller.name!r} (misspelt, or needs a newer drivetrain)"
+    return None
