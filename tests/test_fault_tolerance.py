@@ -109,7 +109,9 @@ def test_a_rank_the_agent_collected_first_is_reported_with_its_code(tmp_path):
 
 
 def test_a_warning_is_not_kept_as_a_ranks_last_error_line(tmp_path, monkeypatch):
-    """A rank that dies silently right after a library warned is reported without that warning."""
+    """A rank that dies silently right after a library warned (a Python warning, a log record
+    below ERROR) is reported without that warning; a logged error is kept."""
+    import logging
     import sys
     import warnings
 
@@ -120,6 +122,7 @@ def test_a_warning_is_not_kept_as_a_ranks_last_error_line(tmp_path, monkeypatch)
     monkeypatch.setattr(warnings, "showwarning", lambda message, category, filename, lineno, file=None, line=None:
                         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line)))
     monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(logging.Logger, "callHandlers", logging.Logger.callHandlers)
     note_worker_start(str(tmp_path))
     print("ValueError: bad batch", file=sys.stderr)
     with warnings.catch_warnings():
@@ -128,6 +131,17 @@ def test_a_warning_is_not_kept_as_a_ranks_last_error_line(tmp_path, monkeypatch)
     assert last_stderr_line(str(tmp_path), 1) == "ValueError: bad batch"
     print("RuntimeError: after the warning", file=sys.stderr)
     assert last_stderr_line(str(tmp_path), 1) == "RuntimeError: after the warning"
+    logger = logging.getLogger("a.library")
+    handler = logging.StreamHandler(sys.stderr)  # made now, as a library makes its own: it writes to the keeper
+    logger.addHandler(handler)
+    monkeypatch.setattr(logger, "propagate", False)
+    try:
+        logger.warning("checkpoint_3 was saved inside a gradient-accumulation window")
+        assert last_stderr_line(str(tmp_path), 1) == "RuntimeError: after the warning"
+        logger.error("OSError: disk full")
+        assert last_stderr_line(str(tmp_path), 1) == "OSError: disk full"
+    finally:
+        logger.removeHandler(handler)
 
 
 def _params(path):

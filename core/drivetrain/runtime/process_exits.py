@@ -6,7 +6,9 @@ the workers cannot order a rank that left without writing one (``os._exit``, a s
 
 - each worker writes its pid to ``<errors>/<rank>.pid`` when it starts, and keeps the last
   line it wrote to ``sys.stderr`` in ``<errors>/<rank>.stderr`` (a small shared memory map:
-  no system call per write, and the line survives ``os._exit``);
+  no system call per write, and the line survives ``os._exit``). Python warnings and log
+  records below ``ERROR`` are written but not kept: a warning printed just before a rank
+  died silently is not why it died;
 - the launcher, the workers' parent, watches those pids with ``waitid(WNOWAIT)``, which sees a
   process end without reaping it (the agent still collects its exit status as before), and
   notes the time and the exit code or signal;
@@ -20,6 +22,8 @@ the workers cannot order a rank that left without writing one (``os._exit``, a s
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import mmap
 import os
 import signal
@@ -47,7 +51,9 @@ def note_worker_start(errors: str | None) -> None:
             handle.write(str(os.getpid()))
         keeper = _LastLine(sys.stderr, os.path.join(errors, f"{_rank()}.stderr"))
         sys.stderr = keeper
-        warnings.showwarning = keeper.passing_through(warnings.showwarning)
+        warnings.showwarning = keeper.passing_warnings(warnings.showwarning)
+        # every record a logger hands to its handlers, whichever handler writes it to stderr
+        logging.Logger.callHandlers = keeper.passing_log_records(logging.Logger.callHandlers)
     except OSError:  # reporting must never stop the worker
         pass
 
@@ -61,21 +67,37 @@ class _LastLine:
             handle.truncate(_STDERR_SIZE)
             self._map = mmap.mmap(handle.fileno(), _STDERR_SIZE)
         self._pending = ""
-        self._passing = 0
+        self._passing_depth = 0
 
-    def passing_through(self, show: Any) -> Any:
+    @contextlib.contextmanager
+    def _passing(self) -> Any:
+        """What is written meanwhile goes through without being kept."""
+        self._passing_depth += 1
+        try:
+            yield
+        finally:
+            self._passing_depth -= 1
+
+    def passing_warnings(self, show: Any) -> Any:
         """``show`` (a ``warnings.showwarning``) writing through this stream without being kept."""
         def showwarning(*args: Any, **kwargs: Any) -> None:
-            self._passing += 1
-            try:
+            with self._passing():
                 show(*args, **kwargs)
-            finally:
-                self._passing -= 1
         return showwarning
+
+    def passing_log_records(self, call_handlers: Any) -> Any:
+        """``call_handlers`` (``logging.Logger.callHandlers``) writing records below ``ERROR``
+        without their lines being kept."""
+        def callHandlers(logger: logging.Logger, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.ERROR:
+                return call_handlers(logger, record)
+            with self._passing():
+                return call_handlers(logger, record)
+        return callHandlers
 
     def write(self, text: str) -> int:
         written = self._stream.write(text)
-        if self._passing:
+        if self._passing_depth:
             return written
         if "\n" in text:
             lines = (self._pending + text).split("\n")
