@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 import torch
 from launching import assert_ok, launch
-from test_deepspeed import needs_deepspeed
 
 SCRIPT = "check_fault_tolerance.py"
 
@@ -172,20 +171,36 @@ def _assert_same(straight, other, what):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["fsdp2", pytest.param("deepspeed", marks=needs_deepspeed)])
-def test_a_killed_rank_is_restarted_and_ends_bitwise_equal(tmp_path, strategy, optional_deepspeed_ops, uninterrupted):
-    """Rank 1 dies after step 8 (checkpoints every 3 steps): the launcher restarts every worker,
-    they resume from checkpoint 6 and end with the parameters of the run that never failed.
-    Under DeepSpeed (ZeRO-2) rank 1's last stderr line is a library's warning: the report must
-    not give it as the reason rank 1 ended. (DDP's restart and resume are the restarted
-    machine's below, and test_resume_multiprocess's: one launch fewer here.)"""
-    env = optional_deepspeed_ops if strategy == "deepspeed" else None
+def test_a_stopped_then_a_killed_rank_are_named_and_the_job_ends_bitwise_equal(tmp_path, uninterrupted):
+    """Under FSDP2, --timeout 10 and --max-restarts 2 (checkpoints every 3 steps, 16 steps):
+    rank 1 stops itself (SIGSTOP) after step 7; after the timeout the report names it and every
+    worker is restarted from checkpoint 6. In that attempt rank 1 dies after step 13; they
+    restart from checkpoint 12 and end with the parameters of the run that never failed. (The
+    checkpoints resumed from end a gradient-accumulation window of 2 steps: one saved inside a
+    window is resumed without its gradients, and warns. One launch for both faults.)"""
     restarted = tmp_path / "restarted"
-    result = launch(SCRIPT, str(restarted), strategy, "--crash-after", "8", launch_args=("--max-restarts", "1"),
-                    env=env)
+    result = launch(SCRIPT, str(restarted), "fsdp2", "--hang-after", "7", "--crash-after", "13",
+                    launch_args=("--timeout", "10", "--max-restarts", "2"))
+    assert_ok(result)
+    assert re.search(r"attempt 1: rank 1 [^;]*: it was stopped \(SIGSTOP\)[^;]*; "
+                     r"attempt 2: rank 1 exited with code 17; attempt 3 succeeded", result.stderr), result.stderr
+    _assert_same(uninterrupted("fsdp2"), _params(restarted), "fsdp2")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_killed_deepspeed_rank_is_restarted_and_ends_bitwise_equal(tmp_path, deepspeed_ops, uninterrupted):
+    """Under DeepSpeed (ZeRO-2), rank 1 dies after step 8: the launcher restarts every worker,
+    they resume from checkpoint 6 and end with the parameters of the run that never failed.
+    Rank 1's last stderr line is a library's warning: the report must not give it as the
+    reason rank 1 ended. (DDP's restart and resume are the restarted machine's below, and
+    test_resume_multiprocess's.)"""
+    restarted = tmp_path / "restarted"
+    result = launch(SCRIPT, str(restarted), "deepspeed", "--crash-after", "8", launch_args=("--max-restarts", "1"),
+                    env=deepspeed_ops)
     assert_ok(result)
     assert "attempt 1: rank 1 exited with code 17; attempt 2 succeeded" in result.stderr, result.stderr
-    _assert_same(uninterrupted(strategy, env), _params(restarted), strategy)
+    _assert_same(uninterrupted("deepspeed", deepspeed_ops), _params(restarted), "deepspeed")
 
 
 def test_resume_takes_the_newest_checkpoint_complete_on_every_process():
@@ -238,19 +253,6 @@ def test_a_two_process_job_resumes_on_one_and_on_four(tmp_path):
         for epoch, ids in epochs.items():
             assert sorted(ids) == list(range(32)), f"2 -> {processes}, epoch {epoch}: {sorted(ids)}"
         assert (resumed / "final.pt").exists()
-
-
-@pytest.mark.multiprocess
-@pytest.mark.slow
-def test_a_stopped_rank_under_a_timeout_is_named_and_the_job_restarts(tmp_path):
-    """Rank 1 stops itself (SIGSTOP) in the first attempt: after --timeout the report names it,
-    every worker is restarted, and the job ends as if nothing happened."""
-    result = launch(SCRIPT, str(tmp_path / "hung"), "ddp", "--hang-after", "4",
-                    launch_args=("--timeout", "10", "--max-restarts", "1"))
-    assert_ok(result)
-    assert re.search(r"attempt 1: rank 1 [^;]*: it was stopped \(SIGSTOP\)", result.stderr), result.stderr
-    assert "attempt 2 succeeded" in result.stderr
-    assert (tmp_path / "hung" / "final.pt").exists()
 
 
 class _Machines:

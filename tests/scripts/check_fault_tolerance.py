@@ -4,9 +4,11 @@ usage: check_fault_tolerance.py OUT STRATEGY [--crash-after N] [--hang-after N] 
 
 STRATEGY is ddp, fsdp2 or deepspeed (ZeRO-2). Checkpoints every 3 steps under OUT (automatic naming, two kept)
 and resumes from the newest at start. A shuffled loader, gradient accumulation over 2
-batches and a scheduler. ``--crash-after N``: rank 1 ends with code 17 after step N, in the
-first attempt only; ``--hang-after N``: rank 1 stops itself (SIGSTOP) after step N, first
-attempt only; ``--stop-after N``: every rank ends cleanly after the checkpoint of step N.
+batches and a scheduler. ``--hang-after N``: rank 1 stops itself (SIGSTOP) after step N, in
+the first attempt only; ``--crash-after N``: rank 1 ends with code 17 after step N, in the
+first attempt that did not hang (the first, or the second with ``--hang-after``), so that one
+launch sees both faults in turn; ``--stop-after N``: every rank ends cleanly after the
+checkpoint of step N.
 Writes OUT/seen-<world>-<rank>-<attempt>.json (the sample ids it trained on) and, at the
 end, OUT/final.pt (the full parameters, from the main process).
 """
@@ -81,6 +83,8 @@ def main() -> None:
         accelerator.load_state()
         step_seconds = 0.0
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    hangs_now = attempt == "0"
+    crashes_now = attempt == ("1" if args.hang_after >= 0 else "0")
     rank, world = accelerator.process_index, accelerator.num_processes
     seen: list[list[int]] = []
 
@@ -103,11 +107,10 @@ def main() -> None:
             progress.step += 1
             if progress.step % EVERY == 0:
                 accelerator.save_state()
-            first_attempt = attempt == "0"
-            if progress.step == args.crash_after and rank == 1 and first_attempt:
+            if progress.step == args.crash_after and rank == 1 and crashes_now:
                 write_seen()
                 os._exit(17)
-            if progress.step == args.hang_after and rank == 1 and first_attempt:
+            if progress.step == args.hang_after and rank == 1 and hangs_now:
                 os.kill(os.getpid(), signal.SIGSTOP)
             if progress.step == args.stop_after:
                 write_seen()
