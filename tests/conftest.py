@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from deepspeed_ops import EXTENSIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DISTS = ROOT / "tests" / "plugin_dists"
@@ -195,35 +196,15 @@ def no_group_left_behind():
 
 # ------------------------------------------------------------------ DeepSpeed's compiled ops
 
-#: Where DeepSpeed's CPU ops are built, once for every test and every checkout on this machine
-#: (unless TORCH_EXTENSIONS_DIR is set): ``drivetrain/torch_extensions`` in the user's cache.
-EXTENSIONS = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "drivetrain", "torch_extensions")
 # Every process the tests start, and the tests' own, find (or make) the ops there: a launched
 # DeepSpeed job that loads its shared-memory collective without asking for deepspeed_ops
 # would otherwise compile it again in torch's default directory.
 os.environ["TORCH_EXTENSIONS_DIR"] = EXTENSIONS
 
 
-_BUILD_CODE = """
-import fcntl, glob, os, sys, time
-root = sys.argv[1]
-with open(os.path.join(root, ".build.flock"), "w") as guard:
-    # torch's build lock is a plain file: a process killed while building or loading leaves it,
-    # and every later load waits on it forever. Builds are serialised by this flock (released by
-    # the kernel when its holder dies), so an old torch lock is a leftover.
-    fcntl.flock(guard, fcntl.LOCK_EX)
-    for lock in glob.glob(os.path.join(root, "*", "lock")):
-        if time.time() - os.stat(lock).st_mtime > float(sys.argv[2]):
-            os.unlink(lock)
-    from deepspeed.accelerator import get_accelerator
-    for name in ("ShareMemCommBuilder", "CPUAdamBuilder"):
-        get_accelerator().create_op_builder(name).load(verbose=False)
-"""
-
-
 class _OpsBuild:
-    """The build of DeepSpeed's CPU ops into :data:`EXTENSIONS`, in a child process.
+    """The build of DeepSpeed's CPU ops into :data:`EXTENSIONS` (``deepspeed_ops.py``), in a
+    child process.
 
     Started in the background when the session collects a test that needs the ops: at a lower
     priority, it takes the CPU time the tests that run before them leave (those tests run last,
@@ -233,18 +214,17 @@ class _OpsBuild:
     process: subprocess.Popen | None = None
     output = None  # a temporary file: a pipe nobody reads while the build runs could fill and stall it
     started = 0.0
-    STALE_LOCK_S = 600  # a torch lock file older than this, found under the flock, is a leftover
 
     @classmethod
     def start(cls, background: bool) -> None:
         if cls.process is not None:
             return
-        os.makedirs(EXTENSIONS, exist_ok=True)
+        os.makedirs(EXTENSIONS, exist_ok=True)  # stop() takes the build's flock there
         env = dict(os.environ, TORCH_EXTENSIONS_DIR=EXTENSIONS, DS_ACCELERATOR="cpu")
         cls.started = time.monotonic()
         cls.output = tempfile.TemporaryFile("w+")
         cls.process = subprocess.Popen(
-            [sys.executable, "-c", _BUILD_CODE, EXTENSIONS, str(cls.STALE_LOCK_S)], env=env,
+            [sys.executable, str(Path(__file__).with_name("deepspeed_ops.py"))], env=env,
             stdout=cls.output, stderr=subprocess.STDOUT, text=True, start_new_session=True,
             preexec_fn=(lambda: os.nice(10)) if background else None)
 
