@@ -258,8 +258,9 @@ def test_dvclive_files_stay_in_the_logging_dir(tracker_env):
     assert not any(tracker_env["cwd"].iterdir()), "DVCLive wrote into the current directory"
 
 
-def test_trackio_local_database(tracker_env, request):
+def test_trackio_local_database(tracker_env, request, capsys):
     library("trackio", "trackio")
+    import trackio
     from trackio.sqlite_storage import SQLiteStorage
 
     project = f"demo-{request.node.name[-8:]}-{tracker_env['home'].parent.name}"
@@ -270,6 +271,8 @@ def test_trackio_local_database(tracker_env, request):
     trackers = drive("trackio", tracker_env["logs"], init_kwargs={"name": "first", "auto_log_cpu": False},
                      project=project, extra=extra)
     trackers.end_training()
+    trackio._cleanup_current_run()  # what trackio runs at exit: the run is finished once only
+    assert capsys.readouterr().out.count("Run finished") == 1
 
     logs = SQLiteStorage.get_logs(project, "first")
     assert [(r["step"], r["loss"]) for r in logs if "loss" in r] == [(1, 1.5), (2, 1.0)]

@@ -63,5 +63,14 @@ class TrackioTracker(GeneralTracker):
         self.run.log({table_name: table}, step=step)
 
     def finish(self) -> None:
-        if self.run is not None:
+        if self.run is None:
+            return
+        import trackio
+
+        # Trackio's exit handler finishes its current run again (waiting on its sender and
+        # printing "Run finished" a second time) unless trackio.finish() forgets it.
+        context = getattr(trackio, "context_vars", None)
+        if context is not None and context.current_run.get() is self.run:
+            trackio.finish()
+        else:
             self.run.finish()
