@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+import time
 from datetime import timedelta
 
 import pytest
@@ -84,8 +87,6 @@ def test_a_rank_the_agent_collected_first_is_reported_with_its_code(tmp_path):
     sees it end: the code the agent logs for it still makes the attempt's report."""
     import logging
     import subprocess
-    import sys
-    import time
 
     from drivetrain.services.restarts import AttemptWatchers
     from drivetrain_torchrun.launcher import _AgentExits
@@ -107,11 +108,38 @@ def test_a_rank_the_agent_collected_first_is_reported_with_its_code(tmp_path):
         assert "rank 1 exited with code 17" in attempts.summary(0)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process states are read from /proc")
+def test_a_stopped_rank_is_named_when_the_agent_collects_the_failed_one_first(tmp_path):
+    """On a loaded machine the launcher's poll collects a failed worker before the watcher sees
+    it end: the stopped rank must still be noted and continued before the agent ends everyone,
+    or it waits out the grace period, is killed and reported as merely slow."""
+    import signal
+    import subprocess
+
+    from drivetrain.runtime.process_exits import ExitWatcher, process_state
+
+    failed = subprocess.Popen(["false"])
+    stopped = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(stopped.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while process_state(stopped.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (tmp_path / "0.pid").write_text(str(failed.pid))
+        (tmp_path / "1.pid").write_text(str(stopped.pid))
+        watcher = ExitWatcher(str(tmp_path))  # its thread never runs: the agent is always first here
+        watcher.note_reaped(failed.pid, failed.wait())
+        assert list(watcher.stopped) == [1]
+        assert stopped.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        stopped.kill()
+        stopped.wait()
+
+
 def test_a_warning_is_not_kept_as_a_ranks_last_error_line(tmp_path, monkeypatch):
     """A rank that dies silently right after a library warned (a Python warning, a log record
     below ERROR) is reported without that warning; a logged error is kept."""
     import logging
-    import sys
     import warnings
 
     from drivetrain.runtime.process_exits import last_stderr_line, note_worker_start
@@ -273,7 +301,6 @@ class _Machines:
 
     def start(self, rank: int):
         import subprocess
-        import sys
 
         from conftest import clean_environ
         from launching import SCRIPTS
@@ -289,7 +316,6 @@ class _Machines:
 
     def start_both_and_wait_for_training(self) -> None:
         import socket
-        import time
 
         def listening():
             with socket.socket() as probe:

@@ -163,6 +163,7 @@ class ExitWatcher:
         self._left_stopped_since: float | None = None
         self._pids: dict[int, int] = {}
         self._reaped: dict[int, int] = {}  # pid -> exit code, told by the waiter that collected it
+        self._lock = threading.Lock()  # the watcher thread and the agent's thread both note ends
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="drivetrain-exit-watcher", daemon=True)
 
@@ -180,10 +181,16 @@ class ExitWatcher:
         """The exit code of worker ``pid`` as the agent that collected it saw it. On a loaded
         machine the agent can collect a worker before this thread sees it end; the watcher then
         knows only that it is gone, and a rank that died with a code would go unreported."""
-        self._reaped[pid] = code
-        for rank, known in list(self._pids.items()):
-            if known == pid and rank in self.exits and self.exits[rank][1] is None:
-                self.exits[rank] = (self.exits[rank][0], code)
+        with self._lock:
+            self._reaped[pid] = code
+            for rank, known in self._pids.items():
+                if known == pid and rank in self.exits and self.exits[rank][1] is None:
+                    self.exits[rank] = (self.exits[rank][0], code)
+            # The agent ends every worker right after telling this: a stopped one must be noted
+            # (and continued) now, or it waits out the grace period and is reported as only slow.
+            if code and not self.stopped:
+                self._known_pids()
+                self._note_stopped(time.time())
 
     def _known_pids(self) -> None:
         for name in os.listdir(self.errors):
@@ -212,25 +219,32 @@ class ExitWatcher:
         # peer that records the broken connection a moment after the death must come later.
         last_seen_alive = time.time()
         while not self._stop.is_set():
-            now = time.time()
-            self._known_pids()
-            for rank, pid in self._pids.items():
-                if rank in self.exits:
-                    continue
-                try:
-                    result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-                except ChildProcessError:  # already collected by the agent: ended by now
-                    self.exits[rank] = (last_seen_alive, self._reaped.get(pid))
-                    continue
-                if result is not None and result.si_pid:
-                    code = -result.si_status if result.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else result.si_status
-                    self.exits[rank] = (last_seen_alive, code)
-                    if code and not self.stopped:
-                        self._note_stopped(now)
-            if self.exits and len(self.exits) < len(self._pids):
-                self._end_stopped_leftovers(now)
+            with self._lock:
+                now = self._look(last_seen_alive)
             last_seen_alive = now
             self._stop.wait(self.interval)
+
+    def _look(self, last_seen_alive: float) -> float:
+        """One pass over the workers: note those that ended since ``last_seen_alive``; returns now."""
+        now = time.time()
+        self._known_pids()
+        for rank, pid in self._pids.items():
+            if rank in self.exits:
+                continue
+            try:
+                result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:  # already collected by the agent: ended by now
+                code = self._reaped.get(pid)
+            else:
+                if result is None or not result.si_pid:
+                    continue
+                code = -result.si_status if result.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else result.si_status
+            self.exits[rank] = (last_seen_alive, code)
+            if code and not self.stopped:
+                self._note_stopped(now)
+        if self.exits and len(self.exits) < len(self._pids):
+            self._end_stopped_leftovers(now)
+        return now
 
     def _end_stopped_leftovers(self, now: float) -> None:
         """Every other rank has ended and the rest are stopped: nothing will ever wake them, and the
