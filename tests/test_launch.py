@@ -237,8 +237,14 @@ def test_a_signal_to_the_launcher_ends_every_worker_with_one_line(tmp_path, how,
     marker = f"sleep {tmp_path}"  # this run's processes only
     command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", str(processes), "-q",
                str(SCRIPTS / "check_failure.py"), *marker.split(" ", 1)]
-    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=clean_environ(HF_HOME=str(tmp_path)), start_new_session=True)
+    # as from a terminal, even when the suite itself runs under nohup (SIGHUP ignored, and inherited)
+    previous = signal.signal(how, signal.SIG_DFL) if signal.getsignal(how) is signal.SIG_IGN else None
+    try:
+        launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env=clean_environ(HF_HOME=str(tmp_path)), start_new_session=True)
+    finally:
+        if previous is not None:
+            signal.signal(how, previous)
     try:
         started = sorted(launcher.stdout.readline().rsplit(" ", 1)[0] for _rank in range(processes))
         assert started == [f"STARTED {rank}" for rank in range(processes)], started

@@ -58,3 +58,23 @@ def test_workers_run_unbuffered_and_one_process_as_a_script_run_by_hand():
     assert worker_command(args, unbuffered=False) == [sys.executable, *target]
     no_python = _args(no_python=True, module=False, training_script="./run.sh", training_script_args=["x"])
     assert worker_command(no_python) == worker_command(no_python, unbuffered=False) == ["./run.sh", "x"]
+
+
+def test_a_signal_the_launcher_was_started_ignoring_stays_ignored():
+    """Under ``nohup`` SIGHUP is ignored, and the workers inherit that: a launcher that caught it
+    would pass it on to workers that ignore it and wait for them forever."""
+    import signal
+
+    from drivetrain_torchrun.signals import Signals
+
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGHUP, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with Signals() as signals:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) == signals._catch
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

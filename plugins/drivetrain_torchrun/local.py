@@ -13,7 +13,7 @@ launcher plays the agent's part itself and never imports torch:
   the agent's grace period; ``--max-restarts`` starts every worker again, with the next
   ``TORCHELASTIC_RESTART_COUNT`` and a fresh port;
 - SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed to every worker, and the launcher exits
-  with 128 + the signal.
+  with 128 + the signal; one the launcher was started ignoring (``nohup``) stays ignored.
 
 What needs the agent (several machines, an elastic rendezvous, ``--tee``, ``--log-dir``)
 goes through :func:`drivetrain_torchrun.launcher.launch_torchrun`.

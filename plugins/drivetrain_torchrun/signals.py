@@ -12,7 +12,11 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 class Signals:
     """Catches the forwarded signals while the job runs: each is kept, handed to ``forward``
     at once when given (a launcher blocked waiting on one process), and wakes :meth:`wait`
-    (a launcher's monitoring loop)."""
+    (a launcher's monitoring loop).
+
+    A signal the launcher was started ignoring (``nohup`` ignores SIGHUP) stays ignored: the
+    workers inherit that, so a launcher that caught it and passed it on would then wait for
+    workers that never end, and a job put under ``nohup`` would not outlive its terminal."""
 
     def __init__(self, forward: Callable[[int], object] | None = None) -> None:
         self.received: list[int] = []
@@ -23,7 +27,8 @@ class Signals:
     def __enter__(self) -> "Signals":
         if threading.current_thread() is threading.main_thread():  # only there can Python catch them
             for signum in FORWARDED:
-                self._previous[signum] = signal.signal(signum, self._catch)
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self._catch)
         return self
 
     def __exit__(self, *exc: object) -> None:
