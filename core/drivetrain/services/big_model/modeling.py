@@ -417,7 +417,11 @@ def check_tied_parameters_on_same_device(tied_params: list[list[str]], device_ma
 def get_max_memory(max_memory: dict[int | str, int | str] | None = None) -> dict[int | str, int]:
     """Memory each device may use: the platform's free memory per device index, ``"cpu"``
     (available host memory) and, when asked, ``"disk"``. Given a mapping, sizes written as
-    strings are converted and devices sorted: platform devices first, then cpu, then disk."""
+    strings are converted and devices sorted: platform devices first, then cpu, then disk.
+
+    Sizes written as strings are converted in the caller's mapping too, as Accelerate does:
+    transformers' ``get_max_memory`` compares the caller's values with the result afterwards.
+    """
     import psutil
 
     if max_memory is None:
@@ -433,6 +437,8 @@ def get_max_memory(max_memory: dict[int | str, int | str] | None = None) -> dict
         return result
     result = {key: _size_in_bytes(value) for key, value in max_memory.items()}
     for key, value in result.items():
+        if isinstance(max_memory, dict) and isinstance(max_memory[key], str) and value >= 0:
+            max_memory[key] = value
         if value < 0:
             raise ConfigError(f"max_memory gives {key!r} {max_memory[key]!r}, a negative size; give each device "
                               "the memory it may use ('10GiB', 0 for none)")
