@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from alias_env import AliasEnv, make_alias_env, make_env  # noqa: E402
+from alias_env import AliasEnv, make_alias_env, real_accelerate_env  # noqa: E402
 
 JOB = ROOT / "tests" / "clients" / "scripts" / "trainer_job.py"
 STRATEGIES = {"ddp": [], "fsdp2": ["--fsdp"], "ddp-accumulation": ["--accumulation", "2"]}
@@ -37,13 +37,7 @@ GOAL = 1e-5
 
 def environments(root: Path) -> dict[str, AliasEnv]:
     envs = {}
-    real = root / "accelerate"
-    if not (real / "bin" / "accelerate").exists():
-        env = make_env(real)
-        result = env.pip("install", "--quiet", "--no-deps", "accelerate==1.15.0")
-        if result.returncode != 0:
-            raise SystemExit(f"installing accelerate 1.15.0 failed: {result.stderr.strip()}")
-    envs["accelerate"] = AliasEnv(real)
+    envs["accelerate"] = real_accelerate_env(root / "accelerate")
     alias = root / "alias"
     envs["drivetrain"] = AliasEnv(alias) if (alias / "bin" / "accelerate").exists() else make_alias_env(alias)
     return envs

@@ -53,6 +53,22 @@ def make_env(root: Path) -> AliasEnv:
     return env
 
 
+def real_accelerate_env(root: Path, version: str = "1.15.0") -> AliasEnv:
+    """The environment at ``root`` with Hugging Face Accelerate ``version`` installed in it
+    (made when missing). ``--ignore-installed``: the base environment's alias is
+    ``1.15.0+drivetrain``, which ``==1.15.0`` accepts, so pip would otherwise install nothing."""
+    env = AliasEnv(root)
+    if env.python.exists():
+        shown = env.pip("show", "accelerate")
+        if shown.returncode == 0 and f"Location: {env.site_packages}" in shown.stdout:
+            return env
+    env = make_env(root) if not env.python.exists() else env
+    result = env.pip("install", "--quiet", "--no-deps", "--ignore-installed", f"accelerate=={version}")
+    if result.returncode != 0:
+        raise RuntimeError(f"installing accelerate {version} failed: {result.stderr.strip()}")
+    return env
+
+
 def make_alias_env(root: Path) -> AliasEnv:
     env = make_env(root)
     result = env.install_alias()
