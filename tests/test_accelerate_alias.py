@@ -137,6 +137,11 @@ def test_from_pretrained_offloads_part_of_a_model_to_disk_through_the_alias(alia
     report = json.loads(result.stdout.split("RESULT ", 1)[1])
     assert "disk" in report["placement"]
     assert report["same_logits"] and report["same_tokens"]
+    # string sizes work, converted in the caller's dict as Accelerate's get_max_memory does
+    assert report["max_memory_after"]["disk"] == 10**9 and isinstance(report["max_memory_after"]["cpu"], int)
+    # one streamer for the model; after the first forward, weights are found read ahead
+    (streamer,) = report["streamers"]
+    assert streamer["read_ahead"] > 3 * streamer["on_demand"], streamer
 
 
 def test_the_trainer_trains_on_drivetrain_through_the_alias(alias, tmp_path):

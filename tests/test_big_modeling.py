@@ -349,13 +349,13 @@ def test_offloaded_tied_embeddings_are_read_once_per_forward(tmp_path, monkeypat
         dispatch_model(model, {"": "disk"}, main_device="cpu", offload_dir=tmp_path / "offload")
 
     reads: list[str] = []
-    original = OffloadedWeightsLoader.__getitem__
+    original = OffloadedWeightsLoader.view
 
     def counting(self, key):
         reads.append(key)
         return original(self, key)
 
-    monkeypatch.setattr(OffloadedWeightsLoader, "__getitem__", counting)
+    monkeypatch.setattr(OffloadedWeightsLoader, "view", counting)
     seen: list[torch.Tensor] = []
     for module in (model.transformer.wte, model.lm_head):  # what each module's own forward runs with
         def watched(*args, _forward=module._old_forward, _module=module, **kwargs):

@@ -24,6 +24,7 @@ from .module_hooks import (
     AlignDevicesHook,
     TiedParamsMap,
     CpuOffload,
+    SequentialHook,
     UserCpuOffloadHook,
     add_hook_to_module,
     attach_align_device_hook,
@@ -34,6 +35,7 @@ from .device_map import check_device_map, check_devices_exist, resolve_device_ma
 from .modeling import DISK, HOST, current_platform, find_tied_parameters, resolve_device, retie_parameters
 from .offload import INDEX_NAME, OffloadedWeightsLoader, extract_submodules_state_dict, offload_state_dict
 from .offload import save_offload_index
+from .streaming import WeightStreamer
 from .weights_loading import load_checkpoint_to_offload_index
 
 logger = logging.getLogger("drivetrain.big_modeling")  # its name before the layers, kept for log filters
@@ -137,7 +139,27 @@ def cpu_offload(model: nn.Module, execution_device: Any = None, offload_buffers:
     attach_align_device_hook(model, execution_device, offload=True, weights_map=state_dict,
                              offload_buffers=offload_buffers, preload_module_classes=preload_module_classes,
                              tied_params_map=tied)
+    stream_offloaded_weights(model)
     return model
+
+
+def stream_offloaded_weights(model: nn.Module) -> WeightStreamer | None:
+    """Give every offloading hook of ``model`` one shared :class:`WeightStreamer`, so that the
+    weights of the next modules are read while one runs, within a window the size of the
+    largest offloaded module. Returns it (``None`` when nothing is offloaded)."""
+    hooks = []
+    for module in model.modules():
+        hook = getattr(module, "_hf_hook", None)
+        for part in hook.hooks if isinstance(hook, SequentialHook) else [hook]:
+            if isinstance(part, AlignDevicesHook) and part.offload and part.streamed is not None:
+                hooks.append(part)
+    if not hooks:
+        return None
+    streamer = WeightStreamer()
+    for hook in hooks:
+        hook.use_streamer(streamer)
+    streamer.fit_window_to_largest()
+    return streamer
 
 
 def cpu_offload_with_hook(model: nn.Module, execution_device: Any = None,
@@ -162,6 +184,7 @@ def disk_offload(model: nn.Module, offload_dir: str | os.PathLike, execution_dev
     attach_align_device_hook(model, execution_device, offload=True, weights_map=OffloadedWeightsLoader(save_folder=offload_dir),
                              offload_buffers=offload_buffers, preload_module_classes=preload_module_classes,
                              tied_params_map=tied)
+    stream_offloaded_weights(model)
     return model
 
 
@@ -218,6 +241,7 @@ def dispatch_model(model: nn.Module, device_map: dict[str, Any], main_device: An
                                        weights_map=weights_map, offload_buffers=offload_buffers, skip_keys=skip_keys,
                                        preload_module_classes=preload_module_classes,
                                        tied_params_map=TiedParamsMap.for_model(model))
+    stream_offloaded_weights(model)
     return model
 
 

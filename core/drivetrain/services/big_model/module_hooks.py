@@ -21,6 +21,7 @@ from torch import nn
 
 from .modeling import HOST, META, named_module_tensors, resolve_device, set_module_tensor_to_device
 from .offload import PrefixedDataset
+from .streaming import StreamedModule, WeightStreamer, module_dtypes
 from ...selection.constants import supported_layers_for_upcasting
 from ...tensors.nested import find_device, send_to_device
 
@@ -125,8 +126,11 @@ def _hooked_forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
 
 def _forward_failed(hook: ModelHook) -> None:
     """A forward raised, so no post_forward comes: keep a TiedParamsMap's count of running
-    forwards true, or its loaded tied weights would never be dropped."""
+    forwards true, or its loaded tied weights would never be dropped, and release streamed
+    weights, or they would count against the read-ahead window."""
     for part in hook.hooks if isinstance(hook, SequentialHook) else [hook]:
+        if isinstance(part, AlignDevicesHook) and part.offload and part.streamer is not None:
+            part.streamer.release(id(part))
         tied = getattr(part, "tied_params_map", None)
         if isinstance(tied, TiedParamsMap):
             tied.depth = max(tied.depth - 1, 0)
@@ -179,6 +183,36 @@ def remove_hook_from_submodules(module: nn.Module) -> None:
     remove_hook_from_module(module, recurse=True)
 
 
+class _TensorSlot:
+    """One offloaded parameter or buffer of a module: filled with its weights for a forward,
+    emptied (its meta tensor put back) after, with no more work than the assignment.
+
+    A parameter of a class of its own (quantized weights carry their state in the class)
+    goes through :func:`set_module_tensor_to_device`, which keeps that state.
+    """
+
+    def __init__(self, module: nn.Module, name: str) -> None:
+        owner_name, _, self.attribute = name.rpartition(".")
+        self.name = name
+        self.owner = module.get_submodule(owner_name) if owner_name else module
+        self.is_buffer = self.attribute in self.owner._buffers
+        self.meta = (self.owner._buffers if self.is_buffer else self.owner._parameters)[self.attribute]
+        self.plain = self.is_buffer or type(self.meta) is nn.Parameter
+        self.requires_grad = bool(getattr(self.meta, "requires_grad", False))
+
+    def fill(self, value: torch.Tensor) -> None:
+        if self.is_buffer:
+            self.owner._buffers[self.attribute] = value
+        elif self.plain:
+            self.owner._parameters[self.attribute] = nn.Parameter(
+                value, requires_grad=self.requires_grad and value.is_floating_point())
+        else:
+            set_module_tensor_to_device(self.owner, self.attribute, value.device, value=value)
+
+    def empty(self) -> None:
+        (self.owner._buffers if self.is_buffer else self.owner._parameters)[self.attribute] = self.meta
+
+
 class AlignDevicesHook(ModelHook):
     """Runs a module on ``execution_device``: inputs are moved there and, with ``offload``,
     weights are loaded there from ``weights_map`` before forward and released after.
@@ -216,6 +250,13 @@ class AlignDevicesHook(ModelHook):
         self.param_original_devices: dict[str, torch.device] = {}
         self.buffer_original_devices: dict[str, torch.device] = {}
         self.tensor_names: list[str] = []
+        #: Brings the offloaded weights in for each forward (set by ``init_hook``; dispatching
+        #: gives every hook of a model one shared streamer, which reads ahead).
+        self.streamer: WeightStreamer | None = None
+        self.streamed: StreamedModule | None = None
+        self._slots: list[_TensorSlot] = []
+        self._tied_names: set[str] = set()
+        self._tied_loaded: list[torch.Tensor] = []  # tied weights this hook loaded in the running forward
 
     def __repr__(self) -> str:
         return (f"AlignDevicesHook(execution_device={self.execution_device}, offload={self.offload}, "
@@ -239,14 +280,33 @@ class AlignDevicesHook(ModelHook):
         if self.weights_map is None:
             self.weights_map = {name: tensor.detach().to(HOST) for name, tensor in
                                 named_module_tensors(module, include_buffers=self.offload_buffers, recurse=recurse)}
-        self.tensor_names = [name for name, _ in named_module_tensors(
-            module, include_buffers=self.offload_buffers, recurse=recurse, remove_non_persistent=True)]
+        tensors = list(named_module_tensors(module, include_buffers=self.offload_buffers, recurse=recurse,
+                                            remove_non_persistent=True))
+        self.tensor_names = [name for name, _ in tensors]
+        # A tied weight is loaded by whichever of its modules runs first in a forward (see
+        # _load_tied_or), so it is read when needed, not streamed by every module that ties it.
+        tied = self.tied_params_map.group_of if isinstance(self.tied_params_map, TiedParamsMap) else {}
+        self._tied_names = {name for name in self.tensor_names if self._full_name(name) in tied}
+        streamed = [(name, t) for name, t in tensors if name not in self._tied_names]
+        self.streamed = StreamedModule(self.weights_map, [name for name, _ in streamed],
+                                       module_dtypes(module, self.tensor_names), self._device or torch.device(HOST),
+                                       sum(t.numel() * t.element_size() for _, t in streamed))
+        self.use_streamer(WeightStreamer(read_ahead=False))
         for name in self.tensor_names:
             set_module_tensor_to_device(module, name, META)
+        self._slots = [_TensorSlot(module, name) for name in self.tensor_names]
         if not self.offload_buffers and self._device is not None:
             for name, _ in module.named_buffers(recurse=recurse):
                 set_module_tensor_to_device(module, name, self._device)
         return module
+
+    def use_streamer(self, streamer: WeightStreamer) -> None:
+        """Bring this offloaded module's weights in through ``streamer`` (shared by the hooks of
+        one model, it reads the next modules' weights ahead while this one runs)."""
+        if self.streamed is None:
+            raise ValueError("only a hook that offloads weights, once attached, streams them")
+        self.streamer = streamer
+        streamer.register(id(self), self.streamed)
 
     def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if self.io_same_device:
@@ -256,35 +316,46 @@ class AlignDevicesHook(ModelHook):
             self.tied_params_map.depth += 1
         if self.offload:
             device = self._device or torch.device(HOST)
-            for name in self.tensor_names:
-                if by_name:
-                    self._load_tied_or(module, name, device)
+            loaded = self.streamer.take(id(self))
+            for slot in self._slots:
+                if slot.name in self._tied_names:
+                    self._load_tied_or(module, slot, device)
+                elif self.tied_params_map is None or by_name:
+                    slot.fill(loaded[slot.name])
                 else:
-                    set_module_tensor_to_device(module, name, device, value=self.weights_map[name],
+                    set_module_tensor_to_device(module, slot.name, device, value=loaded[slot.name],
                                                 tied_params_map=self.tied_params_map)
         if self._device is None or _all_on(self._device, args, kwargs):
             return args, kwargs
         return (send_to_device(args, self._device),
                 send_to_device(kwargs, self._device, skip_keys=self.skip_keys))
 
-    def _load_tied_or(self, module: nn.Module, name: str, device: torch.device) -> None:
-        """Load weight ``name``, or take the copy a module tied to it already loaded this forward."""
+    def _full_name(self, name: str) -> str:
+        return f"{self.module_name}.{name}" if self.module_name else name
+
+    def _load_tied_or(self, module: nn.Module, slot: _TensorSlot, device: torch.device) -> None:
+        """Load tied weight ``slot``, or take the copy a module tied to it already loaded this forward."""
         tied: TiedParamsMap = self.tied_params_map  # type: ignore[assignment]
-        group = tied.group_of.get(f"{self.module_name}.{name}" if self.module_name else name)
-        shared = tied.get(group, {}).get(device) if group is not None else None
+        group = tied.group_of[self._full_name(slot.name)]
+        shared = tied.get(group, {}).get(device)
         if shared is not None:
-            owner_name, _, attribute = name.rpartition(".")
-            owner = module.get_submodule(owner_name) if owner_name else module
-            owner._parameters[attribute] = shared
+            slot.owner._parameters[slot.attribute] = shared
             return
-        set_module_tensor_to_device(module, name, device, value=self.weights_map[name])
-        if group is not None:
-            tied.setdefault(group, {})[device] = module.get_parameter(name)
+        value = self.streamed.read_one(slot.name)
+        slot.fill(value)
+        self._tied_loaded.append(value)
+        tied.setdefault(group, {})[device] = module.get_parameter(slot.name)
 
     def post_forward(self, module: nn.Module, output: Any) -> Any:
         if self.offload:
-            for name in self.tensor_names:
-                set_module_tensor_to_device(module, name, META)
+            for slot in self._slots:
+                slot.empty()
+            self.streamer.release(id(self))
+            if self._tied_loaded:
+                # Its pages go now; a module tied to it later in this forward reads them again
+                # from the page cache, through the same tensor.
+                self.streamed.release_tensors(self._tied_loaded)
+                self._tied_loaded.clear()
         if isinstance(self.tied_params_map, TiedParamsMap):
             self.tied_params_map.depth = max(self.tied_params_map.depth - 1, 0)
             if self.tied_params_map.depth == 0:

@@ -1,24 +1,23 @@
-"""Weights kept on disk and read back one tensor at a time through a memory map.
+"""Weights kept on disk: written one file per weight, read back by name.
 
 An offload folder holds one raw file per weight (``<name>.dat``) and ``index.json``
 describing each (dtype, shape), the layout Accelerate writes. An index entry may instead
 point into a safetensors file (``safetensors_file``, ``weight_name``), so weights loaded from
 a safetensors checkpoint are never copied: they are read from the checkpoint itself.
 
-Reading maps only the pages of the one tensor asked for, copies them into the tensor's own
-memory and unmaps them, so the resident memory never holds a whole file.
+:class:`OffloadedWeightsLoader` maps each file once (:mod:`.mapped_files`): ``view(name)``
+is a weight without a copy, for the hooks that stream offloaded weights at each forward;
+``loader[name]`` is a tensor of its own, read in one copy.
 """
 
 from __future__ import annotations
 
 import json
-import mmap
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -26,6 +25,7 @@ from ..checkpointing.dtypes import dtype_named
 from ..checkpointing.paths import member_file
 from ..checkpointing.safetensors_io import Header, read_header, tensor_nbytes
 from ...kernel.errors import CheckpointError
+from .mapped_files import MappedFiles
 from .modeling import as_dtype
 from ...kernel.contributed import contributed_getattr
 
@@ -63,25 +63,27 @@ def _header(path: str | os.PathLike) -> Header:
         raise CheckpointError(f"cannot read {path}: {error.strerror}") from None
 
 
-def read_mapped(path: str | os.PathLike, offset: int, dtype: torch.dtype, shape: Iterable[int]) -> torch.Tensor:
-    """One tensor from ``path`` at byte ``offset``, read through a memory map of its pages only."""
+def read_tensor(path: str | os.PathLike, offset: int, dtype: torch.dtype, shape: Iterable[int]) -> torch.Tensor:
+    """One tensor from ``path`` at byte ``offset``, read straight into its own memory (one copy)."""
     tensor = torch.empty(list(shape), dtype=dtype)
     nbytes = tensor.numel() * tensor.element_size()
     if nbytes == 0:
         return tensor
-    base = offset - offset % mmap.ALLOCATIONGRANULARITY
+    target = memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
     try:
         with open(path, "rb") as handle:
-            mapped = mmap.mmap(handle.fileno(), length=offset - base + nbytes, offset=base, access=mmap.ACCESS_READ)
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"cannot read {nbytes} bytes at {offset} of {path} ({error}); the file is cut short "
-                              "or was replaced: load the checkpoint again") from None
-    try:
-        source = np.frombuffer(mapped, dtype=np.uint8, count=nbytes, offset=offset - base)
-        tensor.reshape(-1).view(torch.uint8).numpy()[:] = source
-        del source  # the map cannot close while a view of it lives
-    finally:
-        mapped.close()
+            done = 0
+            while done < nbytes:
+                count = os.preadv(handle.fileno(), [target[done:]], offset + done)
+                if count == 0:
+                    break
+                done += count
+    except OSError as error:
+        raise CheckpointError(f"cannot read {nbytes} bytes at {offset} of {path} ({error.strerror}); load the "
+                              "checkpoint again") from None
+    if done < nbytes:
+        raise CheckpointError(f"cannot read {nbytes} bytes at {offset} of {path}: the file is cut short or was "
+                              "replaced: load the checkpoint again")
     return tensor
 
 
@@ -92,9 +94,13 @@ def offload_weight(weight: torch.Tensor, weight_name: str, offload_folder: str |
     os.makedirs(offload_folder, exist_ok=True)
     tensor = weight.detach().to("cpu").contiguous()
     path = Path(offload_folder) / f"{weight_name}.dat"
-    with open(path, "wb") as handle:
+    # Written beside and renamed over: a model still reading the old file through a mapping
+    # keeps the old one (overwritten in place, its mapping would lose pages under it).
+    partial = path.with_name(f".{path.name}.partial")
+    with open(partial, "wb") as handle:
         if tensor.numel():
             handle.write(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+    os.replace(partial, path)
     index[weight_name] = {"dtype": _dtype_name(tensor.dtype), "shape": list(tensor.shape)}
     return index
 
@@ -102,7 +108,7 @@ def offload_weight(weight: torch.Tensor, weight_name: str, offload_folder: str |
 def load_offloaded_weight(weight_file: str | os.PathLike, weight_info: dict[str, Any]) -> torch.Tensor:
     """Read a weight :func:`offload_weight` wrote, described by its index entry."""
     dtype = as_dtype(weight_info["dtype"])
-    return read_mapped(weight_file, int(weight_info.get("offset", 0)), dtype, weight_info["shape"])
+    return read_tensor(weight_file, int(weight_info.get("offset", 0)), dtype, weight_info["shape"])
 
 
 def read_offload_index(offload_folder: str | os.PathLike) -> dict[str, Any]:
@@ -169,6 +175,21 @@ def load_offloaded_weights(model: nn.Module, index: dict[str, Any], offload_fold
         set_module_tensor_to_device(model, name, "cpu", value=loader[name])
 
 
+def weight_view(weights: Mapping, key: str) -> torch.Tensor:
+    """``weights[key]``, without a copy where ``weights`` maps files (a loader or a prefixed
+    view of one); a plain mapping of tensors gives its own tensor."""
+    if isinstance(weights, (OffloadedWeightsLoader, PrefixedDataset)):
+        return weights.view(key)
+    return weights[key]
+
+
+def mapped_files_of(weights: Mapping | None) -> MappedFiles | None:
+    """The :class:`MappedFiles` behind ``weights`` (through prefixed views), if any."""
+    while isinstance(weights, PrefixedDataset):
+        weights = weights.dataset
+    return weights.mapped_files if isinstance(weights, OffloadedWeightsLoader) else None
+
+
 class PrefixedDataset(Mapping):
     """A view of a weights mapping restricted to the keys that start with ``prefix``."""
 
@@ -178,6 +199,11 @@ class PrefixedDataset(Mapping):
 
     def __getitem__(self, key: str) -> Any:
         return self.dataset[f"{self.prefix}{key}"]
+
+    def view(self, key: str) -> torch.Tensor:
+        """The weight without a copy where the underlying mapping can give one (see
+        :meth:`OffloadedWeightsLoader.view`)."""
+        return weight_view(self.dataset, f"{self.prefix}{key}")
 
     def __contains__(self, key: object) -> bool:
         return f"{self.prefix}{key}" in self.dataset
@@ -211,6 +237,7 @@ class OffloadedWeightsLoader(Mapping):
         self._keys.update(dict.fromkeys(self.index))
         self.device = device
         self._headers: dict[str, dict[str, dict[str, Any]]] = {}
+        self._files = MappedFiles()
 
     @property
     def all_keys(self) -> list[str]:
@@ -220,27 +247,46 @@ class OffloadedWeightsLoader(Mapping):
     def __getitem__(self, key: str) -> torch.Tensor:
         if key in self.state_dict:
             return self.state_dict[key]
-        info = self.index[key]
-        if info.get("safetensors_file") is not None:
-            tensor = self._read_safetensors(key, info)
-        else:
-            if self.save_folder is None:
-                raise CheckpointError(f"weight {key} was offloaded to a folder that was not given; pass offload_dir")
-            tensor = load_offloaded_weight(Path(self.save_folder) / f"{key}.dat", info)
+        tensor = self._read(key, copy=True)
         if self.device is not None:
             tensor = tensor.to(self.device)
         return tensor
 
-    def _read_safetensors(self, key: str, info: dict[str, Any]) -> torch.Tensor:
-        path = info["safetensors_file"]
-        if "offset" in info:
-            entry = info
+    def view(self, key: str) -> torch.Tensor:
+        """Weight ``key`` without a copy: the in-memory tensor, or a view of its file's
+        mapping (mapped once, read lazily; the pages are the page cache's). A view in another
+        dtype than its entry asks for, or for another ``device``, is converted (one copy)."""
+        if key in self.state_dict:
+            tensor = self.state_dict[key]
         else:
-            header = self._headers.get(path)
-            if header is None:
-                header = self._headers[path] = safetensors_entries(path)
-            entry = header[info.get("weight_name", key)]
-        tensor = read_mapped(path, int(entry["offset"]), as_dtype(entry["dtype"]), entry["shape"])
+            tensor = self._read(key, copy=False)
+        if self.device is not None:
+            tensor = tensor.to(self.device)
+        return tensor
+
+    @property
+    def mapped_files(self) -> MappedFiles:
+        """The files this loader has mapped (what :meth:`view` returns views of)."""
+        return self._files
+
+    def _read(self, key: str, copy: bool) -> torch.Tensor:
+        info = self.index[key]
+        source = info.get("safetensors_file")
+        if source is not None:
+            if "offset" in info:
+                entry = info
+            else:
+                header = self._headers.get(source)
+                if header is None:
+                    header = self._headers[source] = safetensors_entries(source)
+                entry = header[info.get("weight_name", key)]
+            offset, dtype, shape = int(entry["offset"]), as_dtype(entry["dtype"]), entry["shape"]
+        else:
+            if self.save_folder is None:
+                raise CheckpointError(f"weight {key} was offloaded to a folder that was not given; pass offload_dir")
+            source = Path(self.save_folder) / f"{key}.dat"
+            offset, dtype, shape = int(info.get("offset", 0)), as_dtype(info["dtype"]), info["shape"]
+        tensor = read_tensor(source, offset, dtype, shape) if copy else self._files.view(source, offset, dtype, shape)
         wanted = as_dtype(info.get("dtype"))
         if wanted is not None and tensor.dtype != wanted:
             tensor = tensor.to(wanted)

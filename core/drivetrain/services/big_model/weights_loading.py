@@ -34,7 +34,7 @@ from .modeling import (
 from .offload import (
     load_offloaded_weights,
     offload_weight,
-    read_mapped,
+    read_tensor,
     safetensors_entries,
     safetensors_metadata,
     save_offload_index,
@@ -108,7 +108,7 @@ class _Shard:
         if self._lazy is not None:
             return self._lazy[name].clone()  # its own memory, not pages of the mapped file
         entry = self.entries[name]
-        return read_mapped(self.path, entry["offset"], entry["dtype"], entry["shape"])
+        return read_tensor(self.path, entry["offset"], entry["dtype"], entry["shape"])
 
     def close(self) -> None:
         self._lazy = None
