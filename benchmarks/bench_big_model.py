@@ -30,6 +30,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from common import status_mb
+
 WIDTH = 4096
 
 
@@ -44,22 +46,12 @@ class Stack(nn.Module):
         return x
 
 
-def _status_mb(field: str) -> float:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def _rss_mb() -> float:
-    return _status_mb("VmRSS")
+    return status_mb("VmRSS")
 
 
 def _peak_mb() -> float:
-    # VmHWM is this process's own high-water mark; ru_maxrss would also count the parent's
-    # memory at fork time (Linux keeps it across exec).
-    return _status_mb("VmHWM")
+    return status_mb("VmHWM")
 
 
 def _case(kind: str, directory: Path, layers: int) -> dict:

@@ -1,4 +1,5 @@
-"""What the benchmarks share: peak heap memory of a block, and the timed drivetrain step loop."""
+"""What the benchmarks share: a process's RSS and peak RSS, peak heap memory of a block, and the
+timed drivetrain step loop."""
 
 from __future__ import annotations
 
@@ -9,6 +10,16 @@ import time
 from typing import Callable
 
 import psutil
+
+
+def status_mb(field: str) -> float:
+    """A memory field of this process's ``/proc/self/status`` in MiB (``VmRSS``; ``VmHWM``, its
+    own high-water mark: ru_maxrss would also count the parent's memory at fork time)."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def heap_in_use() -> Callable[[], int]:
