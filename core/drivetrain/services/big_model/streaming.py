@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 import torch
 
 from .mapped_files import MappedFiles, drop_pages, read_ahead_pages
-from .offload import mapped_files_of, weight_view
+from .offload import OffloadedWeightsLoader, PrefixedDataset, mapped_files_of, weight_view
 
 if TYPE_CHECKING:
     from torch import nn
@@ -64,22 +64,25 @@ class StreamedModule:
     def read(self) -> dict[str, torch.Tensor]:
         """Every weight of the module, ready for its forward (runs on the reader thread).
 
-        Views of mapped files are made once and kept (a view is only an address range until
-        its pages are touched); each read asks the kernel to read their pages ahead, so that
-        the forward finds them in memory instead of waiting on the disk. Weights used in
-        another dtype or on another device are converted at each read: that copy is what the
-        reader overlaps with the forward before."""
+        When no weight needs a copy (views of mapped files, or tensors kept in memory already
+        in the module's dtype and on its device) the tensors are kept after the first read: a
+        view is only an address range until its pages are touched, and each later read asks
+        the kernel to read those pages ahead, so that the forward finds them in memory
+        instead of waiting on the disk. Weights used in another dtype or on another device
+        are copied at each read: that copy is what the reader overlaps with the forward
+        before."""
         if self._views is not None:
             for tensor in self._views.values():
                 read_ahead_pages(tensor)
             return self._views
-        loaded, all_views = {}, self.files is not None
+        loaded, no_copy = {}, True
         for name in self.names:
-            tensor = loaded[name] = self.read_one(name)
-            all_views = all_views and self.files.owns(tensor)
-        if all_views:
+            loaded[name], copied = self._prepare(name)
+            no_copy = no_copy and not copied
+        if no_copy:
             self._views = loaded
-            self._paths = sorted({self.files.path_of(tensor) for tensor in loaded.values() if tensor.numel()})
+            if self.files is not None:
+                self._paths = sorted({self.files.path_of(t) for t in loaded.values() if t.numel()})
         return loaded
 
     def check_files(self) -> None:
@@ -90,7 +93,11 @@ class StreamedModule:
 
     def read_one(self, name: str) -> torch.Tensor:
         """Weight ``name`` in the dtype and on the device the module computes with."""
-        tensor = weight_view(self.weights, name)
+        return self._prepare(name)[0]
+
+    def _prepare(self, name: str) -> tuple[torch.Tensor, bool]:
+        """(weight ``name`` as the module computes with it, whether that took a copy)."""
+        source = tensor = weight_view(self.weights, name)
         wanted = self.dtypes.get(name)
         if wanted is not None and tensor.is_floating_point() and tensor.dtype != wanted:
             tensor = tensor.to(wanted)  # the conversion set_module_tensor_to_device would make
@@ -98,7 +105,10 @@ class StreamedModule:
             tensor = tensor.to(self.device)
         if self.files is not None and self.files.owns(tensor):
             read_ahead_pages(tensor)
-        return tensor
+        # a view made by the weights map itself (a misaligned one, say) is a copy too
+        copied = tensor is not source or (self.files is not None and not self.files.owns(tensor)
+                                          and not _kept_in_memory(self.weights, name, tensor))
+        return tensor, copied
 
     def release(self, loaded: dict[str, torch.Tensor]) -> None:
         """The forward is over: views of mapped files give their pages back."""
@@ -110,6 +120,15 @@ class StreamedModule:
         for tensor in tensors:
             if self.files.owns(tensor):
                 drop_pages(tensor)
+
+
+def _kept_in_memory(weights: Mapping, name: str, tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is the very tensor ``weights`` keeps in memory for ``name``."""
+    while isinstance(weights, PrefixedDataset):
+        weights, name = weights.dataset, f"{weights.prefix}{name}"
+    if isinstance(weights, OffloadedWeightsLoader):
+        return weights.state_dict.get(name) is tensor
+    return True  # a plain mapping of tensors gives its own
 
 
 class WeightStreamer:
