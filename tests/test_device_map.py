@@ -12,8 +12,8 @@ from torch import nn
 
 from drivetrain import dispatch_model
 from drivetrain.errors import ConfigError
-from drivetrain.utils.modeling import (check_device_map, compute_module_sizes, infer_auto_device_map,
-                                      load_checkpoint_in_model)
+from drivetrain.utils.modeling import (check_device_map, compute_module_sizes, get_balanced_memory,
+                                      infer_auto_device_map, load_checkpoint_in_model)
 
 # An index no machine running these tests has: planning accepts it, applying refuses it.
 ABSENT = 1000
@@ -142,3 +142,14 @@ def test_only_devices_passed_over_empty_are_reported(caplog):
     assert plan == {"": 1}
     assert [r.getMessage().split(":")[0] for r in caplog.records if "was given no module" in r.getMessage()] == \
         ["device 0 was given no module"]
+
+
+def test_planning_helpers_take_string_sizes_and_convert_the_callers_mapping():
+    # PEFT and diffusers pass max_memory as users write it, then read it back
+    model = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64), nn.Linear(64, 64))
+    for plan in (infer_auto_device_map, get_balanced_memory):
+        asked = {"cpu": "20KB", "disk": "1GB"}
+        plan(model, max_memory=asked)
+        assert asked == {"cpu": 20_000, "disk": 10**9}, plan.__name__
+    device_map = infer_auto_device_map(model, max_memory={"cpu": "40KB", "disk": "1GB"})
+    assert set(device_map.values()) == {"cpu", "disk"}
