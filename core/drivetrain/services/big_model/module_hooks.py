@@ -199,13 +199,20 @@ class _TensorSlot:
         self.meta = (self.owner._buffers if self.is_buffer else self.owner._parameters)[self.attribute]
         self.plain = self.is_buffer or type(self.meta) is nn.Parameter
         self.requires_grad = bool(getattr(self.meta, "requires_grad", False))
+        self._wrapped: tuple[torch.Tensor, nn.Parameter] | None = None
 
-    def fill(self, value: torch.Tensor) -> None:
+    def fill(self, value: torch.Tensor, kept: bool = False) -> None:
+        """Put ``value`` in. ``kept``: the streamer keeps ``value`` between forwards (a view),
+        so the parameter made around it is kept too and reused while the value is the same."""
         if self.is_buffer:
             self.owner._buffers[self.attribute] = value
         elif self.plain:
-            self.owner._parameters[self.attribute] = nn.Parameter(
-                value, requires_grad=self.requires_grad and value.is_floating_point())
+            if self._wrapped is None or self._wrapped[0] is not value:
+                wrapped = (value, nn.Parameter(value, requires_grad=self.requires_grad and value.is_floating_point()))
+                self._wrapped = wrapped if kept else None
+            else:
+                wrapped = self._wrapped
+            self.owner._parameters[self.attribute] = wrapped[1]
         else:
             set_module_tensor_to_device(self.owner, self.attribute, value.device, value=value)
 
@@ -321,7 +328,7 @@ class AlignDevicesHook(ModelHook):
                 if slot.name in self._tied_names:
                     self._load_tied_or(module, slot, device)
                 elif self.tied_params_map is None or by_name:
-                    slot.fill(loaded[slot.name])
+                    slot.fill(loaded[slot.name], kept=self.streamed.read_is_quick)
                 else:
                     set_module_tensor_to_device(module, slot.name, device, value=loaded[slot.name],
                                                 tied_params_map=self.tied_params_map)
