@@ -3,8 +3,8 @@
 For every combination of map-style / iterable dataset, split_batches, even_batches,
 drop_last, dispatch and shuffling, and for dataset lengths that do and do not divide
 evenly, checks which samples each process sees, that gather_for_metrics returns each
-sample exactly once, resuming (skip_first_batches, state_dict), and shuffling that is
-identical on every process and reproducible. Prints CHECK-DATA-LOADING-OK at the end.
+sample exactly once, resuming (skip_first_batches, state_dict, an iterable dataset's own
+state), and shuffling that is identical on every process and reproducible. Prints CHECK-DATA-LOADING-OK at the end.
 """
 
 from __future__ import annotations
@@ -205,6 +205,58 @@ def check_state_dict_resumes_mid_epoch():
         assert [batch["id"].tolist() for batch in skip_first_batches(again, 3)] == taken[3:]
 
 
+class PositionedStream(Stream):
+    """A stream that keeps its own position (``state_dict``/``load_state_dict``) and counts reads."""
+
+    def __init__(self, length):
+        super().__init__(length)
+        self.read, self.position, self.resume_at = 0, 0, 0
+
+    def __iter__(self):
+        start, self.resume_at = self.resume_at, 0
+        for index in range(start, self.length):
+            self.position, self.read = index + 1, self.read + 1
+            yield {"id": torch.tensor(index)}
+
+    def state_dict(self):
+        return {"position": self.position}
+
+    def load_state_dict(self, state):
+        self.resume_at = self.position = state["position"]
+
+
+def check_a_stream_with_its_own_state_resumes_without_reading_the_seen_part():
+    for dispatch in (False, True):
+        # a short last round: each process completes it with the epoch's first samples, read again
+        # (a dispatched pass resumed mid-epoch cannot yet: there it ends on a full round)
+        length = 8 * 40 + (0 if dispatch else 5)
+
+        def make():
+            stream = PositionedStream(length)
+            return stream, prepare_data_loader(DataLoader(stream, batch_size=BATCH), device=state.device,
+                                               put_on_device=True, dispatch_batches=dispatch)
+
+        _stream, loader = make()
+        taken, saved = [], None
+        for step, batch in enumerate(loader):
+            taken.append(batch["id"].tolist())
+            if step == 29:
+                saved = loader.state_dict()
+        reads_itself = RANK == 0 or not dispatch  # dispatching: only the main process reads
+        if reads_itself:
+            assert saved["dataset_state"] == {"position": 30 * BATCH * WORLD}, saved
+        saved = gather_object([saved])[0]  # the main process's state is the one a checkpoint keeps
+        stream, restored = make()
+        restored.load_state_dict(saved)
+        iterator = iter(restored)
+        first = next(iterator)["id"].tolist()
+        reads = stream.read
+        rest = [first, *(batch["id"].tolist() for batch in iterator)]
+        assert rest == taken[30:], (dispatch, rest, taken[30:])
+        if reads_itself:
+            assert reads <= 2 * BATCH * WORLD, (dispatch, reads)
+
+
 def check_rng_types_and_non_tensor_leaves():
     torch.manual_seed(RANK)
     loader = prepare(8, rng_types=["torch"])
@@ -228,6 +280,7 @@ checked = check_every_sample_once_per_epoch()
 check_shuffle_same_everywhere_and_reproducible()
 check_skip_first_batches_resumes()
 check_state_dict_resumes_mid_epoch()
+check_a_stream_with_its_own_state_resumes_without_reading_the_seen_part()
 check_rng_types_and_non_tensor_leaves()
 check_uneven_iteration_counts_are_documented()
 state.wait_for_everyone()

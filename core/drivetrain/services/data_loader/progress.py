@@ -16,6 +16,7 @@ from ..cross_process import broadcast_object_list
 from .draws import EpochDraws
 from .sharding import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler, _mix
 from .stateful import StatefulVariants
+from .stream_position import StreamPosition, warn_replay
 
 logger = logging.getLogger("drivetrain.data_loader.progress")  # its name before the layers, kept for log filters
 
@@ -49,6 +50,9 @@ class _Progress:
         # the numbers a plain DataLoader would draw at each pass (None: the loader draws nothing
         # from torch's generators and seeds its own per epoch)
         self.draws = draws
+        # the own position of an iterable dataset that keeps one (set by the first loader built)
+        self.stream: StreamPosition | None = None
+        self.stream_checked = False
 
     def loader_generator_for(self, given: torch.Generator | None, use_stateful_dataloader: bool) -> Any:
         """The generator the loader is built with: its own, seeded per epoch; with
@@ -159,7 +163,8 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
     one batch ahead, to know which batch is the last).
     """
 
-    _stateful_snapshot: dict[str, Any] | None = None
+    # the position as of the last batch handed out: torchdata's state, or the iterable dataset's own
+    _read_state: Any = None
 
     _progress: _Progress
     _shard_sampler: BatchSamplerShard | None
@@ -181,6 +186,10 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
         self._non_blocking = non_blocking
         self.use_stateful_dataloader = use_stateful_dataloader
         self._construction = construction  # how to build a sibling (skip_first_batches)
+        if not progress.stream_checked:
+            progress.stream_checked = True
+            if self._stateful_base() is None:  # torchdata keeps the dataset's state itself
+                progress.stream = StreamPosition.of(self.dataset, getattr(self, "num_workers", 0))
         if iteration:
             self.set_epoch(iteration)
 
@@ -211,22 +220,38 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
             return self.skip_batches
         return resume
 
-    def _snapshot(self) -> dict[str, Any] | None:
-        """torchdata's state now (``None`` without ``use_stateful_dataloader``); taken after
-        each read, handed out with the batch read (:meth:`_handed_out`)."""
+    def _snapshot(self) -> Any:
+        """torchdata's state now with ``use_stateful_dataloader``, else the iterable dataset's own
+        state when it keeps one (else ``None``); taken after each read, handed out with the batch
+        read (:meth:`_handed_out`): the loader reads one batch ahead."""
         base = self._stateful_base()
-        return None if base is None else base.state_dict(self)
+        if base is not None:
+            return base.state_dict(self)
+        stream = self._progress.stream
+        return None if stream is None else stream.read()
 
-    def _handed_out(self, snapshot: dict[str, Any] | None) -> None:
-        self._stateful_snapshot = snapshot
+    def _handed_out(self, snapshot: Any) -> None:
+        self._read_state = snapshot
+
+    def _resume_stream(self, skip: int) -> int:
+        """How many batches of an iterable dataset to read and drop to resume after ``skip``:
+        none when the dataset's own state was restored, else all of them (with a warning)."""
+        progress = self._progress
+        if progress.stream is not None and progress.stream.restore(progress.epoch, skip):
+            shard = self.dataset
+            if isinstance(shard, IterableDatasetShard):
+                shard.restart_state = progress.stream.start
+            return 0
+        warn_replay(self.dataset, getattr(self, "num_workers", 0), progress.epoch, skip, self.total_batch_size)
+        return skip
 
     def state_dict(self) -> dict[str, Any]:
         """The position: epoch, batches already handed out in it, and the shuffling seed
         (with ``use_stateful_dataloader``: ``StatefulDataLoader``'s state)."""
         base = self._stateful_base()
         if base is not None:
-            if self._stateful_snapshot is not None:
-                return self._stateful_snapshot
+            if self._read_state is not None:
+                return self._read_state
             return base.state_dict(self)
         progress = self._progress
         state = {
@@ -242,14 +267,27 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
         draws = progress.draws.state_dict() if progress.draws is not None else None
         if draws is not None:
             state["draws"] = draws  # what the pass in progress drew, replayed on resume
+        dataset_state = self._dataset_state()
+        if dataset_state is not None:
+            state["dataset_state"] = dataset_state  # where the iterable dataset resumes, without replay
         return state
+
+    def _dataset_state(self) -> Any:
+        """The iterable dataset's own state at the position (``None``: it keeps none, or the
+        position is an epoch's start)."""
+        progress, stream = self._progress, self._progress.stream
+        if stream is None or not progress.batches_yielded:
+            return None
+        if progress.fresh:  # restored and not played yet
+            return stream.pending(progress.epoch, progress.batches_yielded)
+        return self._read_state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a saved position: the next pass resumes at the next unseen batch."""
         base = self._stateful_base()
         if base is not None:
             base.load_state_dict(self, state_dict)
-            self._stateful_snapshot = None
+            self._read_state = None
             progress = self._progress
             progress.batches_yielded, progress.fresh = 0, True  # torchdata skips, not us
             return
@@ -270,7 +308,7 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
         samples = int(samples) if samples else batches * saved_total if saved_total else None
         if samples is not None and total and saved_total != total:
             batches = samples // total
-            if samples % total:
+            if samples % total and state_dict.get("dataset_state") is None:
                 logger.warning("the data loader state was saved with %d samples per step and this loader has %d; "
                                "resuming after %d batches (%d samples were seen, %d are replayed)",
                                saved_total, total, batches, samples, samples - batches * total)
@@ -279,6 +317,8 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
         progress.fresh = True
         progress.seed = int(state_dict["seed"])
         progress.seed_agreed = True
+        if progress.stream is not None:
+            progress.stream.remember(progress.epoch, batches, state_dict.get("dataset_state"))
         progress.apply_epoch(progress.epoch)
 
     @property

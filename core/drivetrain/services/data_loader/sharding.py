@@ -6,11 +6,12 @@ batches go through the same rules as any other batch sampler's."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Iterator
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler
 
 from ...kernel.errors import ConfigError
 
@@ -76,10 +77,11 @@ def fill_round(items: list[Any], target: int, start: list[Any]) -> list[Any]:
     return filled
 
 
-def _sliced_batches(indices: list[int], size: int, drop_last: bool) -> Iterator[list[int]]:
-    """The batches a plain ``BatchSampler`` of ``size`` makes of ``indices``."""
+def _sliced_batches(indices: list[int], size: int, drop_last: bool, first: int = 0) -> Iterator[list[int]]:
+    """The batches a plain ``BatchSampler`` of ``size`` makes of ``indices``, from batch
+    number ``first`` on (the ones before it are not made)."""
     end = len(indices) - len(indices) % size if drop_last else len(indices)
-    return (indices[i:i + size] for i in range(0, end, size))
+    return (indices[i:i + size] for i in range(first * size, end, size))
 
 
 def _all_indices(sampler: Any) -> list[int]:
@@ -90,11 +92,18 @@ def _all_indices(sampler: Any) -> list[int]:
     the generator where its ``__iter__`` would: that also draws an empty tail permutation, a
     full one whose state a generator kept across passes carries on with.
     """
-    if (type(sampler) is RandomSampler and not sampler.replacement and sampler.generator is not None
-            and sampler.num_samples == len(sampler.data_source)):
+    if type(sampler) is SequentialSampler:
+        return list(range(len(sampler.data_source)))
+    seedable = type(sampler) is SeedableRandomSampler
+    if (type(sampler) is RandomSampler or seedable) and not sampler.replacement and sampler.generator is not None \
+            and sampler.num_samples == len(sampler.data_source):
+        if seedable:  # what its __iter__ does around the permutation
+            sampler.generator.manual_seed(sampler.initial_seed + sampler.epoch)
         size = len(sampler.data_source)
         order = torch.randperm(size, generator=sampler.generator).tolist()
         torch.randperm(size, generator=sampler.generator)
+        if seedable:
+            sampler.set_epoch(sampler.epoch + 1)
         return order
     return list(sampler)
 
@@ -179,10 +188,11 @@ class BatchSamplerShard(BatchSampler):
         inner = self.batch_sampler
         if type(inner) is BatchSampler and hasattr(type(inner.sampler), "__len__"):
             # A plain BatchSampler: read its indices at once and slice its batches (the same
-            # batches, without its per-index loop).
-            source = _sliced_batches(_all_indices(inner.sampler), inner.batch_size, inner.drop_last)
-        else:
-            source = iter(inner)
+            # batches, without its per-index loop); a skip jumps to its first batch.
+            indices = _all_indices(inner.sampler)
+            yield from self._from_indices(indices, inner.batch_size, inner.drop_last, skip)
+            return
+        source = iter(inner)
         if self.num_processes == 1:
             batches = source
         elif self.split_batches:
@@ -190,13 +200,29 @@ class BatchSamplerShard(BatchSampler):
         else:
             batches = self._round_robin(source)
         if skip:
+            # a batch sampler of its own kind can only be played through to the position
             for _ in zip(range(skip), batches):
                 pass
         yield from batches
 
-    def _round_robin(self, source: Iterator[list[int]]) -> Iterator[list[int]]:
+    def _from_indices(self, indices: list[int], size: int, drop_last: bool, skip: int) -> Iterator[list[int]]:
+        """This process's batches of a plain ``BatchSampler`` over ``indices``, without its first
+        ``skip``: every process takes one global batch per round (one piece of each with
+        ``split_batches``), and only the last round can leave a process out, so the ``skip``
+        rounds before the position are jumped over; the epoch's first indices, which complete a
+        short last round, are taken from ``indices`` directly."""
+        n = self.num_processes
+        if n == 1:
+            return _sliced_batches(indices, size, drop_last, first=skip)
+        if self.split_batches:
+            return self._split(_sliced_batches(indices, size, drop_last, first=skip), start=indices[:size])
+        return self._round_robin(_sliced_batches(indices, size, drop_last, first=skip * n), start=indices[:n * size])
+
+    def _round_robin(self, source: Iterator[list[int]], start: list[int] | None = None) -> Iterator[list[int]]:
         n, me, size = self.num_processes, self.process_index, self.batch_size
-        start: list[int] = []  # the first indices of the epoch, to complete the last round
+        # the first indices of the epoch, to complete the last round (given when ``source``
+        # does not begin at the epoch's start)
+        start = [] if start is None else list(start)
         first_batches: list[list[int]] = []  # without a batch size, the last round is completed by batches
         pending: list[list[int]] = []
         for batch in source:
@@ -228,9 +254,9 @@ class BatchSamplerShard(BatchSampler):
         flat = fill_round([i for b in pending for i in b], self.num_processes * size, start)
         return flat[me * size:(me + 1) * size]
 
-    def _split(self, source: Iterator[list[int]]) -> Iterator[list[int]]:
+    def _split(self, source: Iterator[list[int]], start: list[int] | None = None) -> Iterator[list[int]]:
         n, me, size = self.num_processes, self.process_index, self.batch_size
-        start: list[int] = []
+        start = [] if start is None else list(start)
         for batch in source:
             if size is not None and len(start) < size:
                 start.extend(batch[: size - len(start)])
@@ -299,6 +325,10 @@ class IterableDatasetShard(IterableDataset):
         self.split_batches = split_batches
         self.even_batches = even_batches
         self.epoch = 0
+        # Set for a pass that starts mid-epoch from the dataset's own state (see
+        # .stream_position): the dataset's state at an epoch's start, from which the epoch's
+        # first round is read again if a short last round needs completing.
+        self.restart_state: Any = None
 
     @property
     def round_size(self) -> int:
@@ -322,20 +352,29 @@ class IterableDatasetShard(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         size, share = self.round_size, self.process_batch_size
         mine = slice(self.process_index * share, (self.process_index + 1) * share)
+        restart, self.restart_state = self.restart_state, None
         start: list[Any] = []
         current: list[Any] = []
         for sample in self.dataset:
             current.append(sample)
             if len(current) == size:
-                if not start:
+                if not start and restart is None:  # a resumed pass's first round is not the epoch's
                     start = current
                 yield from current[mine]
                 current = []
         if not current or self.drop_last:
             return
         if self.even_batches:
+            if not start and restart is not None:
+                start = self._first_round(restart)
             current = fill_round(current, size, start or list(current))
         yield from current[mine]
+
+    def _first_round(self, restart: Any) -> list[Any]:
+        """The epoch's first round, read again from the dataset's state ``restart`` (a pass
+        resumed mid-epoch did not read it, and a short last round is completed with it)."""
+        self.dataset.load_state_dict(restart)
+        return list(itertools.islice(iter(self.dataset), self.round_size))
 
 
 class SkipBatchSampler(BatchSampler):

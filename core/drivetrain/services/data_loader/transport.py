@@ -159,8 +159,10 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
         try:
             discard = skip
             if skip and self._shard_sampler is not None:
-                self._shard_sampler.skip_next(skip)
+                self._shard_sampler.skip_next(skip)  # the sampler jumps to the position
                 discard = 0
+            elif skip:
+                discard = self._resume_stream(skip)
             iterator = super().__iter__()
             yield from self._play(iterator, discard)
         finally:
@@ -332,7 +334,7 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
                 self._shard_sampler.skip_next(skip * (1 if self.split_batches else state.num_processes))
                 skip_reads = 0
             else:
-                skip_reads = skip
+                skip_reads = self._resume_stream(skip) if skip else 0
             iterator = super().__iter__()
             for _ in range(skip_reads):
                 self._fetch(iterator)
