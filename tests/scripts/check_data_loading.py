@@ -184,7 +184,7 @@ def check_skip_first_batches_resumes():
 def check_state_dict_resumes_mid_epoch():
     for dispatch, iterable in ((False, False), (True, False), (False, True), (True, True)):
         set_seed(5)
-        loader = prepare(48, iterable=iterable, shuffle=not iterable, dispatch_batches=dispatch)
+        loader = prepare(49, iterable=iterable, shuffle=not iterable, dispatch_batches=dispatch)
         for _ in loader:
             pass
         taken, saved = [], None
@@ -194,13 +194,13 @@ def check_state_dict_resumes_mid_epoch():
                 saved = loader.state_dict()
         assert saved["epoch"] == 1 and saved["batches_yielded"] == 3, saved
         set_seed(999)  # another global seed: the restored state decides the shuffle
-        restored = prepare(48, iterable=iterable, shuffle=not iterable, dispatch_batches=dispatch)
+        restored = prepare(49, iterable=iterable, shuffle=not iterable, dispatch_batches=dispatch)
         restored.load_state_dict(saved)
         rest = [batch["id"].tolist() for batch in restored]
         assert rest == taken[3:], (dispatch, iterable, rest, taken)
         assert restored.state_dict()["epoch"] == 2
         # an Accelerate-style script also calls skip_first_batches after loading: no double skip
-        again = prepare(48, iterable=iterable, shuffle=not iterable, dispatch_batches=dispatch)
+        again = prepare(49, iterable=iterable, shuffle=not iterable, dispatch_batches=dispatch)
         again.load_state_dict(saved)
         assert [batch["id"].tolist() for batch in skip_first_batches(again, 3)] == taken[3:]
 
@@ -227,9 +227,7 @@ class PositionedStream(Stream):
 
 def check_a_stream_with_its_own_state_resumes_without_reading_the_seen_part():
     for dispatch in (False, True):
-        # a short last round: each process completes it with the epoch's first samples, read again
-        # (a dispatched pass resumed mid-epoch cannot yet: there it ends on a full round)
-        length = 8 * 40 + (0 if dispatch else 5)
+        length = 8 * 40 + 5  # a short last round: completed with the epoch's first samples, read again
 
         def make():
             stream = PositionedStream(length)

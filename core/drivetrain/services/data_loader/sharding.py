@@ -148,14 +148,21 @@ class BatchSamplerShard(BatchSampler):
                               "needs a batch sampler with a batch_size; this one has none: use split_batches=False "
                               "or even_batches=False")
         self._skip_next = 0
+        self._keep_first = 0
+        # the first batches the pass in progress would have yielded from the epoch's start,
+        # when it skipped them (see skip_next)
+        self.skipped_first: list[list[int]] = []
 
     @property
     def sampler(self) -> Any:
         return getattr(self.batch_sampler, "sampler", None)
 
-    def skip_next(self, num_batches: int) -> None:
-        """Leave out this process's first ``num_batches`` batches of the next pass only."""
+    def skip_next(self, num_batches: int, keep_first: int = 0) -> None:
+        """Leave out this process's first ``num_batches`` batches of the next pass only, and
+        keep the first ``keep_first`` of them in ``skipped_first`` (a dispatched loader
+        completes a short last batch with them)."""
         self._skip_next = num_batches
+        self._keep_first = min(keep_first, num_batches)
 
     def _samples_per_epoch(self) -> int | None:
         sampler = self.sampler
@@ -185,11 +192,16 @@ class BatchSamplerShard(BatchSampler):
 
     def __iter__(self) -> Iterator[list[int]]:
         skip, self._skip_next = self._skip_next, 0
+        keep, self._keep_first = self._keep_first, 0
+        self.skipped_first = []
         inner = self.batch_sampler
         if type(inner) is BatchSampler and hasattr(type(inner.sampler), "__len__"):
             # A plain BatchSampler: read its indices at once and slice its batches (the same
             # batches, without its per-index loop); a skip jumps to its first batch.
             indices = _all_indices(inner.sampler)
+            if keep:
+                self.skipped_first = list(itertools.islice(
+                    self._from_indices(indices, inner.batch_size, inner.drop_last, 0), keep))
             yield from self._from_indices(indices, inner.batch_size, inner.drop_last, skip)
             return
         source = iter(inner)
@@ -201,8 +213,9 @@ class BatchSamplerShard(BatchSampler):
             batches = self._round_robin(source)
         if skip:
             # a batch sampler of its own kind can only be played through to the position
-            for _ in zip(range(skip), batches):
-                pass
+            for number, batch in zip(range(skip), batches):
+                if number < keep:
+                    self.skipped_first.append(batch)
         yield from batches
 
     def _from_indices(self, indices: list[int], size: int, drop_last: bool, skip: int) -> Iterator[list[int]]:

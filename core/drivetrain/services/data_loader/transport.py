@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _DatasetKind
 
 from ...kernel.errors import ConfigError
 from ...runtime.state import PartialState
@@ -28,7 +29,7 @@ from ..rng import synchronize_rng_states
 
 from .mesh import shares_batches_across_peers
 from .progress import _PreparedLoader, _Progress, epoch_followers
-from .sharding import BatchSamplerShard, IterableDatasetShard
+from .sharding import BatchSamplerShard, IterableDatasetShard, _Unbatched
 
 
 def _join(parts: list[Any]) -> Any:
@@ -299,8 +300,10 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
             return None, False
         return (parts[0] if len(parts) == 1 else _join(parts)), True
 
-    def _share(self, batch: Any, first: Any, is_last: bool) -> tuple[Any, int]:
-        """The batch to send out (``None``: drop it) and, when padded, how many samples are real."""
+    def _share(self, batch: Any, first: Any, is_last: bool,
+               epoch_first: Callable[[], Any] | None = None) -> tuple[Any, int]:
+        """The batch to send out (``None``: drop it) and, when padded, how many samples are real.
+        ``first`` is the epoch's first batch, else ``epoch_first`` reads it (a resumed pass)."""
         if not is_last:
             return batch, 0
         n = self.state.num_processes
@@ -311,6 +314,8 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
         if size % n == 0 or not self.even_batches:
             return batch, 0
         target = math.ceil(size / n) * n
+        if first is None and epoch_first is not None:
+            first = epoch_first()
         parts, have = [batch], size
         while have < target:
             parts.append(first)
@@ -329,16 +334,23 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
         state, progress = self.state, self._progress
         main = state.process_index == 0
         iterator = None
+        first = None
+        epoch_first = None  # reads the epoch's first batch, for a pass that starts after it
+        wanted = 1 if self.split_batches else state.num_processes
         if main:
             if skip and self._shard_sampler is not None:
-                self._shard_sampler.skip_next(skip * (1 if self.split_batches else state.num_processes))
+                self._shard_sampler.skip_next(skip * wanted, keep_first=wanted)
                 skip_reads = 0
+                epoch_first = self._first_from_sampler
             else:
                 skip_reads = self._resume_stream(skip) if skip else 0
+                if skip and not skip_reads:
+                    epoch_first = self._first_from_stream_start
             iterator = super().__iter__()
-            for _ in range(skip_reads):
-                self._fetch(iterator)
-        first = None
+            for number in range(skip_reads):
+                fetched, _ = self._fetch(iterator)
+                if number == 0:
+                    first = fetched
         current, have_current = self._fetch(iterator) if main else (None, False)
         read = self._snapshot() if main else None
         while True:
@@ -346,9 +358,10 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
             if main:
                 upcoming, have_upcoming = self._fetch(iterator) if have_current else (None, False)
                 read_upcoming = self._snapshot() if have_current else None
-                if first is None and have_current:
+                if first is None and have_current and epoch_first is None:
                     first = current
-                payload, real = self._share(current, first, not have_upcoming) if have_current else (None, 0)
+                payload, real = (self._share(current, first, not have_upcoming, epoch_first) if have_current
+                                 else (None, 0))
                 if payload is None:
                     have_current = False
                 # [layout of this batch, is it the last, real samples if padded, size of the next one]
@@ -375,6 +388,31 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
                 current, have_current, read = upcoming, have_upcoming, read_upcoming
         self._handed_out(None)
         progress.finish_pass()
+
+    def _fetcher(self) -> Any:
+        """A reader of batches as this loader's iterator reads them (for the epoch's first ones)."""
+        return _DatasetKind.create_fetcher(self._dataset_kind, self.dataset, self._auto_collation, self.collate_fn,
+                                           self.drop_last)
+
+    def _first_from_sampler(self) -> Any:
+        """The epoch's first global batch, loaded by the indices the sampler kept when it jumped."""
+        fetcher, unbatched = self._fetcher(), isinstance(self.sampler, _Unbatched)
+        parts = [fetcher.fetch(indices[0] if unbatched else indices) for indices in self._shard_sampler.skipped_first]
+        return parts[0] if len(parts) == 1 else _join(parts)
+
+    def _first_from_stream_start(self) -> Any:
+        """The epoch's first global batch, read again from the iterable dataset's start state."""
+        stream = self._progress.stream
+        stream.stream.load_state_dict(stream.start)
+        fetcher = self._fetcher()
+        wanted = 1 if self.split_batches else self.state.num_processes
+        parts = []
+        for _ in range(wanted):
+            try:
+                parts.append(fetcher.fetch([None] * self.batch_size if self._auto_collation else None))
+            except StopIteration:
+                break
+        return parts[0] if len(parts) == 1 else _join(parts)
 
     def _receive(self, batch: Any, structure: Any) -> Any:
         """The main process's batch on every process (leaves that are not tensors travel
