@@ -10,6 +10,12 @@ state; load_state (checksums verified, every state checked before it is copied) 
 once every file is written; its commit (fsync, manifest, rename) overlaps training, and
 the "committed" row is the time until the checkpoint is synced and in place. safetensors
 (save_file / load_file of the same tensors, flattened) is shown beside them.
+
+Resume rows (``--resume-only`` runs them alone): the time from ``load_state`` to the first
+batch of a loader stopped at sample 1,000,000 of an epoch, for a shuffled map-style dataset
+and for an iterable dataset that keeps its own position (and a ``datasets`` streaming dataset
+when the package is installed), beside the time a plain torch ``DataLoader`` takes to get
+there by reading (what skipping its seen batches costs). Target: under 1 s.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import time
 
 import torch
 from safetensors.torch import load_file, save_file
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from drivetrain import Accelerator
 
@@ -95,9 +102,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--memory", choices=("warm", "cold"), default="warm",
                         help="free memory resident before each timed step (warm), or returned to the host (cold)")
+    parser.add_argument("--resume-only", action="store_true", help="only the rows of resuming deep into an epoch")
     args = parser.parse_args()
     directory = args.directory or tempfile.mkdtemp(prefix="drivetrain-bench-")
     os.makedirs(directory, exist_ok=True)
+    if args.resume_only:
+        print_resume_rows(directory)
+        return
 
     accelerator = Accelerator()
     model = build(args.parameters)
@@ -198,8 +209,100 @@ def main() -> None:
     cold = [ours / plain for ours, plain in zip(samples["load_state"], samples["torch.load"])]
     print(f"per-repeat ratios: committed/torch.save+fsync {' '.join(f'{r:.2f}' for r in paired)} (target <= 0.5); "
           f"load_state/torch.load {' '.join(f'{r:.2f}' for r in cold)} (target <= 0.8)")
+    print_resume_rows(directory)
     if args.directory is None:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+# ------------------------------------------------------------ resuming deep into an epoch
+
+RESUME_AT, RESUME_BATCH = 1_000_000, 32
+
+
+class Numbers(Dataset):
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+class PositionedStream(IterableDataset):
+    """An iterable dataset that keeps its own position (state_dict / load_state_dict)."""
+
+    def __init__(self, length: int) -> None:
+        self.length, self.position, self.resume_at = length, 0, 0
+
+    def __iter__(self):
+        start, self.resume_at = self.resume_at, 0
+        for index in range(start, self.length):
+            self.position = index + 1
+            yield index
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.resume_at = self.position = state["position"]
+
+
+def _ids(batch) -> torch.Tensor:
+    return torch.as_tensor(batch["x"] if isinstance(batch, dict) else batch)
+
+
+def resume_time(make_loader, directory: str) -> tuple[float, float]:
+    """(seconds from load_state to the first batch, seconds a plain DataLoader reads to get
+    there): a prepared loader is played to sample RESUME_AT, saved, and resumed in the same
+    process (its iterator dropped, as a restarted run has none)."""
+    seen = RESUME_AT // RESUME_BATCH
+    plain = iter(make_loader())
+    start = time.perf_counter()
+    for _ in range(seen):
+        next(plain)
+    replay = time.perf_counter() - start
+    del plain
+
+    accelerator = Accelerator()
+    loader = accelerator.prepare(make_loader())
+    iterator = iter(loader)
+    for _ in range(seen):
+        next(iterator)
+    path = os.path.join(directory, "resume-checkpoint")
+    accelerator.save_state(path)
+    expected = next(iterator)
+    del iterator
+    start = time.perf_counter()
+    accelerator.load_state(path)
+    first = next(iter(loader))
+    resume = time.perf_counter() - start
+    assert torch.equal(_ids(first), _ids(expected)), "the resumed loader did not continue where it stopped"
+    shutil.rmtree(path, ignore_errors=True)
+    accelerator.end_training()
+    return resume, replay
+
+
+def print_resume_rows(directory: str) -> None:
+    """Resume time at sample RESUME_AT of a map-style and of a stateful iterable dataset."""
+    length = RESUME_AT + 100 * RESUME_BATCH
+    cases = {"map-style, shuffled": lambda: DataLoader(Numbers(length), batch_size=RESUME_BATCH, shuffle=True),
+             "iterable with state": lambda: DataLoader(PositionedStream(length), batch_size=RESUME_BATCH)}
+    try:
+        import datasets
+
+        table = datasets.Dataset.from_dict({"x": list(range(length))})
+        cases["datasets streaming"] = lambda: DataLoader(table.to_iterable_dataset(num_shards=8),
+                                                         batch_size=RESUME_BATCH)
+    except ImportError:
+        pass
+    print(f"resume at sample {RESUME_AT:,} (batch {RESUME_BATCH}): load_state to the first batch, target < 1 s")
+    print(f"{'':22} {'seconds':>8} {'replay':>8} {'ratio':>7}  (replay: a plain DataLoader reading to the position)")
+    for name, make_loader in cases.items():
+        resume, replay = resume_time(make_loader, directory)
+        print(f"{name:22} {resume:>8.3f} {replay:>8.2f} {resume / replay:>7.3f}  "
+              f"{'under target' if resume < 1 else 'OVER TARGET'}")
 
 
 if __name__ == "__main__":
