@@ -162,7 +162,8 @@ def test_a_stream_with_its_own_state_resumes_from_it(caplog, dispatch, n):
         assert streams[-1].read <= 2 * size * n, streams[-1].read
         assert [first, *ids(iterator)] == rest
     assert "read again" not in caplog.text
-    assert ids(resumed)[0] == [0, 1] if n == 1 else True  # the next epoch starts from the beginning
+    if n == 1:
+        assert ids(resumed)[0] == [0, 1]  # the next epoch starts from the beginning
 
 
 def test_a_stream_without_state_is_replayed_with_a_warning_that_counts(caplog):
