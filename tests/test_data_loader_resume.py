@@ -136,11 +136,9 @@ def test_a_resume_through_a_seedable_sampler_jumps_too(monkeypatch):
     assert ids(resumed) == rest and len(made) == 2 * len(rest)
 
 
-@pytest.mark.parametrize("dispatch", [False, True])
-@pytest.mark.parametrize("n", [1, 2])
+# dispatching shares out on the run's processes: on two, it is checked launched (check_data_loading.py)
+@pytest.mark.parametrize("n, dispatch", [(1, False), (2, False), (1, True)])
 def test_a_stream_with_its_own_state_resumes_from_it(caplog, dispatch, n):
-    if dispatch and n > 1:
-        pytest.skip("dispatching shares out on the run's processes (checked launched)")
     size = 2
     length = size * n * (DEEP + 5) + 1  # a short last round, completed with the epoch's first samples
     streams = []
