@@ -1,7 +1,8 @@
 """Exact resume across a kill, on 2 processes.
 
     check_resume.py straight  N        OUT   train N micro-steps, write what happened
-    check_resume.py interrupt K        OUT   train K micro-steps, save_state, SIGKILL every process
+    check_resume.py interrupt K        OUT   train K micro-steps, save_state(blocking=False), train on
+                                             while it is written, wait for it, SIGKILL every process
     check_resume.py resume    N        OUT   load_state from OUT/checkpoint, train up to N
 
 Shuffling is on (without asking for a seedable sampler), gradient accumulation is 2 and the
@@ -72,10 +73,19 @@ def main() -> None:
         else:
             progress.epoch += 1
     if mode == "interrupt":
-        accelerator.save_state(os.path.join(out, "checkpoint"))
+        accelerator.save_state(os.path.join(out, "checkpoint"), blocking=False)
     params = [p.detach().clone() for p in accelerator.unwrap_model(model).parameters()]
     torch.save({"seen": seen, "draws": draws, "params": params, "micro_step": progress.micro_step},
                os.path.join(out, f"{mode}_{accelerator.process_index}.pt"))
+    if mode == "interrupt":
+        # Training goes on while the checkpoint is written: it must hold the state at the call.
+        for _ids, x, y in loader:
+            with accelerator.accumulate(model):
+                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+        accelerator.wait_for_checkpoint()
     accelerator.wait_for_everyone()
     if mode == "interrupt":
         os.kill(os.getpid(), signal.SIGKILL)  # no clean shutdown: the next run starts from disk only

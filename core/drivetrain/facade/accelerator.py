@@ -568,17 +568,24 @@ class Accelerator:
                               "load_state_dict(); register only objects that define both (wrap other values in a class that does)")
         self._prepared.custom_objects.extend(objects)
 
-    def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True,
-                   **save_model_func_kwargs: Any) -> str:
+    def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True, *,
+                   blocking: bool = True, **save_model_func_kwargs: Any) -> str:
         """Save everything needed to resume exactly; returns the checkpoint directory.
 
         When it returns the checkpoint is in place and older ones are rotated away (automatic
         naming keeps ``total_limit``). It appears only when complete and synced on every
         process; a crash leaves the previous one intact. ``DRIVETRAIN_CHECKPOINT_BACKGROUND=1``
-        lets syncing and renaming overlap training instead; ``load_state``, the next
-        ``save_state``, ``wait_for_everyone`` and ``end_training`` then wait for it first.
+        lets syncing and renaming overlap training instead. ``blocking=False`` returns as soon
+        as the state is copied to host memory and writes, hashes, syncs and commits it in the
+        background. Either way, :meth:`wait_for_checkpoint`, ``load_state``, the next
+        ``save_state``, ``wait_for_everyone``, ``end_training`` and the process's exit wait for it.
         """
-        return checkpoint_calls.save_state(self, output_dir, safe_serialization, save_model_func_kwargs)
+        return checkpoint_calls.save_state(self, output_dir, safe_serialization, save_model_func_kwargs, blocking)
+
+    def wait_for_checkpoint(self) -> None:
+        """Wait until the last ``save_state`` checkpoint is in place on every process; raise
+        a ``CheckpointError`` on every process if it failed (the previous one is then intact)."""
+        checkpoint_calls.wait_for_checkpoint(self)
 
     def load_state(self, input_dir: str | os.PathLike | None = None, load_kwargs: dict[str, Any] | None = None,
                    **load_model_func_kwargs: Any) -> str:

@@ -54,8 +54,16 @@ def save(accelerator: Any, obj: Any, f: str | os.PathLike, safe_serialization: b
         torch.save(obj, f)
 
 
+def wait_for_checkpoint(accelerator: Any) -> None:
+    """Wait for the last ``save_state``'s commit on every process; raise if it failed."""
+    from ..services.checkpointing.run_state import finish_commit
+
+    finish_commit(accelerator)
+    tell_published_checkpoints(accelerator)
+
+
 def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_serialization: bool,
-               save_model_func_kwargs: dict[str, Any]) -> str:
+               save_model_func_kwargs: dict[str, Any], blocking: bool = True) -> str:
     """Run the save pre-hooks on the full weights, save the run's state; the checkpoint directory."""
     from ..services.checkpointing.run_state import save_run_state
 
@@ -65,7 +73,8 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike | None, safe_seri
         weights = [accelerator.get_state_dict(model, unwrap=True) for model in models]
         for hook in accelerator._prepared.save_state_pre_hooks.values():
             hook(models, weights, output_dir)
-    directory = str(save_run_state(accelerator, accelerator._prepared, output_dir, safe_serialization, weights, save_model_func_kwargs))
+    directory = str(save_run_state(accelerator, accelerator._prepared, output_dir, safe_serialization, weights,
+                                   save_model_func_kwargs, blocking=blocking))
     tell_published_checkpoints(accelerator)  # the previous save's, or this one's when committed in place
     return directory
 

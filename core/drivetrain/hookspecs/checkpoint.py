@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
 
     from ..runtime.optimizer import AcceleratedOptimizer
+    from ..services.checkpointing.deferred import DeferredWrites
     from ..runtime.run import Run
 
 
@@ -36,7 +37,8 @@ def drivetrain_get_state_dict(model: torch.nn.Module, run: Run, unwrap: bool) ->
 
 @hookspec(firstresult=True)
 def drivetrain_save_model_state(
-    model: torch.nn.Module, index: int, directory: str, run: Run, safe_serialization: bool, options: dict[str, Any]
+    model: torch.nn.Module, index: int, directory: str, run: Run, safe_serialization: bool, options: dict[str, Any],
+    deferred: DeferredWrites | None,
 ) -> Sequence[str] | None:
     """Write the state of the ``index``-th prepared model into a checkpoint directory.
 
@@ -52,9 +54,16 @@ def drivetrain_save_model_state(
     :param safe_serialization: The user asked for safetensors (``save_state``'s argument).
     :param options: ``save_state``'s extra keyword arguments (any type), meant for the
         strategy's own model-save function (DeepSpeed's ``save_checkpoint``). API 1.2.
+    :param deferred: ``None`` for a blocking ``save_state``. In ``save_state(blocking=False)``
+        a :class:`~drivetrain.plugin_api.DeferredWrites`: the hook may do here only what
+        needs the other processes or the live tensors (gathering a state, copying it to host
+        memory) and hand the writing to ``deferred.defer(write)``; ``write`` runs on the
+        commit's thread after ``save_state`` has returned, must not use the process group,
+        and returns the names of the files it wrote. A hook that ignores it writes here, as
+        in a blocking save. API 1.9.
     :return: The file names written by this process (relative to ``directory``), or
         ``None`` to let the core write a safetensors file of ``drivetrain_get_state_dict`` on
-        the main process.
+        the main process. Files a deferred write will write are not listed here.
 
     Run hook, *firstresult*, API 1.0.
     """
@@ -111,7 +120,7 @@ def drivetrain_check_checkpoint(models: list[torch.nn.Module], optimizers: list[
 
 @hookspec(firstresult=True)
 def drivetrain_save_optimizer_state(
-    optimizer: AcceleratedOptimizer, index: int, directory: str, run: Run
+    optimizer: AcceleratedOptimizer, index: int, directory: str, run: Run, deferred: DeferredWrites | None
 ) -> Sequence[str] | None:
     """Write the state of the ``index``-th prepared optimizer. Same contract as the model's.
 
@@ -119,6 +128,7 @@ def drivetrain_save_optimizer_state(
     :param index: Its position among the accelerator's prepared optimizers.
     :param directory: The checkpoint being written.
     :param run: This process's run.
+    :param deferred: As for the model's hook: writing a non-blocking save may defer. API 1.9.
     :return: The file names written by this process, or ``None`` to let the core write the
         optimizer's state on the main process.
 

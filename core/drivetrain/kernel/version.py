@@ -22,4 +22,6 @@ __version__ = "0.1.0"
 #: library is missing; ``LauncherSpec(command_prefix=...)``: a launcher that is one command
 #: (mpirun) says what goes before a process's command line; ``find_executable`` and
 #: ``program_version``, the look-ups launchers make.
-PLUGIN_API_VERSION = "1.8"
+#: 1.9: ``deferred`` of the model and optimizer save hooks: in ``save_state(blocking=False)``
+#: a strategy may hand its writing to the core's commit thread (``DeferredWrites``).
+PLUGIN_API_VERSION = "1.9"

@@ -33,7 +33,8 @@ import sys
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,6 +55,9 @@ class Publication:
     keep: int | None = None  # rotate the checkpoints beside it down to this many
     on_published: Callable[[Path], None] | None = None
     timeout: float = 1800.0  # the run's collective timeout, unless DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT is set
+    # A non-blocking save: the manifest's files and checksums come from each process's marker
+    # (and the publisher's own writing), not from a gather before the commit.
+    files_from_markers: bool = False
 
 
 @dataclass
@@ -64,6 +68,10 @@ class CommitPlan:
     files: list[str]  # relative to ``temporary``, written by this process
     fsync: bool
     publication: Publication | None = None
+    # A non-blocking save: writes this process's files first (returns their names) and
+    # fills ``digests``; the commit then goes on as for a blocking save.
+    write: Callable[[], list[str]] | None = None
+    digests: dict[str, str] = field(default_factory=dict)
 
 
 def _fsync_path(path: Path, directory: bool = False) -> None:
@@ -100,17 +108,21 @@ def _write_marker(path: Path, text: str) -> None:
         pass
 
 
-def wait_for_markers(temporary: Path, ranks: list[int], timeout: float) -> None:
-    """Wait until every rank in ``ranks`` has synced its files; a failure or timeout raises."""
+def wait_for_markers(temporary: Path, ranks: list[int], timeout: float) -> dict[int, str]:
+    """Wait until every rank in ``ranks`` has synced its files; a failure or timeout raises.
+    Returns what each rank's marker says."""
     deadline = time.monotonic() + timeout
     waiting, pause = set(ranks), 0.002
+    said: dict[int, str] = {}
     while waiting:
         for rank in sorted(waiting):
             failed = temporary / FAILED_MARKER.format(rank=rank)
             if failed.exists():
                 reason = failed.read_text(encoding="utf-8", errors="replace").strip()
                 raise CheckpointError(f"process {rank} could not sync its files ({reason})")
-            if (temporary / SYNCED_MARKER.format(rank=rank)).exists():
+            synced = temporary / SYNCED_MARKER.format(rank=rank)
+            if synced.exists():
+                said[rank] = synced.read_text(encoding="utf-8")
                 waiting.discard(rank)
         if waiting:
             if time.monotonic() > deadline:
@@ -123,10 +135,24 @@ def wait_for_markers(temporary: Path, ranks: list[int], timeout: float) -> None:
                     "--timeout`, or DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT for slow disks)")
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
+    return said
 
 
 def run_commit(plan: CommitPlan) -> None:
-    """Sync this process's files; on the publisher, publish the checkpoint once all are synced."""
+    """Sync this process's files; on the publisher, publish the checkpoint once all are synced.
+
+    A plan with ``write`` (a non-blocking save) writes this process's files first; a failure
+    there is told to the publisher through this process's failure marker."""
+    if plan.write is not None:
+        try:
+            plan.files = plan.write()
+        except BaseException as error:
+            text = str(error) if isinstance(error, CheckpointError) else f"{type(error).__name__}: {error}"
+            if plan.publication is None:
+                _write_marker(plan.temporary / FAILED_MARKER.format(rank=plan.rank), f"writing failed: {text}")
+            else:
+                shutil.rmtree(plan.temporary, ignore_errors=True)
+            raise
     if plan.publication is None:
         _sync_and_mark(plan)
         return
@@ -152,26 +178,46 @@ def _sync_own_files(plan: CommitPlan) -> None:
 
 
 def _sync_and_mark(plan: CommitPlan) -> None:
-    if not plan.fsync:
+    if not plan.fsync and plan.write is None:
         return  # the publisher learnt from the save's gather that every file is written
     try:
-        _sync_own_files(plan)
+        if plan.fsync:
+            _sync_own_files(plan)
     except CheckpointError as error:
         _write_marker(plan.temporary / FAILED_MARKER.format(rank=plan.rank), str(error))
         raise
-    _write_marker(plan.temporary / SYNCED_MARKER.format(rank=plan.rank), "")
+    # A non-blocking save's marker carries this process's files and checksums for the manifest.
+    _write_marker(plan.temporary / SYNCED_MARKER.format(rank=plan.rank),
+                  json.dumps(plan.digests) if plan.write is not None else "")
 
 
 def _sync_and_publish(plan: CommitPlan, publication: Publication) -> None:
-    if plan.fsync:
-        _sync_own_files(plan)
-        wait_for_markers(plan.temporary, publication.other_ranks, publication.timeout)
+    manifest = publication.manifest
+    if plan.fsync or publication.files_from_markers:
+        if plan.fsync:
+            _sync_own_files(plan)
+        said = wait_for_markers(plan.temporary, publication.other_ranks, publication.timeout)
         for rank in publication.other_ranks:
             (plan.temporary / SYNCED_MARKER.format(rank=rank)).unlink(missing_ok=True)
+        if publication.files_from_markers:
+            digests = dict(plan.digests)
+            for rank in publication.other_ranks:
+                digests.update(_marker_digests(said.get(rank, ""), rank))
+            manifest = dict(manifest, files=sorted(digests), checksums=dict(sorted(digests.items())))
     # Every file there, plugins' own included: what a later save may replace as this checkpoint.
     contents, _other = target.files_under(plan.temporary)
-    layout.write_manifest(plan.temporary, dict(publication.manifest, contents=sorted(contents)), plan.fsync)
+    layout.write_manifest(plan.temporary, dict(manifest, contents=sorted(contents)), plan.fsync)
     target.publish(plan.temporary, plan.final, plan.fsync)
+
+
+def _marker_digests(text: str, rank: int) -> dict[str, str]:
+    try:
+        digests = json.loads(text)
+    except ValueError:
+        digests = None
+    if not isinstance(digests, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items()):
+        raise CheckpointError(f"process {rank}'s marker does not list its files; save again")
+    return digests
 
 
 class PendingCommit:

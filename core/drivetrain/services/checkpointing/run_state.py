@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -24,6 +25,7 @@ from ...kernel.errors import CheckpointError
 from ...kernel.version import PLUGIN_API_VERSION, __version__
 from . import accelerate_layout, checksums, commit, compatibility, layout, peers, target
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
+from .deferred import DeferredWrites, copy_to_host
 from .model_files import read_model_files_later, write_model_files
 from .safetensors_io import read_safetensors, write_safetensors
 from .tree_io import load_tree_later, save_tree
@@ -123,63 +125,85 @@ def _gradients(accelerator: Accelerator, prepared: PreparedObjects, skip: set[in
     return grads
 
 
-def _write_this_process_files(accelerator: Accelerator, prepared: PreparedObjects, directory: Path,
-                              safe_serialization: bool,
-                              weights: list[Any] | None, options: dict[str, Any]) -> dict[str, str]:
-    """Write what this process owns into ``directory``; returns each file's name and checksum.
+@dataclass
+class _ProcessState:
+    """What this process saves: files its strategy wrote, and the states the core writes."""
 
-    Strategy plugins write their models and optimizers first; the core then writes the
-    rest on a few threads, split into files small enough to keep every thread busy, hashing
-    each file as it writes it (the files plugins wrote are hashed afterwards, on the same
-    threads). Nothing is synced here: the commit does that (see ``commit.py``).
-    """
+    written: list[str] = field(default_factory=list)  # written by the strategy, relative names
+    model_states: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    trees: list[tuple[str, Any]] = field(default_factory=list)
+    grads: dict[str, torch.Tensor] = field(default_factory=dict)
+    deferred: "DeferredWrites | None" = None  # strategy writes that run with the core's (non-blocking saves)
+
+
+def _collect_this_process_state(accelerator: Accelerator, prepared: PreparedObjects, directory: Path,
+                                safe_serialization: bool, weights: list[Any] | None, options: dict[str, Any],
+                                deferred: DeferredWrites | None = None) -> _ProcessState:
+    """Let the strategy write its models and optimizers; gather the states the core writes.
+
+    With ``deferred`` (a non-blocking save), a strategy may hand part of its writing to it
+    instead of writing now; the core runs it with its own writing."""
     run, main = accelerator.run, accelerator.is_main_process
-    rank = accelerator.process_index
-    written: list[str] = []
-    model_states: list[tuple[int, dict[str, Any]]] = []
-    trees: list[tuple[str, Any]] = []
+    collected = _ProcessState(deferred=deferred)
     strategy_written: set[int] = set()
     for index, model in enumerate(prepared.models):
         if weights is not None and index >= len(weights):
             continue  # a pre-hook took this model's weights out: it saves them itself
         files = run.call("drivetrain_save_model_state", model=model, index=index, directory=str(directory),
-                         safe_serialization=safe_serialization, options=dict(options))
+                         safe_serialization=safe_serialization, options=dict(options), deferred=deferred)
         if files is None:
             state = weights[index] if weights is not None else accelerator.get_state_dict(model, unwrap=True)
             if main:
-                model_states.append((index, state))
+                collected.model_states.append((index, state))
         else:
-            written += list(files)
+            collected.written += list(files)
             strategy_written.add(index)
     for index, optimizer in enumerate(prepared.optimizers):
-        files = run.call("drivetrain_save_optimizer_state", optimizer=optimizer, index=index, directory=str(directory))
+        files = run.call("drivetrain_save_optimizer_state", optimizer=optimizer, index=index, directory=str(directory),
+                         deferred=deferred)
         if files is None:
             if main:
-                trees.append((f"optimizer_{index}", optimizer.state_dict()))
+                collected.trees.append((f"optimizer_{index}", optimizer.state_dict()))
         else:
-            written += list(files)
+            collected.written += list(files)
     if main:
         for name, objects in (("scheduler", prepared.schedulers), ("dataloader", prepared.dataloaders),
                               ("custom_checkpoint", prepared.custom_objects)):
-            trees += [(f"{name}_{index}", obj.state_dict()) for index, obj in enumerate(objects)
-                      if hasattr(obj, "state_dict")]
+            collected.trees += [(f"{name}_{index}", obj.state_dict()) for index, obj in enumerate(objects)
+                                if hasattr(obj, "state_dict")]
         if accelerator.scaler is not None:
-            trees.append(("scaler", accelerator.scaler.state_dict()))
-        trees.append(("accelerator", {"step": accelerator.step, "sync_gradients": accelerator.sync_gradients,
-                                      "iteration": accelerator.project_configuration.iteration}))
-    trees.append((f"random_states_{rank}", rng_state(run.platform)))
-    grads = _gradients(accelerator, prepared, skip=strategy_written) if not accelerator.sync_gradients else {}
+            collected.trees.append(("scaler", accelerator.scaler.state_dict()))
+        collected.trees.append(("accelerator", {"step": accelerator.step, "sync_gradients": accelerator.sync_gradients,
+                                                "iteration": accelerator.project_configuration.iteration}))
+    collected.trees.append((f"random_states_{accelerator.process_index}", rng_state(run.platform)))
+    if not accelerator.sync_gradients:
+        collected.grads = _gradients(accelerator, prepared, skip=strategy_written)
+    return collected
+
+
+def _write_process_state(collected: _ProcessState, directory: Path, rank: int,
+                         safe_serialization: bool) -> dict[str, str]:
+    """Write what :func:`_collect_this_process_state` gathered; returns each file's name and checksum.
+
+    The core writes on a few threads, split into files small enough to keep every thread
+    busy, hashing each file as it writes it (the files the strategy wrote are hashed
+    afterwards, on the same threads). Nothing is synced here: the commit does that (see
+    ``commit.py``)."""
+    written = list(collected.written)
+    if collected.deferred is not None:
+        written += collected.deferred.run()
     recorder = checksums.Recorder()
     with FileJobs() as jobs:
         plugin_files = {name: jobs.submit(checksums.file_digest, directory / name) for name in written}
-        total = sum(tensor_bytes(state) for _i, state in model_states) + sum(tensor_bytes(t) for _n, t in trees)
+        total = sum(tensor_bytes(state) for _i, state in collected.model_states) + sum(
+            tensor_bytes(t) for _n, t in collected.trees)
         limit = shard_bytes(total, jobs.threads)
-        for index, state in model_states:
+        for index, state in collected.model_states:
             written += _write_model(state, directory, index, safe_serialization, jobs, limit, recorder)
-        for name, tree in trees:
+        for name, tree in collected.trees:
             written += save_tree(tree, directory / name, jobs=jobs, shard_bytes=limit, recorder=recorder)
-        if grads:
-            jobs.submit(write_safetensors, directory / f"gradients_{rank}.safetensors", grads, fsync=False,
+        if collected.grads:
+            jobs.submit(write_safetensors, directory / f"gradients_{rank}.safetensors", collected.grads, fsync=False,
                         recorder=recorder)
             written.append(f"gradients_{rank}.safetensors")
     digests = {}
@@ -187,6 +211,14 @@ def _write_this_process_files(accelerator: Accelerator, prepared: PreparedObject
         digest = plugin_files[name].result() if name in plugin_files else recorder.get(directory / name)
         digests[name] = digest if digest is not None else checksums.file_digest(directory / name)
     return digests
+
+
+def _write_this_process_files(accelerator: Accelerator, prepared: PreparedObjects, directory: Path,
+                              safe_serialization: bool,
+                              weights: list[Any] | None, options: dict[str, Any]) -> dict[str, str]:
+    """Write what this process owns into ``directory``; returns each file's name and checksum."""
+    collected = _collect_this_process_state(accelerator, prepared, directory, safe_serialization, weights, options)
+    return _write_process_state(collected, directory, accelerator.process_index, safe_serialization)
 
 
 def _write_model(state: dict[str, Any], directory: Path, index: int, safe_serialization: bool, jobs: FileJobs,
@@ -271,12 +303,14 @@ def _target_plan(final: Path) -> tuple[str, str, str | None]:
 
 def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_dir: str | os.PathLike | None,
                    safe_serialization: bool,
-                   weights: list[Any] | None, options: dict[str, Any] | None = None) -> Path:
+                   weights: list[Any] | None, options: dict[str, Any] | None = None, blocking: bool = True) -> Path:
     """Write a checkpoint and commit it; returns its directory, in place and rotated.
 
     The commit (sync, manifest, rename, rotation) runs before returning, as callers written
     for Accelerate expect; ``DRIVETRAIN_CHECKPOINT_BACKGROUND=1`` runs it in a thread instead,
-    and :func:`finish_commit` waits for it. ``options`` go to the strategy's model-save hook.
+    and :func:`finish_commit` waits for it. With ``blocking=False`` even the writing runs in
+    that thread: this returns once the state is copied to host memory (see
+    :func:`_save_in_background`). ``options`` go to the strategy's model-save hook.
     """
     finish_commit(accelerator)
     final = output_directory(accelerator, output_dir).absolute()
@@ -299,6 +333,9 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
     problems = [p for p in peers.gather(state, problem, f"saving {final}") if p]  # also the barrier before writing
     if problems:
         raise CheckpointError(problems[0])
+    if not blocking:
+        return _save_in_background(accelerator, prepared, final, temporary, publisher, safe_serialization, weights,
+                                   options or {})
     error = None
     try:
         files = _write_this_process_files(accelerator, prepared, temporary, safe_serialization, weights, options or {})
@@ -321,6 +358,63 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
         config.iteration += 1
     if not background:
         finish_commit(accelerator)
+    return final
+
+
+def _save_in_background(accelerator: Accelerator, prepared: PreparedObjects, final: Path, temporary: Path,
+                        publisher: int, safe_serialization: bool, weights: list[Any] | None,
+                        options: dict[str, Any]) -> Path:
+    """``save_state(blocking=False)``: copy the state to host memory, write it in the commit's thread.
+
+    On the training thread: the strategy's save hooks (which may defer their writing, see
+    :class:`~.deferred.DeferredWrites`), a copy of every state the core writes, and one
+    gather so that a failure stops every process now. The commit's thread then writes and
+    hashes the files, syncs them, and tells the publisher through its marker file (which
+    carries the files' checksums: no collective runs beside training); the publisher writes
+    the manifest once every marker is there and renames the checkpoint into place. One
+    copy is in memory at a time: the next save, ``load_state``, ``wait_for_checkpoint``,
+    ``wait_for_everyone`` and ``end_training`` wait for this one first.
+    """
+    state, config = accelerator.state, accelerator.project_configuration
+    error = None
+    try:
+        collected = _collect_this_process_state(accelerator, prepared, temporary, safe_serialization, weights,
+                                                options, deferred=DeferredWrites())
+        collected.model_states = [(index, copy_to_host(model)) for index, model in collected.model_states]
+        collected.trees = [(name, copy_to_host(tree)) for name, tree in collected.trees]
+        collected.grads = copy_to_host(collected.grads)
+    except Exception as exc:  # reported to every process below, so nobody waits forever
+        error = f"{type(exc).__name__}: {exc}"
+    results = peers.gather(state, (error, publisher), f"saving {final}")
+    failures = [(rank, err) for rank, (err, _p) in enumerate(results) if err]
+    if failures:
+        if publisher == accelerator.process_index:
+            shutil.rmtree(temporary, ignore_errors=True)
+        peers.barrier(state, f"saving {final}")
+        details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
+        raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
+    publication = None
+    me = accelerator.process_index
+    if publisher == me:
+        group = [rank for rank, (_err, chosen) in enumerate(results) if chosen == me]
+        publication = commit.Publication(
+            manifest=_manifest(accelerator, prepared, {}), other_ranks=[rank for rank in group if rank != me],
+            keep=config.total_limit if config.automatic_checkpoint_naming else None,
+            on_published=accelerator._on_checkpoint_saved, timeout=_commit_timeout(accelerator),
+            files_from_markers=True)
+    rank = accelerator.process_index
+
+    def write() -> list[str]:
+        digests = _write_process_state(collected, temporary, rank, safe_serialization)
+        plan.digests = digests
+        return list(digests)
+
+    plan = commit.CommitPlan(temporary=temporary, final=final, rank=rank, files=[],
+                             fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication,
+                             write=write)
+    commit.start(plan, background=True)
+    if config.automatic_checkpoint_naming:
+        config.iteration += 1
     return final
 
 
