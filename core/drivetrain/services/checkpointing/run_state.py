@@ -25,7 +25,7 @@ from ...kernel.errors import CheckpointError
 from ...kernel.version import PLUGIN_API_VERSION, __version__
 from . import accelerate_layout, checksums, commit, compatibility, layout, peers, target
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
-from .deferred import DeferredWrites, copy_to_host
+from .deferred import DeferredWrites, HostStaging, copy_to_host
 from .model_files import read_model_files_later, write_model_files
 from .safetensors_io import read_safetensors, write_safetensors
 from .tree_io import load_tree_later, save_tree
@@ -342,13 +342,7 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
     except Exception as exc:  # reported to every process below, so nobody waits forever
         files, error = {}, f"{type(exc).__name__}: {exc}"
     results = peers.gather(state, (files, error, publisher), f"saving {final}")
-    failures = [(rank, err) for rank, (_f, err, _p) in enumerate(results) if err]
-    if failures:
-        if publisher == accelerator.process_index:
-            shutil.rmtree(temporary, ignore_errors=True)
-        peers.barrier(state, f"saving {final}")
-        details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
-        raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
+    _raise_failures(accelerator, final, temporary, publisher, [err for _f, err, _p in results])
     publication = _publication(accelerator, prepared, results) if publisher == accelerator.process_index else None
     plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=list(files),
                              fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication)
@@ -359,6 +353,24 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
     if not background:
         finish_commit(accelerator)
     return final
+
+
+def _raise_failures(accelerator: Accelerator, final: Path, temporary: Path, publisher: int,
+                    errors: list[str | None]) -> None:
+    """Raise on every process when a process failed to save (each process's error, by rank),
+    once the temporary directory is removed: the previous checkpoint is untouched."""
+    failures = [(rank, err) for rank, err in enumerate(errors) if err]
+    if not failures:
+        return
+    if publisher == accelerator.process_index:
+        shutil.rmtree(temporary, ignore_errors=True)
+    peers.barrier(accelerator.state, f"saving {final}")
+    details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
+    raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
+
+
+# The host buffers of this process's non-blocking saves, reused from one save to the next.
+_staging = HostStaging()
 
 
 def _save_in_background(accelerator: Accelerator, prepared: PreparedObjects, final: Path, temporary: Path,
@@ -380,19 +392,16 @@ def _save_in_background(accelerator: Accelerator, prepared: PreparedObjects, fin
     try:
         collected = _collect_this_process_state(accelerator, prepared, temporary, safe_serialization, weights,
                                                 options, deferred=DeferredWrites())
-        collected.model_states = [(index, copy_to_host(model)) for index, model in collected.model_states]
-        collected.trees = [(name, copy_to_host(tree)) for name, tree in collected.trees]
-        collected.grads = copy_to_host(collected.grads)
+        _staging.begin()
+        collected.model_states = [(index, copy_to_host(model, _staging, ("model", index)))
+                                  for index, model in collected.model_states]
+        collected.trees = [(name, copy_to_host(tree, _staging, ("tree", name))) for name, tree in collected.trees]
+        collected.grads = copy_to_host(collected.grads, _staging, ("grads",))
+        _staging.end()
     except Exception as exc:  # reported to every process below, so nobody waits forever
         error = f"{type(exc).__name__}: {exc}"
     results = peers.gather(state, (error, publisher), f"saving {final}")
-    failures = [(rank, err) for rank, (err, _p) in enumerate(results) if err]
-    if failures:
-        if publisher == accelerator.process_index:
-            shutil.rmtree(temporary, ignore_errors=True)
-        peers.barrier(state, f"saving {final}")
-        details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
-        raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
+    _raise_failures(accelerator, final, temporary, publisher, [err for err, _p in results])
     publication = None
     me = accelerator.process_index
     if publisher == me:
