@@ -99,26 +99,81 @@ def safe_loading(engine: Any, preloaded: dict[str, Any] | None = None) -> Iterat
 
 
 def save_engine(engine: Any, index: int, directory: str, run: Any,
-                options: Mapping[str, Any] | None = None) -> list[str] | None:
+                options: Mapping[str, Any] | None = None, deferred: Any = None) -> list[str] | None:
     """Write a trained engine's checkpoint; returns the files (listed by the main process).
 
     ``options`` are ``save_state``'s extra keyword arguments, passed to
     ``engine.save_checkpoint`` as Accelerate does (``client_state``, ``exclude_frozen_parameters``).
+    With ``deferred`` (``save_state(blocking=False)``), ``save_checkpoint`` runs here with
+    every collective it makes, but each file it saves through its checkpoint engine is copied
+    to host memory instead and written by ``deferred`` on the core's commit thread; each
+    process then lists the files it wrote itself.
     """
     if not is_engine(engine) or not trains(engine):
         return None
     name = engine_directory(index)
     target = Path(directory) / name
     kwargs = {"client_state": {}, "save_latest": True, **dict(options or {})}  # tools read "latest"
+    if deferred is not None:
+        staged: list[tuple[Any, str]] = []
+        with _staging_saves(engine, staged):
+            engine.save_checkpoint(str(target), tag=TAG, **kwargs)
+        run.state.wait_for_everyone()  # what save_checkpoint wrote itself ("latest") is on disk
+        later = {os.path.realpath(path) for _state, path in staged}
+        written_now = [path for path in _files_under(target, directory)
+                       if os.path.realpath(os.path.join(directory, path)) not in later]
+        writer = engine.checkpoint_engine
+
+        def write() -> list[str]:
+            for state, path in staged:
+                writer.save(state, path)
+            return [os.path.relpath(path, directory) for _state, path in staged]
+
+        deferred.defer(write)
+        return written_now if run.state.is_main_process else []
     engine.save_checkpoint(str(target), tag=TAG, **kwargs)
     run.state.wait_for_everyone()  # every process's partition is on disk before the main one lists them
     if not run.state.is_main_process:
         return []
+    return _files_under(target, directory)
+
+
+def _files_under(target: Path, directory: str) -> list[str]:
     files = []
     for root, _dirs, names in os.walk(target):
         for file_name in names:
             files.append(os.path.relpath(os.path.join(root, file_name), directory))
     return sorted(files)
+
+
+class _StagingCheckpointEngine:
+    """DeepSpeed's checkpoint engine with ``save`` copying the state to host memory (a deep
+    copy: training changes the tensors next) and keeping it, path and all, to write later."""
+
+    def __init__(self, inner: Any, staged: list[tuple[Any, str]]) -> None:
+        self._inner = inner
+        self._staged = staged
+
+    def save(self, state_dict: Any, path: str) -> None:
+        import copy
+
+        self._staged.append((copy.deepcopy(state_dict), path))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@contextlib.contextmanager
+def _staging_saves(engine: Any, staged: list[tuple[Any, str]]) -> Iterator[None]:
+    original = getattr(engine, "checkpoint_engine", None)
+    if original is None:
+        raise CheckpointError("this DeepSpeed engine has no checkpoint_engine to save through; save_state() with "
+                              "blocking=True, or upgrade deepspeed (drivetrain[deepspeed])")
+    engine.checkpoint_engine = _StagingCheckpointEngine(original, staged)
+    try:
+        yield
+    finally:
+        engine.checkpoint_engine = original
 
 
 def _writer(manifest: Mapping[str, Any]) -> str:

@@ -250,10 +250,10 @@ class DeepSpeedStrategy:
         return state if unwrap else {f"module.{key}": value for key, value in state.items()}
 
     @hookimpl
-    def drivetrain_save_model_state(self, model, index, directory, run, safe_serialization, options):
+    def drivetrain_save_model_state(self, model, index, directory, run, safe_serialization, options, deferred):
         from .checkpoint import save_engine
 
-        return save_engine(model, index, directory, run, options)
+        return save_engine(model, index, directory, run, options, deferred)
 
     @hookimpl
     def drivetrain_check_checkpoint(self, models, directory, run, manifest, options):

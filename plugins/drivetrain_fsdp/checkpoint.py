@@ -152,8 +152,13 @@ def _reason(failure: Any) -> str:
     return f"{type(inner).__name__}: {text}" if text else type(inner).__name__
 
 
-def dcp_save(state: dict[str, Any], path: Path, relative: str) -> list[str]:
-    """Write ``state`` (tensors only) with DCP; returns the names this process wrote."""
+def dcp_save(state: dict[str, Any], path: Path, relative: str, deferred: Any = None, run: Any = None) -> list[str]:
+    """Write ``state`` (tensors only) with DCP; returns the names this process wrote.
+
+    With ``deferred`` (``save_state(blocking=False)``), DCP's ``async_save`` copies the
+    shards to host memory now and writes them on its own thread, over a gloo group of its
+    own (its collectives then never meet training's); the core's commit thread waits for it
+    and learns the names then."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemWriter
 
@@ -162,8 +167,28 @@ def dcp_save(state: dict[str, Any], path: Path, relative: str) -> list[str]:
         raise CheckpointError(f"cannot write {bad[:5]} of {relative}: a sharded checkpoint holds tensors only")
     path.mkdir(parents=True, exist_ok=True)
     writer = FileSystemWriter(os.fspath(path), single_file_per_rank=True, sync_files=False, thread_count=1)  # the commit syncs
+    if deferred is None:
+        with quiet():
+            dcp.save(state, storage_writer=writer)
+        return _dcp_names(path, relative)
+    # One group per saved object: each async_save runs its collectives on a thread of its
+    # own, and two saves sharing a group could meet each other's collectives on another rank.
+    groups = strategy_of(run).checkpoint_groups
+    if relative not in groups:
+        groups[relative] = dist.new_group(backend="gloo")  # made in the same order on every rank
     with quiet():
-        dcp.save(state, storage_writer=writer)
+        response = dcp.async_save(state, storage_writer=writer, process_group=groups[relative])
+    written = getattr(response, "upload_completion", response)  # a Future, or torch's newer response
+
+    def finish() -> list[str]:
+        written.result()
+        return _dcp_names(path, relative)
+
+    deferred.defer(finish)
+    return []
+
+
+def _dcp_names(path: Path, relative: str) -> list[str]:
     rank = _rank()
     names = sorted(name for name in os.listdir(path) if name.startswith(f"__{rank}_"))
     if rank == 0:
@@ -247,7 +272,8 @@ def _optimizer_state(model: Any, inner: Any, options: Any = None) -> dict[str, A
 # ------------------------------------------------------------------ the hooks
 
 
-def save_model(model: Any, index: int, directory: str, run: Any, safe_serialization: bool) -> list[str] | None:
+def save_model(model: Any, index: int, directory: str, run: Any, safe_serialization: bool,
+               deferred: Any = None) -> list[str] | None:
     if not handles(model, run):
         return None
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
@@ -257,7 +283,7 @@ def save_model(model: Any, index: int, directory: str, run: Any, safe_serializat
     if strategy_of(run).options.state_dict_type == "SHARDED_STATE_DICT":
         with quiet():
             state = get_model_state_dict(model)
-        return dcp_save(state, path, relative)
+        return dcp_save(state, path, relative, deferred, run)
     state = full_model_state_dict(model, run)
     if _rank() != 0:
         return []
@@ -334,7 +360,7 @@ def _check_shapes(stored: dict[str, tuple[tuple[int, ...], Any]], current: dict[
                                   f"{tuple(value.shape)} {value.dtype} here; load it into the model that saved it")
 
 
-def save_optimizer(optimizer: Any, index: int, directory: str, run: Any) -> list[str] | None:
+def save_optimizer(optimizer: Any, index: int, directory: str, run: Any, deferred: Any = None) -> list[str] | None:
     model = _model_of(optimizer, run)
     inner = getattr(optimizer, "optimizer", optimizer)
     options = strategy_of(run).options
@@ -344,7 +370,7 @@ def save_optimizer(optimizer: Any, index: int, directory: str, run: Any) -> list
         state = _optimizer_state(model, inner)
         tensors: dict[str, torch.Tensor] = {}
         structure = _split(state, "", tensors)
-        written = dcp_save(tensors, path, relative)
+        written = dcp_save(tensors, path, relative, deferred, run)
         if _rank() == 0:
             written += [f"{relative}/{name}" for name in save_tree(structure, path / STRUCTURE)]
         return written

@@ -30,6 +30,9 @@ class FSDPStrategy:
         meshes: the device meshes built for this run, by shape.
         checked: what ``load_state``'s check read for each model, by (directory, index),
             taken by the model's load (a full state dict; ``None`` for a sharded one).
+        checkpoint_groups: gloo process groups for non-blocking sharded saves, one per saved
+            object (``model_0``, ``optimizer_0``): DCP's writes and their collectives run
+            beside training, each save on a thread of its own. Made at the first such save.
     """
 
     #: What ``AcceleratorState``, ``GradientState`` and the ``Accelerator`` offer of this object.
@@ -42,6 +45,7 @@ class FSDPStrategy:
         self.replaced: Any = None
         self.meshes: dict[tuple[int, ...], Any] = {}
         self.checked: dict[tuple[str, int], Any] = {}
+        self.checkpoint_groups: dict[str, Any] = {}
 
     # ------------------------------------------------------------ Accelerate's attributes
 
@@ -184,10 +188,10 @@ class FSDPStrategy:
         return full_model_state_dict(model, run)
 
     @hookimpl
-    def drivetrain_save_model_state(self, model, index, directory, run, safe_serialization):
+    def drivetrain_save_model_state(self, model, index, directory, run, safe_serialization, deferred):
         from .checkpoint import save_model
 
-        return save_model(model, index, directory, run, safe_serialization)
+        return save_model(model, index, directory, run, safe_serialization, deferred)
 
     @hookimpl
     def drivetrain_check_checkpoint(self, models, optimizers, directory, run):
@@ -202,10 +206,10 @@ class FSDPStrategy:
         return load_model(model, index, directory, run)
 
     @hookimpl
-    def drivetrain_save_optimizer_state(self, optimizer, index, directory, run):
+    def drivetrain_save_optimizer_state(self, optimizer, index, directory, run, deferred):
         from .checkpoint import save_optimizer
 
-        return save_optimizer(optimizer, index, directory, run)
+        return save_optimizer(optimizer, index, directory, run, deferred)
 
     @hookimpl
     def drivetrain_load_optimizer_state(self, optimizer, index, directory, run, manifest):

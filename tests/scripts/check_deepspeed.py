@@ -224,12 +224,13 @@ def check_save_and_resume(stage, offload, directory):
     accelerator, model, optimizer, scheduler = resumable(stage, offload, seed=0)
     train(accelerator, model, optimizer, scheduler, steps=3)
     path = os.path.join(directory, f"zero{stage}-offload{int(offload)}")
-    accelerator.save_state(path)
-    accelerator.wait_for_everyone()  # the checkpoint is in place once its commit ends
+    # Saved without blocking: training goes on while the engine's files are written.
+    accelerator.save_state(path, blocking=False)
+    continued = train(accelerator, model, optimizer, scheduler, steps=3, first=3)
+    accelerator.wait_for_checkpoint()
     files = sorted(os.listdir(path))
     assert "manifest.json" in files and "deepspeed_model_0" in files, files
     assert not any(name.startswith("optimizer_") for name in files), files  # inside the engine's checkpoint
-    continued = train(accelerator, model, optimizer, scheduler, steps=3, first=3)
     lrs = scheduler.get_last_lr()
     end = full_weights(accelerator, model)
 

@@ -211,7 +211,13 @@ def check_checkpoints_resume_exactly(version: int, directory: str) -> None:
 
         accelerator, model, optimizer, scheduler = build(0)
         train(accelerator, model, optimizer, 3, scheduler=scheduler)
-        path = accelerator.save_state(os.path.join(directory, f"resume-{kind}"))
+        # The sharded checkpoint is saved without blocking: training goes on while DCP writes
+        # it, and it must hold the state at the call.
+        sharded = kind == "SHARDED_STATE_DICT"
+        path = accelerator.save_state(os.path.join(directory, f"resume-{kind}"), blocking=not sharded)
+        if sharded:
+            expected, _ = train(accelerator, model, optimizer, 3, start=3, scheduler=scheduler)
+            accelerator.wait_for_checkpoint()
         accelerator.wait_for_everyone()  # the checkpoint is in place once its commit ends
         files = sorted(os.listdir(os.path.join(path, "model_0")))
         if kind == "SHARDED_STATE_DICT":
@@ -220,7 +226,8 @@ def check_checkpoints_resume_exactly(version: int, directory: str) -> None:
         else:
             assert files == ["model.safetensors"], files
             assert os.path.exists(os.path.join(path, "optimizer_0", "full.json"))
-        expected, _ = train(accelerator, model, optimizer, 3, start=3, scheduler=scheduler)
+        if not sharded:
+            expected, _ = train(accelerator, model, optimizer, 3, start=3, scheduler=scheduler)
         expected_state = accelerator.get_state_dict(model)
 
         accelerator, model, optimizer, scheduler = build(seed=7)  # other weights, fresh optimizer
