@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping, MutableMapping
 
-from drivetrain.plugin_api import CheckpointError, safe_torch_load
+from drivetrain.plugin_api import CheckpointError, copy_to_host, safe_torch_load
 
 from .engine import is_engine, is_zero3, load_full_state_dict, trains
 from .fit import check_engine_fits
@@ -147,17 +147,15 @@ def _files_under(target: Path, directory: str) -> list[str]:
 
 
 class _StagingCheckpointEngine:
-    """DeepSpeed's checkpoint engine with ``save`` copying the state to host memory (a deep
-    copy: training changes the tensors next) and keeping it, path and all, to write later."""
+    """DeepSpeed's checkpoint engine with ``save`` copying the state to host memory (training
+    changes the tensors next) and keeping it, path and all, to write later."""
 
     def __init__(self, inner: Any, staged: list[tuple[Any, str]]) -> None:
         self._inner = inner
         self._staged = staged
 
     def save(self, state_dict: Any, path: str) -> None:
-        import copy
-
-        self._staged.append((copy.deepcopy(state_dict), path))
+        self._staged.append((copy_to_host(state_dict), path))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
