@@ -11,7 +11,9 @@ process finishes the job in a thread:
   marker ``.synced-<rank>`` in the temporary directory (``.failed-<rank>`` with the error);
 * the publishing process waits for the markers of the processes it publishes for, then
   writes the manifest, syncs it, renames the directory into place, rotates old
-  checkpoints and calls ``on_published``.
+  checkpoints and calls ``on_published``. A checkpoint for object storage is published into
+  a local staging directory, then uploaded (manifest last) and rotated on the store by
+  ``Publication.upload`` (``remote.py``).
 
 The wait for markers is a wait on peers, so the run's collective timeout bounds it: a rank
 that was stopped or hangs fails the commit with a line naming it, never a job that waits
@@ -52,7 +54,10 @@ class Publication:
     manifest: dict[str, Any]
     other_ranks: list[int]
     keep: int | None = None  # rotate the checkpoints beside it down to this many
-    on_published: Callable[[Path], None] | None = None
+    on_published: Callable[[Path | str], None] | None = None
+    # Hands the published (staging) checkpoint on to object storage (``remote.Upload``) and
+    # returns where it went; the store is rotated there instead of the local folder.
+    upload: Callable[[Path], str] | None = None
     timeout: float = 1800.0  # the run's collective timeout, unless DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT is set
 
 
@@ -135,13 +140,16 @@ def run_commit(plan: CommitPlan) -> None:
     except BaseException:
         shutil.rmtree(plan.temporary, ignore_errors=True)  # never published: nothing of it may stay
         raise
-    if plan.publication.keep is not None:
+    published: Path | str = plan.final
+    if plan.publication.upload is not None:
+        published = plan.publication.upload(plan.final)
+    elif plan.publication.keep is not None:
         try:
             layout.rotate(plan.final.parent, plan.publication.keep, newest=plan.final)
         except OSError as error:  # the new checkpoint is in place; an old one merely stays
             logger.warning("could not delete old checkpoints beside %s: %s", plan.final, error)
     if plan.publication.on_published is not None:
-        plan.publication.on_published(plan.final)
+        plan.publication.on_published(published)
 
 
 def _sync_own_files(plan: CommitPlan) -> None:

@@ -22,7 +22,7 @@ import torch
 from ...kernel import environment
 from ...kernel.errors import CheckpointError
 from ...kernel.version import PLUGIN_API_VERSION, __version__
-from . import accelerate_layout, checksums, commit, compatibility, layout, peers, target
+from . import accelerate_layout, checksums, commit, compatibility, layout, peers, remote, target
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
 from .model_files import read_model_files_later, write_model_files
 from .safetensors_io import read_safetensors, write_safetensors
@@ -60,6 +60,9 @@ def output_directory(accelerator: Accelerator, output_dir: str | os.PathLike | N
 
 
 def input_directory(accelerator: Accelerator, input_dir: str | os.PathLike | None) -> Path:
+    downloaded = remote.fetch_for_load(accelerator, input_dir)  # a URL: its local copy
+    if downloaded is not None:
+        return downloaded
     if input_dir is not None:
         path = Path(input_dir)
         layout.recover(path)
@@ -271,15 +274,16 @@ def _target_plan(final: Path) -> tuple[str, str, str | None]:
 
 def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_dir: str | os.PathLike | None,
                    safe_serialization: bool,
-                   weights: list[Any] | None, options: dict[str, Any] | None = None) -> Path:
-    """Write a checkpoint and commit it; returns its directory, in place and rotated.
+                   weights: list[Any] | None, options: dict[str, Any] | None = None) -> Path | str:
+    """Write a checkpoint and commit it; returns its directory (or URL), in place and rotated.
 
     The commit (sync, manifest, rename, rotation) runs before returning, as callers written
     for Accelerate expect; ``DRIVETRAIN_CHECKPOINT_BACKGROUND=1`` runs it in a thread instead,
     and :func:`finish_commit` waits for it. ``options`` go to the strategy's model-save hook.
     """
     finish_commit(accelerator)
-    final = output_directory(accelerator, output_dir).absolute()
+    upload = remote.plan_upload(accelerator, output_dir)  # a URL: written to a staging directory first
+    final = upload.staging if upload else output_directory(accelerator, output_dir).absolute()
     config = accelerator.project_configuration
     if config.automatic_checkpoint_naming and final.exists():
         raise CheckpointError(f"checkpoint {final} already exists; set ProjectConfiguration(iteration=...) past it")
@@ -313,6 +317,8 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
         details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
         raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
     publication = _publication(accelerator, prepared, results) if publisher == accelerator.process_index else None
+    if publication is not None and upload is not None:
+        publication.upload = upload
     plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=list(files),
                              fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication)
     background = environment.read_bool("CHECKPOINT_BACKGROUND", default=False)
@@ -321,7 +327,7 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
         config.iteration += 1
     if not background:
         finish_commit(accelerator)
-    return final
+    return upload.store.url if upload else final
 
 
 def finish_commit(accelerator: Accelerator) -> None:
