@@ -120,7 +120,7 @@ def test_a_missing_store_library_is_one_line_before_anything_is_written(s3, tmp_
     import fsspec  # noqa: F401  (loads fsspec.registry)
 
     registry = sys.modules["fsspec.registry"]  # the module (``fsspec.registry`` is a mapping of it)
-    monkeypatch.setattr(registry, "_registry", {k: v for k, v in registry._registry.items() if k != "s3"})
+    monkeypatch.delitem(registry._registry, "s3", raising=False)  # put back after the test
     monkeypatch.setitem(sys.modules, "s3fs", None)  # as if drivetrain[s3] were not installed
     project = s3.new_bucket() + "/run"
     accelerator, model, optimizer, scheduler = remote_checkpoint.setup(s3.endpoint, project)
@@ -161,3 +161,23 @@ def test_a_url_without_a_file_system_is_refused_clearly(tmp_path, clean_env):
     with pytest.raises(CheckpointError, match="fsspec knows no nosuchstore://"):
         accelerator.save_state("nosuchstore://bucket/ckpt")
     del model
+
+
+def test_a_damaged_file_in_the_store_fails_the_load_and_changes_nothing(tmp_path, clean_env):
+    clean_env.setenv("DRIVETRAIN_CHECKPOINT_STAGING_DIR", str(tmp_path / "staging"))
+    store = tmp_path / "store"
+    accelerator = Accelerator(project_config=ProjectConfiguration(project_dir=f"file://{store}",
+                                                                  automatic_checkpoint_naming=True))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    accelerator.save_state()
+    weights = store / "checkpoints" / "checkpoint_0" / "model_0" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # same size, one bit pattern changed: only the checksum can tell
+    weights.write_bytes(bytes(data))
+    with torch.no_grad():
+        model.weight.zero_()
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        accelerator.load_state()
+    assert torch.count_nonzero(model.weight) == 0

@@ -218,6 +218,9 @@ def plan_upload(accelerator: Accelerator, output_dir: str | os.PathLike | None) 
         url = str(output_dir)
     else:
         return None
+    if config.save_on_each_node and accelerator.state.num_machines > 1:
+        raise CheckpointError(f"save_on_each_node=True with a checkpoint URL ({url}) would have every machine upload "
+                              "its own manifest there: set save_on_each_node=False to save to object storage")
     store = open_store(url, _storage_options(accelerator))
     automatic = bool(config.automatic_checkpoint_naming)
     store.refresh()
