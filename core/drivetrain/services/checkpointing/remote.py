@@ -368,7 +368,8 @@ def download_checkpoint(store: Store) -> Path:
             store.fs.get([store.child(name) for name in wanted], [str(temporary / name) for name in wanted])
         (temporary / layout.MANIFEST).write_bytes(manifest_bytes)  # the one read above, not a newer one
         for old in per_url.iterdir():  # older versions of this URL: only the newest is kept
-            if not old.name.startswith(layout.TEMP_PREFIX):
+            # (not this version: another machine sharing the cache may have just put it in place)
+            if not old.name.startswith(layout.TEMP_PREFIX) and old != final.parent:
                 shutil.rmtree(old, ignore_errors=True)
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
