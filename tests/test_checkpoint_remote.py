@@ -181,3 +181,26 @@ def test_a_damaged_file_in_the_store_fails_the_load_and_changes_nothing(tmp_path
     with pytest.raises(CheckpointError, match="model.safetensors"):
         accelerator.load_state()
     assert torch.count_nonzero(model.weight) == 0
+
+
+def test_several_machines_without_a_shared_staging_directory_are_refused_before_writing(tmp_path, clean_env,
+                                                                                        monkeypatch):
+    accelerator = Accelerator()
+    model = accelerator.prepare(torch.nn.Linear(2, 2))
+    from drivetrain.state import PartialState
+
+    monkeypatch.setattr(PartialState, "num_machines", property(lambda state: 2))  # as on 2 machines
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    url = f"file://{tmp_path}/store/ckpt"
+    with pytest.raises(CheckpointError, match="DRIVETRAIN_CHECKPOINT_STAGING_DIR to a directory on a shared"):
+        accelerator.save_state(url)
+    accelerator.project_configuration.save_on_each_node = True
+    clean_env.setenv("DRIVETRAIN_CHECKPOINT_STAGING_DIR", str(tmp_path / "shared"))
+    with pytest.raises(CheckpointError, match="set save_on_each_node=False"):
+        accelerator.save_state(url)
+    assert not (tmp_path / "store").exists() and not (tmp_path / "cache").exists()
+    assert not (tmp_path / "shared").exists()
+    accelerator.project_configuration.save_on_each_node = False
+    assert accelerator.save_state(url) == url  # a shared staging directory: saved
+    assert (tmp_path / "store" / "ckpt" / "manifest.json").is_file()
+    del model

@@ -218,9 +218,15 @@ def plan_upload(accelerator: Accelerator, output_dir: str | os.PathLike | None) 
         url = str(output_dir)
     else:
         return None
-    if config.save_on_each_node and accelerator.state.num_machines > 1:
+    machines = accelerator.state.num_machines
+    if config.save_on_each_node and machines > 1:
         raise CheckpointError(f"save_on_each_node=True with a checkpoint URL ({url}) would have every machine upload "
                               "its own manifest there: set save_on_each_node=False to save to object storage")
+    if machines > 1 and not os.environ.get(STAGING_VARIABLE):
+        # The main process uploads every process's files from its staging directory (as a
+        # local save publishes them from one directory): the machines must share it.
+        raise CheckpointError(f"saving to {url} from {machines} machines needs a staging directory they all share: "
+                              f"set {STAGING_VARIABLE} to a directory on a shared file system")
     store = open_store(url, _storage_options(accelerator))
     automatic = bool(config.automatic_checkpoint_naming)
     store.refresh()
