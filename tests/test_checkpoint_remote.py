@@ -148,8 +148,11 @@ def test_save_state_to_a_url_replaces_the_checkpoint_there_and_loads_it(scheme, 
     accelerator.save_state(url)  # over the first: its manifest goes first, the new one comes last
     with torch.no_grad():
         model.weight.zero_()
-    accelerator.load_state(url)
+    copy = Path(accelerator.load_state(url))  # the local copy it was loaded from
     assert all(torch.equal(a, b) for a, b in zip(second, model.parameters()))
+    first_download = (copy / "manifest.json").stat().st_ino
+    assert Path(accelerator.load_state(url)) == copy
+    assert (copy / "manifest.json").stat().st_ino == first_download  # intact: reused, not downloaded again
     if scheme == "file":
         assert (tmp_path / "store" / "ckpt" / "manifest.json").is_file()
         assert not list((tmp_path / "store").glob(".*"))  # nothing hidden left beside it
@@ -179,6 +182,10 @@ def test_a_damaged_file_in_the_store_fails_the_load_and_changes_nothing(tmp_path
     with torch.no_grad():
         model.weight.zero_()
     with pytest.raises(CheckpointError, match="model.safetensors"):
+        accelerator.load_state()
+    assert torch.count_nonzero(model.weight) == 0
+    weights.unlink()
+    with pytest.raises(CheckpointError, match="lists a file the store does not hold"):
         accelerator.load_state()
     assert torch.count_nonzero(model.weight) == 0
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...kernel.errors import CheckpointError
-from . import layout, peers
+from . import checksums, layout, peers
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...facade.accelerator import Accelerator
@@ -361,9 +361,11 @@ def download_checkpoint(store: Store) -> Path:
     if not isinstance(names, list) or not all(_safe_name(name) for name in names):
         raise CheckpointError(f"{store.url}/{layout.MANIFEST} is damaged: its file list is not a list of names inside "
                               "the checkpoint; load an earlier checkpoint")
-    per_url = staging_base() / "downloads" / _digest(store.url)
-    final = per_url / _digest(manifest_bytes) / _base_name(store.url)
-    if (final / layout.MANIFEST).is_file() and (final / layout.MANIFEST).read_bytes() == manifest_bytes:
+    # One copy per folder of checkpoints (a run's ``checkpoints``): loading checkpoint_5
+    # replaces the cached checkpoint_4, so evaluating many checkpoints does not fill the disk.
+    per_url = staging_base() / "downloads" / _digest(store.url.rsplit("/", 1)[0])
+    final = per_url / _digest(store.url.encode() + manifest_bytes) / _base_name(store.url)
+    if _whole_copy(final, manifest, manifest_bytes):
         return final  # downloaded before; the loader verifies every file against the manifest all the same
     temporary = per_url / f"{layout.TEMP_PREFIX}{layout.new_token()}" / _base_name(store.url)
     try:
@@ -373,7 +375,7 @@ def download_checkpoint(store: Store) -> Path:
         if wanted:
             store.fs.get([store.child(name) for name in wanted], [str(temporary / name) for name in wanted])
         (temporary / layout.MANIFEST).write_bytes(manifest_bytes)  # the one read above, not a newer one
-        for old in per_url.iterdir():  # older versions of this URL: only the newest is kept
+        for old in per_url.iterdir():  # other checkpoints of the folder: only the newest download is kept
             # (not this version: another machine sharing the cache may have just put it in place)
             if not old.name.startswith(layout.TEMP_PREFIX) and old != final.parent:
                 shutil.rmtree(old, ignore_errors=True)
@@ -389,3 +391,18 @@ def download_checkpoint(store: Store) -> Path:
     finally:
         shutil.rmtree(temporary.parent, ignore_errors=True)
     return final
+
+
+def _whole_copy(local: Path, manifest: dict[str, Any], manifest_bytes: bytes) -> bool:
+    """Whether ``local`` is an intact download of the checkpoint with this manifest: every
+    file matches its checksum (a copy damaged on this disk is downloaded again, not reused)."""
+    try:
+        if (local / layout.MANIFEST).read_bytes() != manifest_bytes:
+            return False
+        recorded = manifest.get("checksums")
+        if not isinstance(recorded, dict) or set(recorded) != set(manifest.get("files", ())):
+            return False  # written before checksums: nothing to tell a whole copy by
+        return all(checksums.file_digest(local / name) == digest for name, digest in recorded.items()
+                   if _safe_name(name))
+    except OSError:
+        return False
