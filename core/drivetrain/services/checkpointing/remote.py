@@ -30,7 +30,7 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,7 +99,8 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None) -> Store
     try:
         import fsspec
     except ImportError:
-        raise CheckpointError(f"checkpoints at {url} need fsspec: pip install 'drivetrain[{_EXTRAS.get(protocol, 'remote')}]'") from None
+        extra = _EXTRAS.get(protocol, "remote")
+        raise CheckpointError(f"checkpoints at {url} need fsspec: pip install 'drivetrain[{extra}]'") from None
     try:
         cls = fsspec.get_filesystem_class(protocol)
     except ImportError as error:
@@ -171,7 +172,6 @@ class Upload:
     staging: Path
     automatic: bool  # a ``checkpoint_N`` under the project's ``checkpoints`` folder
     keep: int | None = None
-    uploaded: list[str] = field(default_factory=list)
 
     def __call__(self, published: Path) -> str:
         """Upload the checkpoint published at ``published`` (the staging copy); runs in the commit."""
