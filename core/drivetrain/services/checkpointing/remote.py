@@ -334,6 +334,7 @@ def fetch_for_load(accelerator: Accelerator, input_dir: str | os.PathLike | None
     if accelerator.num_processes == 1:
         if error:
             raise CheckpointError(error)
+        _sources[local.absolute()] = url
         return local
     results = peers.gather(state, (str(local) if local else None, error), f"loading {url}")
     failures = [(rank, message) for rank, (_l, message) in enumerate(results) if message]
@@ -342,7 +343,18 @@ def fetch_for_load(accelerator: Accelerator, input_dir: str | os.PathLike | None
         raise CheckpointError(message if rank == accelerator.process_index else
                               f"loading {url} failed on process {rank}: {message}")
     first_here = accelerator.process_index - accelerator.local_process_index
-    return Path(results[first_here][0])
+    local = Path(results[first_here][0])
+    _sources[local.absolute()] = url
+    return local
+
+
+# Each local copy this process loaded, and the URL it came from (few: one per load).
+_sources: dict[Path, str] = {}
+
+
+def source_of(local: Path) -> str | None:
+    """The URL the local copy ``local`` was downloaded from, or ``None`` for a local checkpoint."""
+    return _sources.get(Path(local).absolute())
 
 
 def download_checkpoint(store: Store) -> Path:

@@ -424,8 +424,9 @@ def _gather_failure(accelerator: Accelerator, error: str | None, what: str) -> N
 
 def load_run_state(accelerator: Accelerator, prepared: PreparedObjects, input_dir: str | os.PathLike | None,
                    strict: bool = True,
-                   options: dict[str, Any] | None = None, load_kwargs: dict[str, Any] | None = None) -> Path:
-    """Read a checkpoint, check all of it, then restore it into the prepared objects.
+                   options: dict[str, Any] | None = None, load_kwargs: dict[str, Any] | None = None) -> Path | str:
+    """Read a checkpoint, check all of it, then restore it into the prepared objects; returns
+    its directory, or its URL when it was downloaded from one.
 
     Phase 1 reads every file this process needs, verifies each against its checksum, and
     checks every state against the object it is for; it ends with one gather, so a failure
@@ -448,7 +449,7 @@ def load_run_state(accelerator: Accelerator, prepared: PreparedObjects, input_di
     assert read is not None
     _check_strategy_states(accelerator, prepared, directory, read["manifest"], options)
     _restore(accelerator, prepared, directory, read, options)
-    return directory
+    return remote.source_of(directory) or directory  # a URL's checkpoint is named by its URL
 
 
 def _check_strategy_states(accelerator: Accelerator, prepared: PreparedObjects, directory: Path,
