@@ -107,12 +107,13 @@ def test_a_kill_during_the_upload_leaves_the_previous_checkpoint_newest(s3, tmp_
 
 def test_two_processes_save_rotate_and_resume_through_s3(s3, tmp_path):
     project = s3.new_bucket() + "/run"
-    result = launch("remote_checkpoint.py", s3.endpoint, project, "save-and-resume",
+    result = launch("remote_checkpoint.py", s3.endpoint, project, "save-and-resume-then-background",
                     env={**CREDENTIALS, "DRIVETRAIN_CHECKPOINT_STAGING_DIR": str(tmp_path / "staging")})
     assert_ok(result)
     assert result.stdout.count("resumed checkpoint_2 bitwise") == 2, result.stdout
-    assert sorted({key.split("/")[0] for key in s3.keys(project + "/checkpoints")}) == ["checkpoint_1", "checkpoint_2"]
-    names = s3.keys(project + "/checkpoints/checkpoint_2")
+    assert result.stdout.count("checkpoint_3 uploaded in the background") == 2, result.stdout
+    assert sorted({key.split("/")[0] for key in s3.keys(project + "/checkpoints")}) == ["checkpoint_2", "checkpoint_3"]
+    names = s3.keys(project + "/checkpoints/checkpoint_3")
     assert "random_states_0.json" in names and "random_states_1.json" in names and "manifest.json" in names
 
 

@@ -2,7 +2,8 @@
 
 ``remote_checkpoint.py ENDPOINT PROJECT_URL save-and-resume``: trains, saves three
 checkpoints with total_limit=2, perturbs the model, resumes the newest and checks every
-state bitwise against the one saved. ``... stall-upload MARKER``: saves checkpoint_0, then
+state bitwise against the one saved (``save-and-resume-then-background``: then saves once
+more with the commit, upload included, in the background). ``... stall-upload MARKER``: saves checkpoint_0, then
 stalls inside the upload of checkpoint_1 (after its first file) until killed, touching
 MARKER once the stall begins.
 """
@@ -10,6 +11,7 @@ MARKER once the stall begins.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -49,7 +51,7 @@ def snapshot(model, optimizer, scheduler) -> list[torch.Tensor]:
     return tensors
 
 
-def save_and_resume(endpoint: str, project: str) -> None:
+def save_and_resume(endpoint: str, project: str, background_after: bool = False) -> None:
     accelerator, model, optimizer, scheduler = setup(endpoint, project)
     for _ in range(3):
         train(accelerator, model, optimizer, scheduler, 2)
@@ -63,6 +65,13 @@ def save_and_resume(endpoint: str, project: str) -> None:
     assert accelerator.save_iteration == 3
     accelerator.wait_for_everyone()
     print(f"rank {accelerator.process_index}: resumed checkpoint_2 bitwise", flush=True)
+    if background_after:
+        os.environ["DRIVETRAIN_CHECKPOINT_BACKGROUND"] = "1"  # the upload runs in the commit thread
+        train(accelerator, model, optimizer, scheduler, 1)
+        accelerator.save_state()  # checkpoint_3, uploaded while the next steps run
+        train(accelerator, model, optimizer, scheduler, 1)
+        accelerator.wait_for_everyone()  # waits for the upload and rotation on every process
+        print(f"rank {accelerator.process_index}: checkpoint_3 uploaded in the background", flush=True)
 
 
 def stall_upload(endpoint: str, project: str, marker: str) -> None:
@@ -86,7 +95,7 @@ def stall_upload(endpoint: str, project: str, marker: str) -> None:
 
 if __name__ == "__main__":
     endpoint, project, action = sys.argv[1:4]
-    if action == "save-and-resume":
-        save_and_resume(endpoint, project)
+    if action.startswith("save-and-resume"):
+        save_and_resume(endpoint, project, background_after=action.endswith("then-background"))
     else:
         stall_upload(endpoint, project, sys.argv[4])
