@@ -22,6 +22,8 @@ from drivetrain import Accelerator, ProjectConfiguration
 
 
 def setup(endpoint: str, project: str, total_limit: int | None = 2):
+    if "RANK" in os.environ:  # launched: each process stages on its own, as on machines without a shared disk
+        os.environ["DRIVETRAIN_CHECKPOINT_STAGING_DIR"] += f"/rank-{os.environ['RANK']}"
     config = ProjectConfiguration(project_dir=project, automatic_checkpoint_naming=True, total_limit=total_limit,
                                   storage_options={"endpoint_url": endpoint})
     accelerator = Accelerator(project_config=config)

@@ -11,9 +11,11 @@ process finishes the job in a thread:
   marker ``.synced-<rank>`` in the temporary directory (``.failed-<rank>`` with the error);
 * the publishing process waits for the markers of the processes it publishes for, then
   writes the manifest, syncs it, renames the directory into place, rotates old
-  checkpoints and calls ``on_published``. A checkpoint for object storage is published into
-  a local staging directory, then uploaded (manifest last) and rotated on the store by
-  ``Publication.upload`` (``remote.py``).
+  checkpoints and calls ``on_published``.
+
+A checkpoint for object storage (``CommitPlan.upload``, ``remote.py``) is committed by the
+store instead: each process uploads its own files and leaves its marker there; the
+publisher, once every marker is there, uploads the manifest last and rotates the store.
 
 The wait for markers is a wait on peers, so the run's collective timeout bounds it: a rank
 that was stopped or hangs fails the commit with a line naming it, never a job that waits
@@ -55,9 +57,6 @@ class Publication:
     other_ranks: list[int]
     keep: int | None = None  # rotate the checkpoints beside it down to this many
     on_published: Callable[[Path | str], None] | None = None
-    # Hands the published (staging) checkpoint on to object storage (``remote.Upload``) and
-    # returns where it went; the store is rotated there instead of the local folder.
-    upload: Callable[[Path], str] | None = None
     timeout: float = 1800.0  # the run's collective timeout, unless DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT is set
 
 
@@ -69,6 +68,9 @@ class CommitPlan:
     files: list[str]  # relative to ``temporary``, written by this process
     fsync: bool
     publication: Publication | None = None
+    # Commits through object storage instead of the local disk (``remote.Upload``): called
+    # with this plan, returns the checkpoint's URL on the publisher (``None`` elsewhere).
+    upload: Callable[[CommitPlan], str | None] | None = None
 
 
 def _fsync_path(path: Path, directory: bool = False) -> None:
@@ -132,6 +134,11 @@ def wait_for_markers(temporary: Path, ranks: list[int], timeout: float) -> None:
 
 def run_commit(plan: CommitPlan) -> None:
     """Sync this process's files; on the publisher, publish the checkpoint once all are synced."""
+    if plan.upload is not None:
+        published = plan.upload(plan)
+        if published is not None and plan.publication is not None and plan.publication.on_published is not None:
+            plan.publication.on_published(published)
+        return
     if plan.publication is None:
         _sync_and_mark(plan)
         return
@@ -140,16 +147,13 @@ def run_commit(plan: CommitPlan) -> None:
     except BaseException:
         shutil.rmtree(plan.temporary, ignore_errors=True)  # never published: nothing of it may stay
         raise
-    published: Path | str = plan.final
-    if plan.publication.upload is not None:
-        published = plan.publication.upload(plan.final)
-    elif plan.publication.keep is not None:
+    if plan.publication.keep is not None:
         try:
             layout.rotate(plan.final.parent, plan.publication.keep, newest=plan.final)
         except OSError as error:  # the new checkpoint is in place; an old one merely stays
             logger.warning("could not delete old checkpoints beside %s: %s", plan.final, error)
     if plan.publication.on_published is not None:
-        plan.publication.on_published(published)
+        plan.publication.on_published(plan.final)
 
 
 def _sync_own_files(plan: CommitPlan) -> None:

@@ -30,7 +30,8 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,25 +165,111 @@ def _delete(store: Store, path: str) -> None:
 # ------------------------------------------------------------------- save
 
 
+SYNCED_MARKER = ".synced-{rank}"
+FAILED_MARKER = ".failed-{rank}"
+
+
 @dataclass
 class Upload:
-    """Where one ``save_state`` goes: the staging directory the local code writes, and the URL."""
+    """Where one ``save_state`` goes and how its commit reaches the store (``CommitPlan.upload``).
+
+    Every process stages its own files on its own machine and uploads them in its commit,
+    then leaves ``.synced-<rank>`` in the checkpoint's folder on the store (``.failed-<rank>``
+    with the error); the publisher uploads its files, waits for every marker (bounded by the
+    commit's timeout, as a local commit waits for its peers), removes them, writes the
+    manifest last, deletes files of the checkpoint it replaced, and tidies the store.
+    """
 
     store: Store
     staging: Path
     automatic: bool  # a ``checkpoint_N`` under the project's ``checkpoints`` folder
     keep: int | None = None
+    replaced: set[str] = field(default_factory=set)  # files of the checkpoint this one replaces
 
-    def __call__(self, published: Path) -> str:
-        """Upload the checkpoint published at ``published`` (the staging copy); runs in the commit."""
+    def __call__(self, plan: Any) -> str | None:
+        """This process's part of the commit of ``plan`` (a ``commit.CommitPlan``)."""
+        if plan.publication is None:
+            try:
+                self._upload_own(plan)
+            except Exception as error:
+                self._mark(FAILED_MARKER.format(rank=plan.rank), f"{type(error).__name__}: {error}".encode())
+                raise
+            finally:
+                for name in plan.files:  # only its own: processes of one machine share the folder
+                    (plan.temporary / name).unlink(missing_ok=True)
+            self._mark(SYNCED_MARKER.format(rank=plan.rank), b"")
+            return None
         try:
-            upload_checkpoint(self.store, published)
+            self._upload_own(plan)
+            self._wait_for_markers(plan.publication.other_ranks, plan.publication.timeout)
+            self._write_manifest(plan)
         finally:
-            shutil.rmtree(published, ignore_errors=True)  # the store holds it now, or the save failed
-            layout.remove_stale_temporaries(published.parent)  # what killed saves left in staging
+            shutil.rmtree(plan.temporary, ignore_errors=True)  # every other process is done with it
+            layout.remove_stale_temporaries(plan.temporary.parent)  # what killed saves left in staging
         if self.automatic:
             self._tidy_store()
         return self.store.url
+
+    def _upload_own(self, plan: Any) -> None:
+        try:
+            _put(self.store, plan.temporary, sorted(plan.files))
+        except OSError as error:
+            raise CheckpointError(f"uploading the files of {self.store.url} failed: {error}") from None
+
+    def _mark(self, name: str, text: bytes) -> None:
+        try:
+            self.store.fs.pipe_file(self.store.child(name), text)
+        except OSError as error:  # the publisher then times out naming this process
+            logger.warning("could not leave %s at %s: %s", name, self.store.url, error)
+
+    def _wait_for_markers(self, ranks: list[int], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        waiting, pause = set(ranks), 0.01
+        while waiting:
+            self.store.refresh()
+            for rank in sorted(waiting):
+                failed = self.store.child(FAILED_MARKER.format(rank=rank))
+                if self.store.fs.exists(failed):
+                    reason = self.store.fs.cat_file(failed).decode("utf-8", "replace").strip()
+                    raise CheckpointError(f"process {rank} could not upload its files ({reason})")
+                if self.store.fs.exists(self.store.child(SYNCED_MARKER.format(rank=rank))):
+                    waiting.discard(rank)
+            if waiting and time.monotonic() > deadline:
+                who = ", ".join(map(str, sorted(waiting)))
+                raise CheckpointError(f"rank(s) {who} did not upload their files to {self.store.url} within "
+                                      f"{timeout:g} s (the run's collective timeout); look at those ranks, or raise "
+                                      "the timeout (DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT for slow uploads)")
+            if waiting:
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
+        for rank in ranks:
+            self.store.fs.rm_file(self.store.child(SYNCED_MARKER.format(rank=rank)))
+
+    def _write_manifest(self, plan: Any) -> None:
+        """Upload the manifest (every process's files are up: this is the commit), then drop
+        the files of the checkpoint it replaced that it does not have."""
+        publication = plan.publication
+        names = list(publication.manifest["files"])
+        own = set(plan.files)
+        self.store.refresh()
+        sizes = {}
+        for name in names:
+            try:
+                sizes[name] = ((plan.temporary / name).stat().st_size if name in own
+                               else self.store.fs.size(self.store.child(name)))
+            except FileNotFoundError:
+                raise CheckpointError(f"{name} was not uploaded to {self.store.url}; the save failed on some "
+                                      "process") from None
+        manifest = layout.finished_manifest(dict(publication.manifest, contents=sorted(names)), sizes)
+        self.store.fs.pipe_file(self.store.child(layout.MANIFEST),
+                                json.dumps(manifest, indent=1, sort_keys=True).encode())
+        for name in sorted(self.replaced - set(names) - {layout.MANIFEST}):
+            try:
+                self.store.fs.rm_file(self.store.child(name))
+            except FileNotFoundError:
+                pass
+        self.store.refresh()
+        logger.info("uploaded checkpoint %s (%d files)", self.store.url, len(names) + 1)
 
     def _tidy_store(self) -> None:
         """Delete incomplete checkpoints left by killed saves and, with ``keep``, the oldest complete ones."""
@@ -204,7 +291,10 @@ def plan_upload(accelerator: Accelerator, output_dir: str | os.PathLike | None) 
     """The upload of a ``save_state`` to a URL, or ``None`` for a local one. Every process calls it.
 
     Checks the store (its library, an existing checkpoint of that automatic name) and empties
-    the staging directory before anything is written.
+    the staging directory before anything is written. The main process makes the URL ready
+    for uploads (before the save's first gather, so before any process uploads): an
+    incomplete checkpoint of that automatic name is deleted, and a complete checkpoint
+    being saved over loses its manifest, so no mix of its files and new ones is ever loaded.
     """
     config = accelerator.project_configuration
     if config.automatic_checkpoint_naming:
@@ -218,15 +308,9 @@ def plan_upload(accelerator: Accelerator, output_dir: str | os.PathLike | None) 
         url = str(output_dir)
     else:
         return None
-    machines = accelerator.state.num_machines
-    if config.save_on_each_node and machines > 1:
+    if config.save_on_each_node and accelerator.state.num_machines > 1:
         raise CheckpointError(f"save_on_each_node=True with a checkpoint URL ({url}) would have every machine upload "
                               "its own manifest there: set save_on_each_node=False to save to object storage")
-    if machines > 1 and not os.environ.get(STAGING_VARIABLE):
-        # The main process uploads every process's files from its staging directory (as a
-        # local save publishes them from one directory): the machines must share it.
-        raise CheckpointError(f"saving to {url} from {machines} machines needs a staging directory they all share: "
-                              f"set {STAGING_VARIABLE} to a directory on a shared file system")
     store = open_store(url, _storage_options(accelerator))
     automatic = bool(config.automatic_checkpoint_naming)
     store.refresh()
@@ -235,45 +319,31 @@ def plan_upload(accelerator: Accelerator, output_dir: str | os.PathLike | None) 
     staging = staging_base() / _digest(url.rsplit("/", 1)[0]) / _base_name(url)
     shutil.rmtree(staging, ignore_errors=True)  # a copy left by a killed save; no save is running here now
     staging.parent.mkdir(parents=True, exist_ok=True)
-    return Upload(store=store, staging=staging, automatic=automatic,
-                  keep=config.total_limit if automatic else None)
+    replaced: set[str] = set()
+    if accelerator.is_main_process:
+        replaced = _clear_for_upload(store, automatic)
+    return Upload(store=store, staging=staging, automatic=automatic, keep=config.total_limit if automatic else None,
+                  replaced=replaced)
 
 
-def upload_checkpoint(store: Store, local: Path) -> None:
-    """Upload the complete checkpoint at ``local`` to ``store``: every file, then the manifest.
-
-    What was at the URL before stops being a checkpoint first (its manifest goes), and its
-    files that the new checkpoint does not overwrite are deleted once the new manifest is in.
-    """
-    from .target import checkpoint_contents, files_under
-
+def _clear_for_upload(store: Store, automatic: bool) -> set[str]:
+    """Make ``store`` ready for a new checkpoint; returns the files of the one it replaces."""
     old = _remote_contents(store)
-    leftover = set()
-    if old is None and store.fs.exists(store.path):
-        if layout.AUTOMATIC_NAME.match(_base_name(store.url)):
-            _delete(store, store.path)  # an incomplete checkpoint of ours: a killed save left it
-        # otherwise the prefix may hold the user's files: they stay, ours are overwritten
-    elif old is not None:
-        store.fs.rm_file(store.child(layout.MANIFEST))
-        store.refresh()
-        leftover = old
-    names = sorted(files_under(local)[0] - {layout.MANIFEST})
-    if checkpoint_contents(local) is None:
-        raise CheckpointError(f"the checkpoint for {store.url} has no manifest; nothing was uploaded")
-    _put(store, local, names)
-    _put(store, local, [layout.MANIFEST])  # last: from here on the checkpoint exists
-    for name in sorted(leftover - set(names) - {layout.MANIFEST}):
-        try:
-            store.fs.rm_file(store.child(name))
-        except FileNotFoundError:
-            pass
+    if old is not None:
+        store.fs.rm_file(store.child(layout.MANIFEST))  # from here it is not a checkpoint
+    elif automatic and store.fs.exists(store.path):
+        _delete(store, store.path)  # an incomplete checkpoint of ours: a killed save left it
+    # otherwise the prefix may hold the user's files: they stay, ours are written beside them
+    for name in store.fs.glob(store.child(".synced-*")) + store.fs.glob(store.child(".failed-*")):
+        store.fs.rm_file(name)  # markers of an earlier, interrupted save
     store.refresh()
-    logger.info("uploaded checkpoint %s (%d files)", store.url, len(names) + 1)
+    return old or set()
 
 
 def _put(store: Store, local: Path, names: list[str]) -> None:
     if not names:
         return
+    store.fs.makedirs(store.path, exist_ok=True)  # a no-op on object stores; file:// needs the folder
     for parent in sorted({name.rsplit("/", 1)[0] for name in names if "/" in name}):
         store.fs.makedirs(store.child(parent), exist_ok=True)  # a no-op on object stores
     store.fs.put([str(local / name) for name in names], [store.child(name) for name in names])

@@ -246,7 +246,7 @@ def _commit_timeout(accelerator: Accelerator) -> float:
     return float(own) if own is not None else peers.timeout_seconds(accelerator.state)
 
 
-def agreed_directory(accelerator: Accelerator, directory: Path, action: str, token: Any = "") -> Any:
+def agreed_directory(accelerator: Accelerator, directory: Path | str, action: str, token: Any = "") -> Any:
     """Check that every process names the same checkpoint directory; returns the main process's ``token``.
 
     One object gather (bounded by the process group's timeout): processes that each pass
@@ -288,13 +288,14 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
     if config.automatic_checkpoint_naming and final.exists():
         raise CheckpointError(f"checkpoint {final} already exists; set ProjectConfiguration(iteration=...) past it")
     state = accelerator.state
-    token, where, problem = agreed_directory(accelerator, final, "save_state()", _target_plan(final))
+    token, where, problem = agreed_directory(accelerator, upload.store.url if upload else final, "save_state()",
+                                             _target_plan(final))
     if problem:
         raise CheckpointError(problem)
     temporary = target.temporary_dir(final, token, where)
     publisher = _publisher_rank(accelerator)
     problem = None
-    if publisher == accelerator.process_index:
+    if publisher == accelerator.process_index or upload:  # uploads: each machine stages its own files
         try:
             temporary.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -311,16 +312,15 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
     results = peers.gather(state, (files, error, publisher), f"saving {final}")
     failures = [(rank, err) for rank, (_f, err, _p) in enumerate(results) if err]
     if failures:
-        if publisher == accelerator.process_index:
+        if publisher == accelerator.process_index or upload:
             shutil.rmtree(temporary, ignore_errors=True)
         peers.barrier(state, f"saving {final}")
         details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
         raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
     publication = _publication(accelerator, prepared, results) if publisher == accelerator.process_index else None
-    if publication is not None and upload is not None:
-        publication.upload = upload
     plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=list(files),
-                             fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication)
+                             fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication,
+                             upload=upload)
     background = environment.read_bool("CHECKPOINT_BACKGROUND", default=False)
     commit.start(plan, background=background)
     if config.automatic_checkpoint_naming:
