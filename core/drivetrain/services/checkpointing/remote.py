@@ -3,9 +3,10 @@
 A layer around the local save and load, so local paths keep their speed and every
 guarantee of the local code:
 
-* **Saving** writes the checkpoint with the local code into a *staging* directory on this
-  machine, and the commit (``commit.py``, in ``save_state`` or in its background thread)
-  uploads it: every file first, ``manifest.json`` last. Object stores have no rename, so
+* **Saving** writes each process's files with the local code into a *staging* directory
+  on its own machine, and the commit (``commit.py``, in ``save_state`` or in its
+  background thread) uploads them, each process its own (see :class:`Upload`), and
+  ``manifest.json`` last, from the publisher. Object stores have no rename, so
   the manifest is what makes a checkpoint exist: a prefix without one (an upload that was
   killed) is never loaded, never counted as the newest, and is deleted by the next save
   to that name and by every automatic save's commit. Rotation (``total_limit``) deletes an
