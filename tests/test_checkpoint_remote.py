@@ -114,8 +114,9 @@ def test_two_processes_save_rotate_and_resume_through_s3(s3, tmp_path):
     assert_ok(result)
     assert result.stdout.count("resumed checkpoint_2 bitwise") == 2, result.stdout
     assert result.stdout.count("checkpoint_3 uploaded in the background") == 2, result.stdout
-    assert sorted({key.split("/")[0] for key in s3.keys(project + "/checkpoints")}) == ["checkpoint_2", "checkpoint_3"]
-    names = s3.keys(project + "/checkpoints/checkpoint_3")
+    assert result.stdout.count("a failed upload left checkpoint_3 the newest") == 2, result.stdout
+    assert sorted({key.split("/")[0] for key in s3.keys(project + "/checkpoints")}) == ["checkpoint_3", "checkpoint_4"]
+    names = s3.keys(project + "/checkpoints/checkpoint_4")
     assert "random_states_0.json" in names and "random_states_1.json" in names and "manifest.json" in names
     assert not [key for key in s3.keys(project) if "/.synced-" in key or "/.failed-" in key]  # markers removed
 

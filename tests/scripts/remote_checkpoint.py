@@ -74,6 +74,34 @@ def save_and_resume(endpoint: str, project: str, background_after: bool = False)
         train(accelerator, model, optimizer, scheduler, 1)
         accelerator.wait_for_everyone()  # waits for the upload and rotation on every process
         print(f"rank {accelerator.process_index}: checkpoint_3 uploaded in the background", flush=True)
+        failed_upload_keeps_the_previous(accelerator, model, optimizer, scheduler)
+
+
+def failed_upload_keeps_the_previous(accelerator, model, optimizer, scheduler) -> None:
+    """Rank 1's upload fails: the save fails on both ranks, checkpoint_3 stays the newest,
+    and the next save replaces what rank 0 uploaded of checkpoint_4."""
+    from drivetrain.checkpointing import remote
+    from drivetrain.errors import CheckpointError
+
+    os.environ["DRIVETRAIN_CHECKPOINT_BACKGROUND"] = "0"
+    put = remote._put
+    if accelerator.process_index == 1:
+        def refused(store, local, names):
+            raise OSError("the store refused the upload")
+
+        remote._put = refused
+    train(accelerator, model, optimizer, scheduler, 1)
+    try:
+        accelerator.save_state()
+    except CheckpointError as error:
+        assert "the store refused the upload" in str(error), error
+    else:
+        raise AssertionError("a save whose upload failed on rank 1 succeeded")
+    remote._put = put
+    assert accelerator.load_state().endswith("checkpoint_3")
+    assert accelerator.save_iteration == 4
+    accelerator.save_state()  # checkpoint_4, complete this time
+    print(f"rank {accelerator.process_index}: a failed upload left checkpoint_3 the newest", flush=True)
 
 
 def stall_upload(endpoint: str, project: str, marker: str) -> None:
