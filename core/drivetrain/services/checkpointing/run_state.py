@@ -437,7 +437,8 @@ def load_run_state(accelerator: Accelerator, prepared: PreparedObjects, input_di
     options.setdefault("strict", strict)
     options, location = load_options(accelerator, options, load_kwargs)
     directory = input_directory(accelerator, input_dir).absolute()
-    agreed_directory(accelerator, directory, "load_state()")
+    # A URL's local copies may lie in a different folder on each machine: the URL is what must agree.
+    agreed_directory(accelerator, remote.source_of(directory) or directory, "load_state()")
     try:
         read = _read_and_check(accelerator, prepared, directory, options, location)
         error = None
