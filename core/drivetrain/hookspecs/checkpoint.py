@@ -164,7 +164,8 @@ def drivetrain_on_checkpoint(event: Literal["save", "load"], directory: str, run
     state is restored.
 
     :param event: ``"save"`` or ``"load"``.
-    :param directory: The checkpoint's directory (its final name).
+    :param directory: The checkpoint's directory (its final name). For a checkpoint in
+        object storage: its URL (on ``"save"``, once uploaded, manifest included).
     :param run: This process's run.
     :return: Ignored. An exception is logged as a warning, not raised: a notification
         never costs a checkpoint (the trackers are still told).

@@ -133,6 +133,10 @@ class ProjectConfiguration:
     total_limit: int | None = None
     iteration: int = 0
     save_on_each_node: bool = False
+    # Keyword arguments for the fsspec file system of a checkpoint URL (``project_dir`` or a
+    # ``save_state``/``load_state`` URL): ``endpoint_url``, ``key``, ``secret``, ... Unset, the
+    # store's library reads its credentials the usual way (``AWS_*`` variables, ``~/.aws``).
+    storage_options: dict[str, Any] | None = None
 
     def set_directories(self, project_dir: str | None = None) -> None:
         self.project_dir = project_dir

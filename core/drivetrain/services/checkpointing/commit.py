@@ -13,6 +13,10 @@ process finishes the job in a thread:
   writes the manifest, syncs it, renames the directory into place, rotates old
   checkpoints and calls ``on_published``.
 
+A checkpoint for object storage (``CommitPlan.upload``, ``remote.py``) is committed by the
+store instead: each process uploads its own files and leaves its marker there; the
+publisher, once every marker is there, uploads the manifest last and rotates the store.
+
 The wait for markers is a wait on peers, so the run's collective timeout bounds it: a rank
 that was stopped or hangs fails the commit with a line naming it, never a job that waits
 for half an hour. A commit that fails after the script has ended makes the process exit 1,
@@ -53,7 +57,7 @@ class Publication:
     manifest: dict[str, Any]
     other_ranks: list[int]
     keep: int | None = None  # rotate the checkpoints beside it down to this many
-    on_published: Callable[[Path], None] | None = None
+    on_published: Callable[[Path | str], None] | None = None
     timeout: float = 1800.0  # the run's collective timeout, unless DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT is set
     # A non-blocking save: the manifest's files and checksums come from each process's marker
     # (and the publisher's own writing), not from a gather before the commit.
@@ -72,6 +76,9 @@ class CommitPlan:
     # fills ``digests``; the commit then goes on as for a blocking save.
     write: Callable[[], list[str]] | None = None
     digests: dict[str, str] = field(default_factory=dict)
+    # Commits through object storage instead of the local disk (``remote.Upload``): called
+    # with this plan, returns the checkpoint's URL on the publisher (``None`` elsewhere).
+    upload: Callable[[CommitPlan], str | None] | None = None
 
 
 def _fsync_path(path: Path, directory: bool = False) -> None:
@@ -142,17 +149,25 @@ def run_commit(plan: CommitPlan) -> None:
     """Sync this process's files; on the publisher, publish the checkpoint once all are synced.
 
     A plan with ``write`` (a non-blocking save) writes this process's files first; a failure
-    there is told to the publisher through this process's failure marker."""
+    there is told to the publisher through this process's failure marker (on the store for
+    an upload)."""
     if plan.write is not None:
         try:
             plan.files = plan.write()
         except BaseException as error:
             text = str(error) if isinstance(error, CheckpointError) else f"{type(error).__name__}: {error}"
-            if plan.publication is None:
+            if plan.upload is not None:
+                plan.upload.fail(plan, f"writing failed: {text}")
+            elif plan.publication is None:
                 _write_marker(plan.temporary / FAILED_MARKER.format(rank=plan.rank), f"writing failed: {text}")
             else:
                 shutil.rmtree(plan.temporary, ignore_errors=True)
             raise
+    if plan.upload is not None:
+        published = plan.upload(plan)
+        if published is not None and plan.publication is not None and plan.publication.on_published is not None:
+            plan.publication.on_published(published)
+        return
     if plan.publication is None:
         _sync_and_mark(plan)
         return
@@ -187,8 +202,7 @@ def _sync_and_mark(plan: CommitPlan) -> None:
         _write_marker(plan.temporary / FAILED_MARKER.format(rank=plan.rank), str(error))
         raise
     # A non-blocking save's marker carries this process's files and checksums for the manifest.
-    _write_marker(plan.temporary / SYNCED_MARKER.format(rank=plan.rank),
-                  json.dumps(plan.digests) if plan.write is not None else "")
+    _write_marker(plan.temporary / SYNCED_MARKER.format(rank=plan.rank), marker_text(plan))
 
 
 def _sync_and_publish(plan: CommitPlan, publication: Publication) -> None:
@@ -200,14 +214,25 @@ def _sync_and_publish(plan: CommitPlan, publication: Publication) -> None:
         for rank in publication.other_ranks:
             (plan.temporary / SYNCED_MARKER.format(rank=rank)).unlink(missing_ok=True)
         if publication.files_from_markers:
-            digests = dict(plan.digests)
-            for rank in publication.other_ranks:
-                digests.update(_marker_digests(said.get(rank, ""), rank))
-            manifest = dict(manifest, files=sorted(digests), checksums=dict(sorted(digests.items())))
+            manifest = manifest_from_markers(publication, plan.digests, said)
     # Every file there, plugins' own included: what a later save may replace as this checkpoint.
     contents, _other = target.files_under(plan.temporary)
     layout.write_manifest(plan.temporary, dict(manifest, contents=sorted(contents)), plan.fsync)
     target.publish(plan.temporary, plan.final, plan.fsync)
+
+
+def marker_text(plan: CommitPlan) -> str:
+    """What this process's ``.synced-<rank>`` marker says: its files and checksums for a
+    non-blocking save's manifest, nothing otherwise (the save's gather told the publisher)."""
+    return json.dumps(plan.digests) if plan.write is not None else ""
+
+
+def manifest_from_markers(publication: Publication, own: dict[str, str], said: dict[int, str]) -> dict[str, Any]:
+    """A non-blocking save's manifest: the publisher's files and those each marker lists."""
+    digests = dict(own)
+    for rank in publication.other_ranks:
+        digests.update(_marker_digests(said.get(rank, ""), rank))
+    return dict(publication.manifest, files=sorted(digests), checksums=dict(sorted(digests.items())))
 
 
 def _marker_digests(text: str, rank: int) -> dict[str, str]:

@@ -56,6 +56,11 @@ def fsync_dir(path: Path) -> None:
         os.close(descriptor)
 
 
+def finished_manifest(manifest: dict[str, Any], sizes: dict[str, int]) -> dict[str, Any]:
+    """The manifest as written: with every file's size, the format version and the time."""
+    return dict(manifest, sizes=sizes, format_version=FORMAT_VERSION, written_at=time.time())
+
+
 def write_manifest(directory: Path, manifest: dict[str, Any], fsync: bool) -> None:
     sizes = {}
     for name in manifest["files"]:
@@ -63,7 +68,7 @@ def write_manifest(directory: Path, manifest: dict[str, Any], fsync: bool) -> No
             sizes[name] = (directory / name).stat().st_size
         except FileNotFoundError:
             raise CheckpointError(f"{name} was not written into {directory}; the save failed on some process") from None
-    manifest = dict(manifest, sizes=sizes, format_version=FORMAT_VERSION, written_at=time.time())
+    manifest = finished_manifest(manifest, sizes)
     path = directory / MANIFEST
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(manifest, handle, indent=1, sort_keys=True)

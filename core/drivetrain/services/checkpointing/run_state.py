@@ -23,7 +23,7 @@ import torch
 from ...kernel import environment
 from ...kernel.errors import CheckpointError
 from ...kernel.version import PLUGIN_API_VERSION, __version__
-from . import accelerate_layout, checksums, commit, compatibility, layout, peers, target
+from . import accelerate_layout, checksums, commit, compatibility, layout, peers, remote, target
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
 from .deferred import DeferredWrites, HostStaging, copy_to_host
 from .model_files import read_model_files_later, write_model_files
@@ -62,6 +62,9 @@ def output_directory(accelerator: Accelerator, output_dir: str | os.PathLike | N
 
 
 def input_directory(accelerator: Accelerator, input_dir: str | os.PathLike | None) -> Path:
+    downloaded = remote.fetch_for_load(accelerator, input_dir)  # a URL: its local copy
+    if downloaded is not None:
+        return downloaded
     if input_dir is not None:
         path = Path(input_dir)
         layout.recover(path)
@@ -275,7 +278,7 @@ def _commit_timeout(accelerator: Accelerator) -> float:
     return float(own) if own is not None else peers.timeout_seconds(accelerator.state)
 
 
-def agreed_directory(accelerator: Accelerator, directory: Path, action: str, token: Any = "") -> Any:
+def agreed_directory(accelerator: Accelerator, directory: Path | str, action: str, token: Any = "") -> Any:
     """Check that every process names the same checkpoint directory; returns the main process's ``token``.
 
     One object gather (bounded by the process group's timeout): processes that each pass
@@ -303,8 +306,9 @@ def _target_plan(final: Path) -> tuple[str, str, str | None]:
 
 def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_dir: str | os.PathLike | None,
                    safe_serialization: bool,
-                   weights: list[Any] | None, options: dict[str, Any] | None = None, blocking: bool = True) -> Path:
-    """Write a checkpoint and commit it; returns its directory, in place and rotated.
+                   weights: list[Any] | None, options: dict[str, Any] | None = None,
+                   blocking: bool = True) -> Path | str:
+    """Write a checkpoint and commit it; returns its directory (or URL), in place and rotated.
 
     The commit (sync, manifest, rename, rotation) runs before returning, as callers written
     for Accelerate expect; ``DRIVETRAIN_CHECKPOINT_BACKGROUND=1`` runs it in a thread instead,
@@ -313,18 +317,20 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
     :func:`_save_in_background`). ``options`` go to the strategy's model-save hook.
     """
     finish_commit(accelerator)
-    final = output_directory(accelerator, output_dir).absolute()
+    upload = remote.plan_upload(accelerator, output_dir)  # a URL: written to a staging directory first
+    final = upload.staging if upload else output_directory(accelerator, output_dir).absolute()
     config = accelerator.project_configuration
     if config.automatic_checkpoint_naming and final.exists():
         raise CheckpointError(f"checkpoint {final} already exists; set ProjectConfiguration(iteration=...) past it")
     state = accelerator.state
-    token, where, problem = agreed_directory(accelerator, final, "save_state()", _target_plan(final))
+    token, where, problem = agreed_directory(accelerator, upload.store.url if upload else final, "save_state()",
+                                             _target_plan(final))
     if problem:
         raise CheckpointError(problem)
     temporary = target.temporary_dir(final, token, where)
     publisher = _publisher_rank(accelerator)
     problem = None
-    if publisher == accelerator.process_index:
+    if publisher == accelerator.process_index or upload:  # uploads: each machine stages its own files
         try:
             temporary.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -334,35 +340,38 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
     if problems:
         raise CheckpointError(problems[0])
     if not blocking:
-        return _save_in_background(accelerator, prepared, final, temporary, publisher, safe_serialization, weights,
-                                   options or {})
+        _save_in_background(accelerator, prepared, final, temporary, publisher, safe_serialization, weights,
+                            options or {}, upload)
+        return upload.store.url if upload else final
     error = None
     try:
         files = _write_this_process_files(accelerator, prepared, temporary, safe_serialization, weights, options or {})
     except Exception as exc:  # reported to every process below, so nobody waits forever
         files, error = {}, f"{type(exc).__name__}: {exc}"
     results = peers.gather(state, (files, error, publisher), f"saving {final}")
-    _raise_failures(accelerator, final, temporary, publisher, [err for _f, err, _p in results])
+    _raise_failures(accelerator, final, temporary, publisher, [err for _f, err, _p in results], upload)
     publication = _publication(accelerator, prepared, results) if publisher == accelerator.process_index else None
     plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=list(files),
-                             fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication)
+                             fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication,
+                             upload=upload)
     background = environment.read_bool("CHECKPOINT_BACKGROUND", default=False)
     commit.start(plan, background=background)
     if config.automatic_checkpoint_naming:
         config.iteration += 1
     if not background:
         finish_commit(accelerator)
-    return final
+    return upload.store.url if upload else final
 
 
 def _raise_failures(accelerator: Accelerator, final: Path, temporary: Path, publisher: int,
-                    errors: list[str | None]) -> None:
+                    errors: list[str | None], upload: remote.Upload | None = None) -> None:
     """Raise on every process when a process failed to save (each process's error, by rank),
-    once the temporary directory is removed: the previous checkpoint is untouched."""
+    once the temporary directory is removed (by every process of an upload, each staging its
+    own): the previous checkpoint is untouched."""
     failures = [(rank, err) for rank, err in enumerate(errors) if err]
     if not failures:
         return
-    if publisher == accelerator.process_index:
+    if publisher == accelerator.process_index or upload:
         shutil.rmtree(temporary, ignore_errors=True)
     peers.barrier(accelerator.state, f"saving {final}")
     details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
@@ -375,7 +384,7 @@ _staging = HostStaging()
 
 def _save_in_background(accelerator: Accelerator, prepared: PreparedObjects, final: Path, temporary: Path,
                         publisher: int, safe_serialization: bool, weights: list[Any] | None,
-                        options: dict[str, Any]) -> Path:
+                        options: dict[str, Any], upload: remote.Upload | None = None) -> None:
     """``save_state(blocking=False)``: copy the state to host memory, write it in the commit's thread.
 
     On the training thread: the strategy's save hooks (which may defer their writing, see
@@ -401,7 +410,7 @@ def _save_in_background(accelerator: Accelerator, prepared: PreparedObjects, fin
     except Exception as exc:  # reported to every process below, so nobody waits forever
         error = f"{type(exc).__name__}: {exc}"
     results = peers.gather(state, (error, publisher), f"saving {final}")
-    _raise_failures(accelerator, final, temporary, publisher, [err for err, _p in results])
+    _raise_failures(accelerator, final, temporary, publisher, [err for err, _p in results], upload)
     publication = None
     me = accelerator.process_index
     if publisher == me:
@@ -420,11 +429,10 @@ def _save_in_background(accelerator: Accelerator, prepared: PreparedObjects, fin
 
     plan = commit.CommitPlan(temporary=temporary, final=final, rank=rank, files=[],
                              fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication,
-                             write=write)
+                             write=write, upload=upload)
     commit.start(plan, background=True)
     if config.automatic_checkpoint_naming:
         config.iteration += 1
-    return final
 
 
 def finish_commit(accelerator: Accelerator) -> None:
@@ -521,8 +529,9 @@ def _gather_failure(accelerator: Accelerator, error: str | None, what: str) -> N
 
 def load_run_state(accelerator: Accelerator, prepared: PreparedObjects, input_dir: str | os.PathLike | None,
                    strict: bool = True,
-                   options: dict[str, Any] | None = None, load_kwargs: dict[str, Any] | None = None) -> Path:
-    """Read a checkpoint, check all of it, then restore it into the prepared objects.
+                   options: dict[str, Any] | None = None, load_kwargs: dict[str, Any] | None = None) -> Path | str:
+    """Read a checkpoint, check all of it, then restore it into the prepared objects; returns
+    its directory, or its URL when it was downloaded from one.
 
     Phase 1 reads every file this process needs, verifies each against its checksum, and
     checks every state against the object it is for; it ends with one gather, so a failure
@@ -533,7 +542,8 @@ def load_run_state(accelerator: Accelerator, prepared: PreparedObjects, input_di
     options.setdefault("strict", strict)
     options, location = load_options(accelerator, options, load_kwargs)
     directory = input_directory(accelerator, input_dir).absolute()
-    agreed_directory(accelerator, directory, "load_state()")
+    # A URL's local copies may lie in a different folder on each machine: the URL is what must agree.
+    agreed_directory(accelerator, remote.source_of(directory) or directory, "load_state()")
     try:
         read = _read_and_check(accelerator, prepared, directory, options, location)
         error = None
@@ -545,7 +555,7 @@ def load_run_state(accelerator: Accelerator, prepared: PreparedObjects, input_di
     assert read is not None
     _check_strategy_states(accelerator, prepared, directory, read["manifest"], options)
     _restore(accelerator, prepared, directory, read, options)
-    return directory
+    return remote.source_of(directory) or directory  # a URL's checkpoint is named by its URL
 
 
 def _check_strategy_states(accelerator: Accelerator, prepared: PreparedObjects, directory: Path,
