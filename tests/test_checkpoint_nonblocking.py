@@ -191,3 +191,16 @@ def test_a_crash_before_the_commit_leaves_the_previous_checkpoint_the_newest(tmp
         model.weight.zero_()
     assert accelerator.load_state().endswith("checkpoint_0")
     assert torch.equal(model.weight, expected)  # the state of checkpoint_0, not the half-saved one
+
+
+def test_a_script_that_ends_right_after_a_non_blocking_save_still_completes_it(tmp_path):
+    script = textwrap.dedent(f"""
+        import torch
+        from drivetrain import Accelerator
+        accelerator = Accelerator()
+        model = accelerator.prepare(torch.nn.Linear(512, 512))
+        accelerator.save_state({str(tmp_path / "ckpt")!r}, blocking=False)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "model_0/model.safetensors" in layout.read_manifest(tmp_path / "ckpt")["files"]

@@ -64,14 +64,22 @@ class FileJobs:
         self._pending: list[Future] = []
 
     def submit(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> Future:
-        if self._executor is None:
-            future: Future = Future()
+        future: Future | None = None
+        if self._executor is not None:
+            try:
+                future = self._executor.submit(function, *args, **kwargs)
+            except RuntimeError:
+                # The interpreter is shutting down (a script that ended right after a
+                # non-blocking save_state): pools take no new work, so the commit's thread
+                # writes its files itself.
+                self._executor.shutdown(wait=False)
+                self._executor = None
+        if future is None:
+            future = Future()
             try:
                 future.set_result(function(*args, **kwargs))
             except BaseException as error:  # collected by wait(), like a pooled job's
                 future.set_exception(error)
-        else:
-            future = self._executor.submit(function, *args, **kwargs)
         self._pending.append(future)
         return future
 
