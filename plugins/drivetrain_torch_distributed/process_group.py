@@ -136,6 +136,7 @@ class TorchCollectives:
         self.rank = dist.get_rank()
         self.backend = dist.get_backend()
         self._missing = _GLOO_MISSING if self.backend == "gloo" else frozenset()
+        self._flag_group: Any = None  # start_flag_max's own gloo group, made on first use
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         gathered = self.all_gather_into(tensor.reshape(1, *tensor.shape))
@@ -207,6 +208,22 @@ class TorchCollectives:
     def broadcast_object_list(self, objects: list[Any], src: int = 0) -> list[Any]:
         dist.broadcast_object_list(objects, src=src)
         return objects
+
+    def start_flag_max(self, value: int) -> Any:
+        """The maximum of ``value`` over every process, started now and waited for by the
+        function returned: an asynchronous all-reduce on a gloo group of its own (made at the
+        first call, by every process in the same order), so it moves no device memory, never
+        queues behind the run's collectives and costs the step nothing while it travels."""
+        if self._flag_group is None:
+            self._flag_group = dist.new_group(backend="gloo")
+        flag = torch.tensor([value], dtype=torch.int32)
+        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._flag_group, async_op=True)
+
+        def result() -> int:
+            work.wait()
+            return int(flag[0])
+
+        return result
 
     def destroy(self, group: Any = None) -> None:
         if group_is_ready():

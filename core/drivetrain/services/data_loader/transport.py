@@ -24,6 +24,7 @@ from ...tensors.nested import (
     send_to_device,
     slice_tensors,
 )
+from ..preemption import watched
 from ..rng import synchronize_rng_states
 
 from .mesh import shares_batches_across_peers
@@ -162,7 +163,7 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
                 self._shard_sampler.skip_next(skip)
                 discard = 0
             iterator = super().__iter__()
-            yield from self._play(iterator, discard)
+            yield from watched(self._play(iterator, discard), self)
         finally:
             self.end()
 
@@ -319,7 +320,7 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
         skip = self._begin_pass()
         self.begin()
         try:
-            yield from self._play(skip)
+            yield from watched(self._play(skip), self)
         finally:
             self.end()
 
