@@ -2,6 +2,7 @@
 torch.load of the same state, in the same run, beside the disk's own write speed.
 
     python benchmarks/bench_checkpoint.py [--directory DIR] [--repeats 5] [--memory warm|cold]
+                                          [--preemption-only] [--preemption-steps 100]
 
 Targets: the committed save_state (every file written, checksummed and fsynced, the
 directory renamed into place) in at most 0.5x the time of torch.save + fsync of the same
@@ -10,6 +11,11 @@ state; load_state (checksums verified, every state checked before it is copied) 
 once every file is written; its commit (fsync, manifest, rename) overlaps training, and
 the "committed" row is the time until the checkpoint is synced and in place. safetensors
 (save_file / load_file of the same tensors, flattened) is shown beside them.
+
+The preemption row: the training step of 2 processes (DDP, gloo) with
+``ProjectConfiguration(save_on_preemption=True)`` and no signal, against the same step
+without it and against plain torch (``DistributedDataParallel`` and a ``DataLoader``); target
+at most 1.01x the step without it.
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -95,7 +104,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--memory", choices=("warm", "cold"), default="warm",
                         help="free memory resident before each timed step (warm), or returned to the host (cold)")
+    parser.add_argument("--preemption-only", action="store_true", help="only the save_on_preemption step row")
+    parser.add_argument("--preemption-steps", type=int, default=100)
     args = parser.parse_args()
+    if args.preemption_only:
+        print(preemption_row(args.preemption_steps, args.repeats))
+        return
     directory = args.directory or tempfile.mkdtemp(prefix="drivetrain-bench-")
     os.makedirs(directory, exist_ok=True)
 
@@ -200,7 +214,94 @@ def main() -> None:
           f"load_state/torch.load {' '.join(f'{r:.2f}' for r in cold)} (target <= 0.8)")
     if args.directory is None:
         shutil.rmtree(directory, ignore_errors=True)
+    print(preemption_row(args.preemption_steps, args.repeats))
+
+
+# ------------------------------------------------------------------ save_on_preemption's step cost
+
+PREEMPTION_WIDTH, PREEMPTION_BATCH = 512, 32
+
+
+def preemption_row(steps: int, repeats: int) -> str:
+    """The step of 2 processes with save_on_preemption and no signal, against the step without
+    it and plain torch: one ``drivetrain launch`` of :func:`preemption_worker`."""
+    command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", __file__,
+               "--preemption-worker", str(steps), str(repeats)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return f"save_on_preemption step: the workers failed ({done.returncode}): {done.stderr.strip()[-500:]}"
+    result = json.loads(lines[-1])
+    medians = {name: statistics.median(times) for name, times in result.items()}
+    paired = [on / off for on, off in zip(result["on"], result["off"])]
+    return (f"step, 2 processes (DDP, gloo), MLP {PREEMPTION_WIDTH}x{2 * PREEMPTION_WIDTH}, batch {PREEMPTION_BATCH}, "
+            f"{steps} steps x {repeats}, medians: plain torch {medians['plain'] * 1e3:.2f} ms, drivetrain "
+            f"{medians['off'] * 1e3:.2f} ms, with save_on_preemption (no signal) {medians['on'] * 1e3:.2f} ms; "
+            f"with/without {medians['on'] / medians['off']:.3f}x (target <= 1.01; per repeat "
+            f"{' '.join(f'{r:.3f}' for r in paired)}), with/plain torch {medians['on'] / medians['plain']:.3f}x")
+
+
+def preemption_worker(steps: int, repeats: int) -> None:
+    """In each of 2 launched processes: time passes of ``steps`` training steps, plain torch,
+    drivetrain, and drivetrain with save_on_preemption (its check on and off in turn, in the
+    same processes, so that both see the same machine); rank 0 prints the seconds per step."""
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    from drivetrain.services import preemption
+    from drivetrain.utils import ProjectConfiguration
+
+    def network() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(PREEMPTION_WIDTH, 2 * PREEMPTION_WIDTH), torch.nn.ReLU(),
+                                   torch.nn.Linear(2 * PREEMPTION_WIDTH, 2 * PREEMPTION_WIDTH), torch.nn.ReLU(),
+                                   torch.nn.Linear(2 * PREEMPTION_WIDTH, 1))
+
+    with tempfile.TemporaryDirectory(prefix="drivetrain-bench-") as directory:
+        accelerator = Accelerator(project_config=ProjectConfiguration(
+            project_dir=directory, automatic_checkpoint_naming=True, save_on_preemption=True))
+        world = accelerator.num_processes
+        dataset = TensorDataset(torch.randn(steps * PREEMPTION_BATCH * world, PREEMPTION_WIDTH),
+                                torch.randn(steps * PREEMPTION_BATCH * world, 1))
+        plain_model = torch.nn.parallel.DistributedDataParallel(network())
+        plain_optimizer = torch.optim.AdamW(plain_model.parameters(), lr=1e-4)
+        plain_loader = DataLoader(dataset, batch_size=PREEMPTION_BATCH, sampler=DistributedSampler(dataset, shuffle=False))
+        model, optimizer, loader = accelerator.prepare(network(), torch.optim.AdamW(network().parameters(), lr=1e-4),
+                                                       DataLoader(dataset, batch_size=PREEMPTION_BATCH))
+        watch = accelerator._preemption  # switched off and on between passes: the same run, both ways
+
+        def plain_pass() -> None:
+            for x, y in plain_loader:
+                torch.nn.functional.mse_loss(plain_model(x), y).backward()
+                plain_optimizer.step()
+                plain_optimizer.zero_grad()
+
+        def drivetrain_pass(check: bool) -> None:
+            preemption._armed = accelerator._preemption = watch if check else None
+            for x, y in loader:
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+        passes = {"plain": plain_pass, "off": lambda: drivetrain_pass(False), "on": lambda: drivetrain_pass(True)}
+        for name in passes:  # warm-up
+            passes[name]()
+        samples: dict[str, list[float]] = {name: [] for name in passes}
+        for repeat in range(repeats):
+            order = list(passes)[repeat % 3:] + list(passes)[:repeat % 3]
+            for name in order:
+                dist.barrier()
+                start = time.perf_counter()
+                passes[name]()
+                dist.barrier()
+                samples[name].append((time.perf_counter() - start) / steps)
+        if accelerator.is_main_process:
+            print(json.dumps(samples), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--preemption-worker"]:
+        preemption_worker(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        main()
