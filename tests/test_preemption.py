@@ -113,6 +113,42 @@ def test_a_job_that_does_not_allow_requeueing_is_left_alone(tmp_path, caplog):
     assert calls.read_text().splitlines() == ["show job 5_3"]
 
 
+@pytest.mark.multiprocess
+def test_the_launcher_waits_for_its_workers_up_to_the_grace_period_and_no_longer_after_a_second_signal(tmp_path):
+    """Workers that ignore the signal passed on (SIGUSR1, passed on as SIGTERM is): the launcher
+    kills them once --preemption-grace has passed; with a long grace period, a second signal
+    kills them at once. Either way no worker outlives the launcher."""
+    from conftest import clean_environ
+
+    marker = f"deaf {tmp_path}"
+    for grace, signals in (("3", [signal.SIGUSR1]), ("120", [signal.SIGTERM, signal.SIGTERM])):
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", "-q", "--preemption-grace",
+             grace, str(SCRIPTS / "check_failure.py"), *marker.split(" ", 1)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_environ(), start_new_session=True)
+        try:
+            started = sorted(launcher.stdout.readline().rsplit(" ", 1)[0] for _rank in range(2))
+            assert started == ["STARTED 0", "STARTED 1"], started
+            sent = time.monotonic()
+            for signum in signals:
+                launcher.send_signal(signum)
+                time.sleep(1)
+            _out, err = launcher.communicate(timeout=60)
+            took = time.monotonic() - sent
+            assert launcher.returncode == 128 + signals[0], err
+            assert f"stopped by {signals[0].name}; every worker was ended" in err, err
+            if grace == "3":
+                assert 3 <= took < 30, took  # waited out the grace period, and no longer
+            else:
+                assert took < 30, took  # the second signal, not the 120 s
+            left = subprocess.run(["pgrep", "-f", f"check_failure.py {marker}"], capture_output=True, text=True)
+            assert left.stdout.strip() == "", "workers outlived the launcher"
+        finally:
+            if launcher.poll() is None:
+                os.killpg(launcher.pid, signal.SIGKILL)
+                launcher.communicate()
+
+
 def _launch_and_preempt(out, strategy: str, *launch_args: str, after_step: int = 4) -> subprocess.CompletedProcess:
     """``drivetrain launch`` of the fault-tolerance script with ``--preempt`` (slowed down), sent
     SIGTERM once the main process has printed ``trained step <after_step>``."""
