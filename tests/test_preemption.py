@@ -149,9 +149,11 @@ def test_the_launcher_waits_for_its_workers_up_to_the_grace_period_and_no_longer
                 launcher.communicate()
 
 
-def _launch_and_preempt(out, strategy: str, *launch_args: str, after_step: int = 4) -> subprocess.CompletedProcess:
+def _launch_and_preempt(out, strategy: str, *launch_args: str, after_step: int = 4,
+                        only_rank_1: bool = False) -> subprocess.CompletedProcess:
     """``drivetrain launch`` of the fault-tolerance script with ``--preempt`` (slowed down), sent
-    SIGTERM once the main process has printed ``trained step <after_step>``."""
+    SIGTERM once the main process has printed ``trained step <after_step>``; with
+    ``only_rank_1``, rank 1's process alone gets it."""
     from conftest import clean_environ
 
     command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", *launch_args,
@@ -163,7 +165,11 @@ def _launch_and_preempt(out, strategy: str, *launch_args: str, after_step: int =
         for line in proc.stdout:
             lines.append(line)
             if line.strip() == f"trained step {after_step}":
-                proc.send_signal(signal.SIGTERM)
+                if only_rank_1:
+                    (pid,) = [int(seen.split()[2]) for seen in lines if seen.startswith("worker 1 ")]
+                    os.kill(pid, signal.SIGTERM)
+                else:
+                    proc.send_signal(signal.SIGTERM)
                 break
             assert time.monotonic() < deadline, "".join(lines)
         out_rest, err = proc.communicate(timeout=60)  # bounded: the grace period is 30 s at most
@@ -176,23 +182,28 @@ def _launch_and_preempt(out, strategy: str, *launch_args: str, after_step: int =
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("strategy, only_rank_1", [("ddp", False), ("fsdp2", False), ("ddp", True)],
+                         ids=["ddp", "fsdp2", "ddp-one-rank-signalled"])
 def test_sigterm_to_the_launcher_saves_the_step_reached_and_the_job_resumes_bitwise_equal(
-        tmp_path, strategy, uninterrupted):  # noqa: F811
+        tmp_path, strategy, only_rank_1, uninterrupted):  # noqa: F811
     """SIGTERM to ``drivetrain launch`` mid-epoch (2 processes, save_on_preemption): both ranks
     stop at the same optimizer step, the newest checkpoint holds that step, the launcher exits
     with 75 within the grace period, and the same command run again resumes from that checkpoint
-    and ends with the parameters of a run that was never preempted."""
+    and ends with the parameters of a run that was never preempted. With the signal sent to rank
+    1 alone, the two ranks still stop at one step (a split job would hang in the save's
+    collectives) and the launcher, which got no signal, does not restart them."""
     from conftest import clean_environ
 
     from drivetrain.services.checkpointing import layout
 
     out = tmp_path / "job"
     started = time.monotonic()
-    preempted = _launch_and_preempt(out, strategy, "--preemption-grace", "30")
+    preempted = _launch_and_preempt(out, strategy, "--preemption-grace", "30", "--max-restarts", "1",
+                                    only_rank_1=only_rank_1)
     assert preempted.returncode == 75, preempted.stderr
     assert time.monotonic() - started < 180
-    assert "preempted by SIGTERM; every worker saved a checkpoint and exited with code 75" in preempted.stderr
+    by = "a signal to the workers" if only_rank_1 else "SIGTERM"
+    assert f"preempted by {by}; every worker saved a checkpoint and exited with code 75" in preempted.stderr
     reached = max(int(line.split()[-1]) for line in preempted.stdout.splitlines() if line.startswith("trained step"))
     assert reached > 4 and reached % 2 == 0, preempted.stdout  # the end of an accumulation window past the signal
     newest = layout.automatic_checkpoints(out / "checkpoints")[-1][1]

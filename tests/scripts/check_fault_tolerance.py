@@ -10,7 +10,8 @@ the first attempt only; ``--crash-after N``: rank 1 ends with code 17 after step
 first attempt that did not hang (the first, or the second with ``--hang-after``), so that one
 launch sees both faults in turn; ``--stop-after N``: every rank ends cleanly after the
 checkpoint of step N; ``--preempt``: ``save_on_preemption=True``, and the main process prints
-``trained step N`` after each step (the step a preemption checkpoint must hold).
+``trained step N`` after each step (the step a preemption checkpoint must hold), and each
+process ``worker <rank> <pid>`` at start.
 Writes OUT/seen-<world>-<rank>-<attempt>.json (the sample ids it trained on) and, at the
 end, OUT/final.pt (the full parameters, from the main process).
 """
@@ -90,6 +91,8 @@ def main() -> None:
     hangs_now = attempt == "0"
     crashes_now = attempt == ("1" if args.hang_after >= 0 else "0")
     rank, world = accelerator.process_index, accelerator.num_processes
+    if args.preempt:
+        print(f"worker {rank} {os.getpid()}", flush=True)
     seen: list[list[int]] = []
 
     def write_seen() -> None:
