@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -92,7 +93,8 @@ def main() -> None:
     crashes_now = attempt == ("1" if args.hang_after >= 0 else "0")
     rank, world = accelerator.process_index, accelerator.num_processes
     if args.preempt:
-        print(f"worker {rank} {os.getpid()}", flush=True)
+        sys.stdout.write(f"worker {rank} {os.getpid()}\n")  # one write: both ranks share the launcher's stdout
+        sys.stdout.flush()
     seen: list[list[int]] = []
 
     def write_seen() -> None:
