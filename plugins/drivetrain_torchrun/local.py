@@ -178,7 +178,6 @@ class LocalAttempt:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     worker.wait(GRACE_S)
 
-
     def kill(self) -> None:
         """SIGKILL to every worker still running (a second signal to the launcher)."""
         for worker in self.workers.values():
