@@ -97,6 +97,7 @@ def test_a_signal_saves_the_step_reached_requeues_the_slurm_job_and_exits_75(fre
     assert (saved["epoch"], saved["batches_yielded"]) == (0, 6)  # the loader's position after the step reached
     assert calls.read_text().splitlines() == ["show job 4242", "requeue 4242"]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the run's handlers are gone with it
+    assert preemption._armed is None
 
 
 def test_a_job_that_does_not_allow_requeueing_is_left_alone(tmp_path, caplog):

@@ -137,6 +137,7 @@ class TorchCollectives:
         self.backend = dist.get_backend()
         self._missing = _GLOO_MISSING if self.backend == "gloo" else frozenset()
         self._flag_group: Any = None  # start_flag_max's own gloo group, made on first use
+        self._flag_options: Any = None
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         gathered = self.all_gather_into(tensor.reshape(1, *tensor.shape))
@@ -216,8 +217,12 @@ class TorchCollectives:
         queues behind the run's collectives and costs the step nothing while it travels."""
         if self._flag_group is None:
             self._flag_group = dist.new_group(backend="gloo")
+            self._flag_options = dist.AllreduceOptions()
+            self._flag_options.reduceOp = dist.ReduceOp.MAX
         flag = torch.tensor([value], dtype=torch.int32)
-        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._flag_group, async_op=True)
+        # the group's own call: dist.all_reduce's checks of group and tensor cost more than the
+        # reduce of 4 bytes, and nothing here can fail them
+        work = self._flag_group.allreduce([flag], self._flag_options)
 
         def result() -> int:
             work.wait()

@@ -54,6 +54,7 @@ class PreemptionWatch:
         self.stepped = False  # accelerator.backward ran since the last boundary
         self.saved = False  # save_state ran since the last backward: this step is on disk already
         self._pending: Callable[[], int] | None = None
+        self._start: Callable[[int], Callable[[], int]] | None = None  # the run's start_flag_max
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -64,10 +65,14 @@ class PreemptionWatch:
             self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def uninstall(self) -> None:
+        """The signals' previous handlers back, and the loaders no longer checked for this run."""
+        global _armed
         for signum, handler in self._previous.items():
             if signal.getsignal(signum) == self._on_signal:
                 signal.signal(signum, handler)
         self._previous.clear()
+        if _armed is self:
+            _armed = None
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         # Only a flag: the step may be inside a collective, and the same signal may come twice
@@ -88,10 +93,11 @@ class PreemptionWatch:
             agreed, self._pending = self._pending(), None
             if agreed:
                 self.stop(accelerator)
-        collectives = accelerator.state.collectives
-        flag = 1 if self.received is not None else 0
-        start = getattr(collectives, "start_flag_max", None)
-        self._pending = start(flag) if start is not None else blocking_flag_max(collectives, flag, accelerator.device)
+        if self._start is None:  # looked up once: the state's collectives cost more than the reduce
+            collectives, device = accelerator.state.collectives, accelerator.device
+            self._start = getattr(collectives, "start_flag_max", None) or (
+                lambda value: blocking_flag_max(collectives, value, device))
+        self._pending = self._start(1 if self.received is not None else 0)
 
     def stop(self, accelerator: Any) -> None:
         """Save the run as ``save_state()`` does, wait until it is committed everywhere, requeue
