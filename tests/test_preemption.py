@@ -150,10 +150,10 @@ def test_the_launcher_waits_for_its_workers_up_to_the_grace_period_and_no_longer
                 launcher.communicate()
 
 
-def _launch_and_preempt(out, strategy: str, *launch_args: str, after_step: int = 4,
-                        only_rank_1: bool = False) -> subprocess.CompletedProcess:
+def _launch_and_preempt(out, strategy: str, *launch_args: str, after_step: int = 4, only_rank_1: bool = False,
+                        signum: int = signal.SIGTERM) -> subprocess.CompletedProcess:
     """``drivetrain launch`` of the fault-tolerance script with ``--preempt`` (slowed down), sent
-    SIGTERM once the main process has printed ``trained step <after_step>``; with
+    ``signum`` once the main process has printed ``trained step <after_step>``; with
     ``only_rank_1``, rank 1's process alone gets it."""
     from conftest import clean_environ
 
@@ -168,9 +168,9 @@ def _launch_and_preempt(out, strategy: str, *launch_args: str, after_step: int =
             if line.strip() == f"trained step {after_step}":
                 if only_rank_1:
                     (pid,) = [int(seen.split()[2]) for seen in lines if seen.startswith("worker 1 ")]
-                    os.kill(pid, signal.SIGTERM)
+                    os.kill(pid, signum)
                 else:
-                    proc.send_signal(signal.SIGTERM)
+                    proc.send_signal(signum)
                 break
             assert time.monotonic() < deadline, "".join(lines)
         out_rest, err = proc.communicate(timeout=60)  # bounded: the grace period is 30 s at most
@@ -183,27 +183,30 @@ def _launch_and_preempt(out, strategy: str, *launch_args: str, after_step: int =
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy, only_rank_1", [("ddp", False), ("fsdp2", False), ("ddp", True)],
-                         ids=["ddp", "fsdp2", "ddp-one-rank-signalled"])
+@pytest.mark.parametrize("strategy, only_rank_1, launch_args, signum", [
+    ("ddp", False, (), signal.SIGTERM), ("fsdp2", False, (), signal.SIGTERM), ("ddp", True, (), signal.SIGTERM),
+    ("ddp", False, ("--rdzv-backend", "c10d"), signal.SIGUSR1)],
+    ids=["ddp", "fsdp2", "ddp-one-rank-signalled", "ddp-sigusr1-through-torch-agent"])
 def test_sigterm_to_the_launcher_saves_the_step_reached_and_the_job_resumes_bitwise_equal(
-        tmp_path, strategy, only_rank_1, uninterrupted):  # noqa: F811
+        tmp_path, strategy, only_rank_1, launch_args, signum, uninterrupted):  # noqa: F811
     """SIGTERM to ``drivetrain launch`` mid-epoch (2 processes, save_on_preemption): both ranks
     stop at the same optimizer step, the newest checkpoint holds that step, the launcher exits
     with 75 within the grace period, and the same command run again resumes from that checkpoint
     and ends with the parameters of a run that was never preempted. With the signal sent to rank
     1 alone, the two ranks still stop at one step (a split job would hang in the save's
-    collectives) and the launcher, which got no signal, does not restart them."""
+    collectives) and the launcher, which got no signal, does not restart them. SIGUSR1 (SLURM's
+    --signal) to a launch through torch's elastic agent (--rdzv-backend c10d) does the same."""
     from conftest import clean_environ
 
     from drivetrain.services.checkpointing import layout
 
     out = tmp_path / "job"
     started = time.monotonic()
-    preempted = _launch_and_preempt(out, strategy, "--preemption-grace", "30", "--max-restarts", "1",
-                                    only_rank_1=only_rank_1)
+    preempted = _launch_and_preempt(out, strategy, "--preemption-grace", "30", "--max-restarts", "1", *launch_args,
+                                    only_rank_1=only_rank_1, signum=signum)
     assert preempted.returncode == 75, preempted.stderr
     assert time.monotonic() - started < 180
-    by = "a signal to the workers" if only_rank_1 else "SIGTERM"
+    by = "a signal to the workers" if only_rank_1 else signal.Signals(signum).name
     assert f"preempted by {by}; every worker saved a checkpoint and exited with code 75" in preempted.stderr
     reached = max(int(line.split()[-1]) for line in preempted.stdout.splitlines() if line.startswith("trained step"))
     assert reached > 4 and reached % 2 == 0, preempted.stdout  # the end of an accumulation window past the signal
