@@ -2,6 +2,7 @@
 torch.load of the same state, in the same run, beside the disk's own write speed.
 
     python benchmarks/bench_checkpoint.py [--directory DIR] [--repeats 5] [--memory warm|cold]
+                                          [--preemption-only] [--preemption-steps 50]
 
 Targets: the committed save_state (every file written, checksummed and fsynced, the
 directory renamed into place) in at most 0.5x the time of torch.save + fsync of the same
@@ -18,6 +19,12 @@ batch of a loader stopped at sample 1,000,000 of an epoch, for a shuffled map-st
 and for an iterable dataset that keeps its own position (and a ``datasets`` streaming dataset
 when the package is installed), beside the time a plain torch ``DataLoader`` takes to get
 there by reading (what skipping its seen batches costs). Target: under 1 s.
+
+The preemption row: the training step of 2 processes (DDP, gloo) with
+``ProjectConfiguration(save_on_preemption=True)`` and no signal, against the same step
+without it and against plain torch (``DistributedDataParallel`` and a ``DataLoader``); target
+at most 1.01x the step without it. The check's own time per step is timed apart as well: on a
+busy machine the steps of two passes differ by more than it.
 """
 
 from __future__ import annotations
@@ -25,7 +32,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -105,7 +115,12 @@ def main() -> None:
     parser.add_argument("--memory", choices=("warm", "cold"), default="warm",
                         help="free memory resident before each timed step (warm), or returned to the host (cold)")
     parser.add_argument("--resume-only", action="store_true", help="only the rows of resuming deep into an epoch")
+    parser.add_argument("--preemption-only", action="store_true", help="only the save_on_preemption step row")
+    parser.add_argument("--preemption-steps", type=int, default=50)
     args = parser.parse_args()
+    if args.preemption_only:
+        print(preemption_row(args.preemption_steps, args.repeats))
+        return
     directory = args.directory or tempfile.mkdtemp(prefix="drivetrain-bench-")
     os.makedirs(directory, exist_ok=True)
     if args.resume_only:
@@ -225,6 +240,102 @@ def main() -> None:
     print_resume_rows(directory)
     if args.directory is None:
         shutil.rmtree(directory, ignore_errors=True)
+    print(preemption_row(args.preemption_steps, args.repeats))
+
+
+# ------------------------------------------------------------------ save_on_preemption's step cost
+
+PREEMPTION_WIDTH, PREEMPTION_BATCH = 512, 32
+
+
+def preemption_row(steps: int, repeats: int) -> str:
+    """The step of 2 processes with save_on_preemption and no signal, against the step without
+    it and plain torch: one ``drivetrain launch`` of :func:`preemption_worker`."""
+    command = [sys.executable, "-m", "drivetrain", "launch", "--cpu", "--num-processes", "2", __file__,
+               "--preemption-worker", str(steps), str(repeats)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return f"save_on_preemption step: the workers failed ({done.returncode}): {done.stderr.strip()[-500:]}"
+    result = json.loads(lines[-1])
+    check = statistics.median(result.pop("check"))
+    medians = {name: statistics.median(times) for name, times in result.items()}
+    paired = [on / off for on, off in zip(result["on"], result["off"])]
+    return (f"step, 2 processes (DDP, gloo), MLP {PREEMPTION_WIDTH}x{2 * PREEMPTION_WIDTH}, batch {PREEMPTION_BATCH}, "
+            f"{steps} steps x {repeats}, medians: plain torch {medians['plain'] * 1e3:.2f} ms, drivetrain "
+            f"{medians['off'] * 1e3:.2f} ms, with save_on_preemption (no signal) {medians['on'] * 1e3:.2f} ms; "
+            f"with/without {medians['on'] / medians['off']:.3f}x (target <= 1.01; per repeat "
+            f"{' '.join(f'{r:.3f}' for r in paired)}), with/plain torch {medians['on'] / medians['plain']:.3f}x; "
+            f"the check's own cost {check * 1e6:.0f} us a step = {1 + check / medians['off']:.4f}x the step without it")
+
+
+def preemption_worker(steps: int, repeats: int) -> None:
+    """In each of 2 launched processes: time passes of ``steps`` training steps, plain torch,
+    drivetrain, and drivetrain with save_on_preemption (its check on and off in turn, in the
+    same processes, so that both see the same machine); rank 0 prints the seconds per step."""
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    from drivetrain.services import preemption
+    from drivetrain.utils import ProjectConfiguration
+
+    def network() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(PREEMPTION_WIDTH, 2 * PREEMPTION_WIDTH), torch.nn.ReLU(),
+                                   torch.nn.Linear(2 * PREEMPTION_WIDTH, 2 * PREEMPTION_WIDTH), torch.nn.ReLU(),
+                                   torch.nn.Linear(2 * PREEMPTION_WIDTH, 1))
+
+    with tempfile.TemporaryDirectory(prefix="drivetrain-bench-") as directory:
+        accelerator = Accelerator(project_config=ProjectConfiguration(
+            project_dir=directory, automatic_checkpoint_naming=True, save_on_preemption=True))
+        world = accelerator.num_processes
+        dataset = TensorDataset(torch.randn(steps * PREEMPTION_BATCH * world, PREEMPTION_WIDTH),
+                                torch.randn(steps * PREEMPTION_BATCH * world, 1))
+        plain_model = torch.nn.parallel.DistributedDataParallel(network())
+        plain_optimizer = torch.optim.AdamW(plain_model.parameters(), lr=1e-4)
+        plain_loader = DataLoader(dataset, batch_size=PREEMPTION_BATCH, sampler=DistributedSampler(dataset, shuffle=False))
+        model = network()
+        model, optimizer, loader = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-4),
+                                                       DataLoader(dataset, batch_size=PREEMPTION_BATCH))
+        watch = accelerator._preemption  # switched off and on between passes: the same run, both ways
+        check_seconds: list[float] = []
+        check = watch.at_step_boundary
+
+        def timed_check() -> None:  # the check's own cost, which the machine's noise cannot hide
+            start = time.perf_counter()
+            check()
+            check_seconds.append(time.perf_counter() - start)
+
+        watch.at_step_boundary = timed_check
+
+        def plain_pass() -> None:
+            for x, y in plain_loader:
+                torch.nn.functional.mse_loss(plain_model(x), y).backward()
+                plain_optimizer.step()
+                plain_optimizer.zero_grad()
+
+        def drivetrain_pass(check: bool) -> None:
+            preemption._armed = accelerator._preemption = watch if check else None
+            for x, y in loader:
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+        passes = {"plain": plain_pass, "off": lambda: drivetrain_pass(False), "on": lambda: drivetrain_pass(True)}
+        for name in passes:  # warm-up
+            passes[name]()
+        samples: dict[str, list[float]] = {name: [] for name in passes}
+        for repeat in range(repeats):
+            order = list(passes)[repeat % 3:] + list(passes)[:repeat % 3]
+            for name in order:
+                dist.barrier()
+                start = time.perf_counter()
+                passes[name]()
+                dist.barrier()
+                samples[name].append((time.perf_counter() - start) / steps)
+        if accelerator.is_main_process:
+            print(json.dumps({**samples, "check": check_seconds}), flush=True)
 
 
 # ------------------------------------------------------------ resuming deep into an epoch
@@ -319,4 +430,7 @@ def print_resume_rows(directory: str) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--preemption-worker"]:
+        preemption_worker(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        main()

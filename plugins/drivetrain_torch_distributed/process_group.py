@@ -136,6 +136,8 @@ class TorchCollectives:
         self.rank = dist.get_rank()
         self.backend = dist.get_backend()
         self._missing = _GLOO_MISSING if self.backend == "gloo" else frozenset()
+        self._flag_group: Any = None  # start_flag_max's own gloo group, made on first use
+        self._flag_options: Any = None
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         gathered = self.all_gather_into(tensor.reshape(1, *tensor.shape))
@@ -207,6 +209,26 @@ class TorchCollectives:
     def broadcast_object_list(self, objects: list[Any], src: int = 0) -> list[Any]:
         dist.broadcast_object_list(objects, src=src)
         return objects
+
+    def start_flag_max(self, value: int) -> Any:
+        """The maximum of ``value`` over every process, started now and waited for by the
+        function returned: an asynchronous all-reduce on a gloo group of its own (made at the
+        first call, by every process in the same order), so it moves no device memory, never
+        queues behind the run's collectives and costs the step nothing while it travels."""
+        if self._flag_group is None:
+            self._flag_group = dist.new_group(backend="gloo")
+            self._flag_options = dist.AllreduceOptions()
+            self._flag_options.reduceOp = dist.ReduceOp.MAX
+        flag = torch.tensor([value], dtype=torch.int32)
+        # the group's own call: dist.all_reduce's checks of group and tensor cost more than the
+        # reduce of 4 bytes, and nothing here can fail them
+        work = self._flag_group.allreduce([flag], self._flag_options)
+
+        def result() -> int:
+            work.wait()
+            return int(flag[0])
+
+        return result
 
     def destroy(self, group: Any = None) -> None:
         if group_is_ready():

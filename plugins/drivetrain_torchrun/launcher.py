@@ -103,7 +103,25 @@ def torchrun_arguments(args: argparse.Namespace) -> list[str]:
                  "--rdzv-id", rendezvous_id()]
     if args.no_python:
         argv += ["--no-python"]
-    return argv + _target(args)
+    return argv + preemption_arguments(args) + _target(args)
+
+
+def preemption_arguments(args: argparse.Namespace) -> list[str]:
+    """torchrun's options that make its agent pass SIGUSR1 on as the other signals, and give the
+    workers the grace period to save after one (torch releases whose torchrun has them)."""
+    from torch.distributed import run as torchrun
+
+    from drivetrain.plugin_api import preemption_grace
+
+    from .signals import FORWARDED
+
+    known = {option for action in torchrun.get_args_parser()._actions for option in action.option_strings}
+    argv = []
+    if "--signals-to-handle" in known:
+        argv += ["--signals-to-handle", ",".join(signum.name for signum in FORWARDED)]
+    if "--shutdown-timeout" in known:
+        argv += ["--shutdown-timeout", str(math.ceil(preemption_grace(args)))]
+    return argv
 
 
 def rendezvous_failure(args: argparse.Namespace, error: BaseException) -> str:
@@ -144,15 +162,28 @@ class _NoClosingNotes(logging.Filter):
         return not (message.startswith("Sending process") or "death signal" in message)
 
 
-def stopped(signum: int) -> int:
+def stopped(signum: int | None, codes: dict[int, int | None] | None = None) -> int:
+    """The launcher's line and exit code after a signal (``None``: one the workers alone got):
+    ``PREEMPTED_EXIT_CODE`` when every worker saved a checkpoint and exited with it."""
     import signal
 
+    from drivetrain.plugin_api import PREEMPTED_EXIT_CODE
+
     try:
-        name = signal.Signals(signum).name
+        name = signal.Signals(signum).name if signum is not None else "a signal to the workers"
     except ValueError:
         name = f"signal {signum}"
-    print(f"drivetrain launch: stopped by {name}; every worker was ended", file=sys.stderr)
-    return 128 + signum
+    if codes and all(code == PREEMPTED_EXIT_CODE for code in codes.values()):
+        print(f"drivetrain launch: preempted by {name}; every worker saved a checkpoint and exited "
+              f"with code {PREEMPTED_EXIT_CODE}", file=sys.stderr)
+        return PREEMPTED_EXIT_CODE
+    if codes and any(code == PREEMPTED_EXIT_CODE for code in codes.values()):
+        saved = sorted(rank for rank, code in codes.items() if code == PREEMPTED_EXIT_CODE)
+        print(f"drivetrain launch: stopped by {name}; rank(s) {', '.join(map(str, saved))} saved but not every "
+              "worker did (load_state() takes the newest checkpoint complete on every process)", file=sys.stderr)
+    else:
+        print(f"drivetrain launch: stopped by {name}; every worker was ended", file=sys.stderr)
+    return 128 + signum if signum is not None else 1
 
 
 def _heartbeat(args: argparse.Namespace, started):
@@ -200,7 +231,7 @@ def launch_torchrun(args: argparse.Namespace) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from drivetrain.plugin_api import ERRORS_DIR_VARIABLE, AttemptWatchers
+    from drivetrain.plugin_api import ERRORS_DIR_VARIABLE, PREEMPTED_EXIT_CODE, AttemptWatchers
 
     if getattr(args, "quiet", None):
         _quiet_agent()
@@ -225,6 +256,9 @@ def launch_torchrun(args: argparse.Namespace) -> int:
             torchrun.run(torch_args)
         except ChildFailedError as error:
             attempts.__exit__()  # every end seen so far; nothing more is coming
+            codes = {rank: failure.exitcode for rank, failure in error.failures.items()}
+            if all(code == PREEMPTED_EXIT_CODE for code in codes.values()):  # saved on a signal to the workers
+                return stopped(None, codes)
             _report_lost_machines(heartbeat)
             print(attempts.report(error) or summarize(error), file=sys.stderr)
             return 1
@@ -233,7 +267,10 @@ def launch_torchrun(args: argparse.Namespace) -> int:
                 print(rendezvous_failure(args, error), file=sys.stderr)
             return 1
         except SignalException as stop:  # Ctrl-C or SIGTERM: torch's agent has ended the workers
-            return stopped(int(stop.sigval))
+            attempts.__exit__()  # every end seen so far
+            latest = attempts.watchers[max(attempts.watchers)] if attempts.watchers else None
+            codes = {rank: code for rank, (_when, code) in getattr(latest, "exits", {}).items()}
+            return stopped(int(stop.sigval), codes)
         finally:
             os.environ.pop(ERRORS_DIR_VARIABLE, None)
             if own_store:
@@ -262,20 +299,33 @@ def report_recovery(attempts) -> None:
 
 
 def launch_single(args: argparse.Namespace) -> int:
-    from drivetrain.plugin_api import ERRORS_DIR_VARIABLE, describe_exit, last_stderr_line, recorded_failures
+    import threading
+
+    from drivetrain.plugin_api import (ERRORS_DIR_VARIABLE, describe_exit, last_stderr_line, preemption_grace,
+                                       recorded_failures)
 
     from .signals import Signals
 
     command = worker_command(args, unbuffered=False)
     with tempfile.TemporaryDirectory(prefix="drivetrain-errors-") as errors:
         child = subprocess.Popen(command, env={**os.environ, ERRORS_DIR_VARIABLE: errors})
-        # the child ends as the launcher was asked to
-        with Signals(forward=child.send_signal) as signals:
+        # the child ends as the launcher was asked to: it gets the grace period to save, none
+        # after a second signal
+        bound = threading.Timer(preemption_grace(args), child.kill)
+
+        def forward(signum: int) -> None:
+            child.send_signal(signum)
+            if not bound.is_alive():
+                bound.start()
+
+        with Signals(forward=forward) as signals:
+            signals.on_repeat = child.kill
             code = child.wait()
+        bound.cancel()
         recorded = recorded_failures(errors)
         last = last_stderr_line(errors, 0)
     if signals.received:
-        return stopped(signals.received[0])
+        return stopped(signals.received[0], {0: code})
     if code != 0:
         error = next(iter(recorded.values()), (0, ""))[1] or last
         print(f"drivetrain launch: the process {describe_exit(code)}" + (f": {error}" if error else ""),

@@ -12,8 +12,11 @@ launcher plays the agent's part itself and never imports torch:
 - the first worker that fails ends the attempt: the others get SIGTERM, then SIGKILL after
   the agent's grace period; ``--max-restarts`` starts every worker again, with the next
   ``TORCHELASTIC_RESTART_COUNT`` and a fresh port;
-- SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed to every worker, and the launcher exits
-  with 128 + the signal; one the launcher was started ignoring (``nohup``) stays ignored.
+- SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGUSR1 are passed to every worker, which get
+  ``--preemption-grace`` seconds to end (a run with ``save_on_preemption`` saves a checkpoint
+  and exits with ``PREEMPTED_EXIT_CODE``) before SIGKILL, or none on a second signal; the
+  launcher exits with that code when every worker saved, else with 128 + the signal. One the
+  launcher was started ignoring (``nohup``) stays ignored.
 
 What needs the agent (several machines, an elastic rendezvous, ``--tee``, ``--log-dir``)
 goes through :func:`drivetrain_torchrun.launcher.launch_torchrun`.
@@ -33,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from drivetrain.plugin_api import ERRORS_DIR_VARIABLE
+from drivetrain.plugin_api import ERRORS_DIR_VARIABLE, PREEMPTED_EXIT_CODE, preemption_grace
 
 from .launcher import collective_limit, report_recovery, rendezvous_id, summarize, stopped, worker_command
 from .signals import Signals
@@ -61,11 +64,12 @@ class WorkersFailed(Exception):
 
 
 class Stopped(Exception):
-    """The launcher was sent a signal, and every worker was ended with it."""
+    """The launcher was sent a signal (``signum``; ``None``: only the workers were, and saved),
+    and every worker has ended; ``codes`` maps each rank to its exit code."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int | None, codes: dict[int, int | None]) -> None:
         super().__init__(signum)
-        self.signum = signum
+        self.signum, self.codes = signum, codes
 
 
 @contextlib.contextmanager
@@ -124,10 +128,15 @@ class LocalAttempt:
     def _watch(self) -> dict[int, WorkerFailure]:
         while True:
             if self.signals.received:
+                # passed on: the workers may save a checkpoint first, for up to the grace period
                 signum = self.signals.received[0]
-                self.end(signum)
-                raise Stopped(signum)
+                self.end(signum, preemption_grace(self.args))
+                raise Stopped(signum, self._codes())
             failed = self._failures()
+            if failed and all(failure.exitcode == PREEMPTED_EXIT_CODE for failure in failed.values()):
+                # a worker saved on a signal sent to the workers only: the others are saving too
+                self.end(None, preemption_grace(self.args))
+                raise Stopped(None, self._codes())
             if failed:
                 # as torch's agent does: the others are ended, and those that end badly count too
                 self.end(signal.SIGTERM)
@@ -148,12 +157,19 @@ class LocalAttempt:
                 failed[rank] = WorkerFailure(rank, worker.pid, code, now)
         return failed
 
-    def end(self, signum: int) -> None:
-        """Every worker still running gets ``signum`` (its whole session), then SIGKILL after the grace period."""
+    def _codes(self) -> dict[int, int | None]:
+        return {rank: worker.poll() for rank, worker in self.workers.items()}
+
+    def end(self, signum: int | None, grace: float = GRACE_S) -> None:
+        """Every worker still running gets ``signum`` (its whole session; ``None``: nothing,
+        it is ending already), then SIGKILL after ``grace`` seconds, or at once on a second
+        signal to the launcher."""
         running = [worker for worker in self.workers.values() if worker.poll() is None]
-        for worker in running:
-            _signal_session(worker.pid, signum)
-        deadline = time.monotonic() + GRACE_S
+        if signum is not None:
+            for worker in running:
+                _signal_session(worker.pid, signum)
+        self.signals.on_repeat = self.kill
+        deadline = time.monotonic() + grace
         for worker in running:
             try:
                 worker.wait(max(0.0, deadline - time.monotonic()))
@@ -161,6 +177,12 @@ class LocalAttempt:
                 _signal_session(worker.pid, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     worker.wait(GRACE_S)
+
+    def kill(self) -> None:
+        """SIGKILL to every worker still running (a second signal to the launcher)."""
+        for worker in self.workers.values():
+            if worker.poll() is None:
+                _signal_session(worker.pid, signal.SIGKILL)
 
 
 def _signal_session(pid: int, signum: int) -> None:
@@ -184,7 +206,7 @@ def launch_local(args: argparse.Namespace) -> int:
                 print(attempts.report(error) or summarize(error), file=sys.stderr)
                 return 1
         except Stopped as stop:
-            return stopped(stop.signum)
+            return stopped(stop.signum, stop.codes)
         except OSError as error:  # the interpreter or --no-python's executable cannot be started
             print(f"drivetrain launch: cannot start the workers: {error}", file=sys.stderr)
             return 1

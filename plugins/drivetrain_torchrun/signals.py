@@ -6,13 +6,16 @@ import signal
 import threading
 from typing import Callable
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# SIGUSR1 too: SLURM's ``--signal`` sends it before the end of a job's time (a launcher that
+# died of it would take its workers along before they could save a checkpoint)
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
 
 
 class Signals:
     """Catches the forwarded signals while the job runs: each is kept, handed to ``forward``
     at once when given (a launcher blocked waiting on one process), and wakes :meth:`wait`
-    (a launcher's monitoring loop).
+    (a launcher's monitoring loop). A signal after the first calls ``on_repeat`` when set (the
+    launcher waiting for its workers to save: the user wants them ended at once).
 
     A signal the launcher was started ignoring (``nohup`` ignores SIGHUP) stays ignored: the
     workers inherit that, so a launcher that caught it and passed it on would then wait for
@@ -23,6 +26,7 @@ class Signals:
         self._forward = forward
         self._event = threading.Event()
         self._previous: dict[int, object] = {}
+        self.on_repeat: Callable[[], object] | None = None
 
     def __enter__(self) -> "Signals":
         if threading.current_thread() is threading.main_thread():  # only there can Python catch them
@@ -37,6 +41,8 @@ class Signals:
 
     def _catch(self, signum: int, _frame: object) -> None:
         self.received.append(signum)
+        if len(self.received) > 1 and self.on_repeat is not None:
+            self.on_repeat()
         if self._forward is not None:
             self._forward(signum)
         self._event.set()

@@ -8,7 +8,8 @@ timeout (InitProcessGroupKwargs(timeout=SECONDS)). ``hang-launch-timeout``: rank
 end rank 1, after the timeout given to `drivetrain launch --timeout`. ``exit``: rank 1 writes a line to stderr and leaves with ``os._exit(3)`` (no
 exception, no record); rank 0's next collective then breaks. ``sleep``: every rank says
 ``STARTED <rank> <pid>`` and sleeps (the launcher is stopped by a signal); a second argument
-only tells test runs apart.
+only tells test runs apart. ``deaf``: as ``sleep``, ignoring SIGTERM and SIGUSR1 (a worker
+that does not end when the launcher passes a signal on).
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ if mode == "hang":
 state = PartialState()
 state.wait_for_everyone()  # both are up
 
+if mode == "deaf":
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    mode = "sleep"
 if mode == "sleep":
     # one write per line: both ranks share the launcher's stdout, and pieces would interleave
     sys.stdout.write(f"STARTED {state.process_index} {os.getpid()}\n")

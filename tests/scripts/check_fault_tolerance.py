@@ -1,6 +1,7 @@
 """A preemptible job written with Accelerate's API only, launched by tests/test_fault_tolerance.py.
 
 usage: check_fault_tolerance.py OUT STRATEGY [--crash-after N] [--hang-after N] [--stop-after N] [--step-seconds S]
+                                [--preempt]
 
 STRATEGY is ddp, fsdp2 or deepspeed (ZeRO-2). Checkpoints every 3 steps under OUT (automatic naming, two kept)
 and resumes from the newest at start. A shuffled loader, gradient accumulation over 2
@@ -8,7 +9,9 @@ batches and a scheduler. ``--hang-after N``: rank 1 stops itself (SIGSTOP) after
 the first attempt only; ``--crash-after N``: rank 1 ends with code 17 after step N, in the
 first attempt that did not hang (the first, or the second with ``--hang-after``), so that one
 launch sees both faults in turn; ``--stop-after N``: every rank ends cleanly after the
-checkpoint of step N.
+checkpoint of step N; ``--preempt``: ``save_on_preemption=True``, and the main process prints
+``trained step N`` after each step (the step a preemption checkpoint must hold), and each
+process ``worker <rank> <pid>`` at start.
 Writes OUT/seen-<world>-<rank>-<attempt>.json (the sample ids it trained on) and, at the
 end, OUT/final.pt (the full parameters, from the main process).
 """
@@ -19,6 +22,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -55,6 +59,7 @@ def main() -> None:
     parser.add_argument("--step-seconds", type=float, default=0.0,
                         help="sleep in each step until the job has resumed once (a slower first run, "
                              "that a test can interrupt while it trains)")
+    parser.add_argument("--preempt", action="store_true")
     args = parser.parse_args()
     extra = {}
     if args.strategy == "fsdp2":
@@ -66,7 +71,8 @@ def main() -> None:
 
         extra["deepspeed_plugin"] = DeepSpeedPlugin(zero_stage=2)
     accelerator = Accelerator(gradient_accumulation_steps=2, project_config=ProjectConfiguration(
-        project_dir=args.out, automatic_checkpoint_naming=True, total_limit=2), **extra)
+        project_dir=args.out, automatic_checkpoint_naming=True, total_limit=2, save_on_preemption=args.preempt),
+        **extra)
     set_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -86,6 +92,9 @@ def main() -> None:
     hangs_now = attempt == "0"
     crashes_now = attempt == ("1" if args.hang_after >= 0 else "0")
     rank, world = accelerator.process_index, accelerator.num_processes
+    if args.preempt:
+        sys.stdout.write(f"worker {rank} {os.getpid()}\n")  # one write: both ranks share the launcher's stdout
+        sys.stdout.flush()
     seen: list[list[int]] = []
 
     def write_seen() -> None:
@@ -105,6 +114,8 @@ def main() -> None:
             seen[-1].extend(ids.tolist())
             time.sleep(step_seconds)
             progress.step += 1
+            if args.preempt and accelerator.is_main_process:
+                print(f"trained step {progress.step}", flush=True)
             if progress.step % EVERY == 0:
                 accelerator.save_state()
             if progress.step == args.crash_after and rank == 1 and crashes_now:

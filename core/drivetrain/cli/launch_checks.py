@@ -50,6 +50,7 @@ BOUNDS: dict[str, tuple[float, bool, float | None]] = {
     "machine_rank": (0, False, None),
     "max_restarts": (0, False, None),
     "timeout": (0, True, None),
+    "preemption_grace": (0, True, None),
     "rdzv_timeout": (0, True, None),
     "monitor_interval": (0, True, None),
     "main_process_port": (0, False, 65535),  # 0: a port free on this machine, chosen at launch

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from ..kernel import environment
 from ..kernel.errors import ConfigError, LaunchError
 from ..runtime.worker_lifetime import LAUNCHER_VARIABLE, launcher_identity
+from ..services.launchers import DEFAULT_PREEMPTION_GRACE
 from . import launch_checks
 from .launch_parser import LaunchParser
 
@@ -61,6 +62,10 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     resources.add_argument("--max-restarts", type=int, default=0)
     resources.add_argument("--monitor-interval", type=float, default=0.1)
     resources.add_argument("--timeout", type=float, help="seconds before a collective a peer never joins fails")
+    resources.add_argument("--preemption-grace", type=float,
+                           help="seconds the workers get to end (save a checkpoint) after a signal passed on to "
+                                "them, before they are killed (default DRIVETRAIN_PREEMPTION_GRACE, else "
+                                f"{DEFAULT_PREEMPTION_GRACE:g})")
     resources.add_argument("--same-network", action="store_true", default=None)
     resources.add_argument("--log-dir", help="directory where each rank's output is kept")
     resources.add_argument("--tee", default="0", help="also copy rank outputs to log files (0,1,2,3)")

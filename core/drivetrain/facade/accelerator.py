@@ -40,6 +40,7 @@ from ..runtime.kwargs_handlers import (
 )
 from ..runtime.prepared import PreparedObjects
 from ..runtime.state import AcceleratorState, GradientState
+from ..services import preemption
 from ..services.other import remove_mixed_precision_forward  # noqa: F401  (its old home)
 
 
@@ -123,6 +124,8 @@ class Accelerator:
         self._published_checkpoints: collections.deque[str] = collections.deque()
         self.trackers = self._build_trackers(log_with)
         self._configure_run()
+        # save_on_preemption: the signals caught and the processes' agreement on the step to stop at
+        self._preemption = preemption.arm(self)
 
     _strategy_for_options = staticmethod(strategy_for_options)
 
@@ -419,6 +422,8 @@ class Accelerator:
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Backward for ``loss``, divided for gradient accumulation, through the active plugins."""
         training_step.backward(self, loss, kwargs)
+        if self._preemption is not None:
+            self._preemption.stepped, self._preemption.saved = True, False
 
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
@@ -580,7 +585,11 @@ class Accelerator:
         background. Either way, :meth:`wait_for_checkpoint`, ``load_state``, the next
         ``save_state``, ``wait_for_everyone``, ``end_training`` and the process's exit wait for it.
         """
-        return checkpoint_calls.save_state(self, output_dir, safe_serialization, save_model_func_kwargs, blocking)
+        directory = checkpoint_calls.save_state(self, output_dir, safe_serialization, save_model_func_kwargs,
+                                                blocking)
+        if self._preemption is not None and output_dir is None:
+            self._preemption.saved = True  # a preemption right after this step keeps this checkpoint
+        return directory
 
     def wait_for_checkpoint(self) -> None:
         """Wait until the last ``save_state`` checkpoint is in place on every process; raise

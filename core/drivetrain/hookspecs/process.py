@@ -51,8 +51,10 @@ def drivetrain_collectives(run: Run) -> Collectives | None:
     :param run: This process's run.
     :return: An object implementing :class:`drivetrain.collectives.Collectives`
         (``all_gather``, ``all_reduce``, ``all_gather_into``, ``broadcast``, ``barrier``,
-        ``all_gather_object``, ``broadcast_object_list``), or ``None`` when this plugin does
-        not connect this run. Nobody answering is a ``DistributedError``.
+        ``all_gather_object``, ``broadcast_object_list``; optionally ``start_flag_max``, the
+        asynchronous maximum of a small integer that ``save_on_preemption`` starts at each
+        optimizer step, else done with a blocking ``all_reduce``), or ``None`` when this
+        plugin does not connect this run. Nobody answering is a ``DistributedError``.
 
     Run hook, *firstresult*, API 1.0.
     """

@@ -201,6 +201,7 @@ CHECKED: dict[str, Callable[[Mapping[str, str] | None], object]] = {
     "TIMEOUT": lambda env: read_float("TIMEOUT", env=env, minimum=0, strictly=True),
     "CHECKPOINT_COMMIT_TIMEOUT": lambda env: read_int("CHECKPOINT_COMMIT_TIMEOUT", env=env, minimum=1),
     "CHECKPOINT_THREADS": lambda env: read_int("CHECKPOINT_THREADS", env=env, minimum=1),
+    "PREEMPTION_GRACE": lambda env: read_float("PREEMPTION_GRACE", env=env, minimum=0, strictly=True),
     "DYNAMO_MODE": lambda env: read_choice("DYNAMO_MODE", DYNAMO_MODES, env=env),
     "TORCH_DEVICE": lambda env: read_device_name("TORCH_DEVICE", env=env),
     **{key: _flag(key) for key in ("DYNAMO_USE_FULLGRAPH", "DYNAMO_USE_DYNAMIC", "DYNAMO_USE_REGIONAL_COMPILATION",

@@ -11,7 +11,7 @@ different shapes or dtypes).
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -51,6 +51,23 @@ class Collectives(Protocol):
     def broadcast_object_list(self, objects: list[Any], src: int = 0) -> list[Any]:
         """Process ``src``'s list of picklable objects, filled in place on every process."""
 
+    # Optional (looked up with ``getattr``): an implementation without it gets a blocking
+    # ``all_reduce(..., "max")`` of a one-element tensor in its place.
+    #
+    # def start_flag_max(self, value: int) -> Callable[[], int]:
+    #     """Start the maximum of a small integer over every process, on a channel of its own
+    #     beside the run's collectives (no device work, no order with them), and return at
+    #     once a function that waits for the result. Every process calls both in the same
+    #     order. The run's preemption check starts one at each optimizer step and waits for
+    #     it at the next, so the step never waits on it."""
+
+
+def blocking_flag_max(collectives: Any, value: int, device: Any = None) -> Callable[[], int]:
+    """:meth:`Collectives.start_flag_max` for an implementation that lacks it: the maximum,
+    computed now with the run's ``all_reduce``."""
+    result = int(collectives.all_reduce(torch.tensor([value], dtype=torch.int32, device=device), "max").item())
+    return lambda: result
+
 
 class SingleProcessCollectives:
     """The collectives of a group of one: everything is already where it belongs."""
@@ -78,6 +95,9 @@ class SingleProcessCollectives:
 
     def broadcast_object_list(self, objects: list[Any], src: int = 0) -> list[Any]:
         return objects
+
+    def start_flag_max(self, value: int) -> Callable[[], int]:
+        return lambda: value
 
 
 __all__: Sequence[str] = ("Collectives", "SingleProcessCollectives", "REDUCTIONS")

@@ -123,9 +123,40 @@ class DataLoaderConfiguration:
     use_stateful_dataloader: bool = False
 
 
+#: The signals ``ProjectConfiguration(preemption_signals=...)`` may name: those schedulers and
+#: cloud machines send before they end a job, and that Python can catch.
+PREEMPTION_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGHUP", "SIGQUIT", "SIGXCPU")
+
+
+def preemption_signal_names(value: Any) -> tuple[str, ...]:
+    """``value`` (signal names, with or without ``SIG``, or ``signal.Signals``) as a tuple of
+    names from :data:`PREEMPTION_SIGNALS`; anything else is a ConfigError naming those."""
+    items = [value] if isinstance(value, (str, int)) else list(value) if value is not None else []
+    names = []
+    for item in items:
+        name = getattr(item, "name", item)
+        name = str(name).strip().upper()
+        name = name if name.startswith("SIG") else f"SIG{name}"
+        if name not in PREEMPTION_SIGNALS:
+            raise ConfigError(f"ProjectConfiguration(preemption_signals=...) names {item!r}, not a signal a run can "
+                              f"save on; choose among {', '.join(PREEMPTION_SIGNALS)}")
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise ConfigError("ProjectConfiguration(preemption_signals=...) names no signal; give at least one of "
+                          f"{', '.join(PREEMPTION_SIGNALS)}")
+    return tuple(names)
+
+
 @dataclass
 class ProjectConfiguration:
-    """Where a project writes checkpoints and logs, and how checkpoints are named and rotated."""
+    """Where a project writes checkpoints and logs, and how checkpoints are named and rotated.
+
+    ``save_on_preemption=True``: on one of ``preemption_signals`` (SIGTERM and SIGUSR1 by
+    default) the run finishes the optimizer step the processes agree on, saves a checkpoint
+    as ``save_state()`` does and exits with code 75 (``PREEMPTED_EXIT_CODE``; see the
+    fault-tolerance guide).
+    """
 
     project_dir: str | None = None
     logging_dir: str | None = None
@@ -137,6 +168,8 @@ class ProjectConfiguration:
     # ``save_state``/``load_state`` URL): ``endpoint_url``, ``key``, ``secret``, ... Unset, the
     # store's library reads its credentials the usual way (``AWS_*`` variables, ``~/.aws``).
     storage_options: dict[str, Any] | None = None
+    save_on_preemption: bool = False
+    preemption_signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1")
 
     def set_directories(self, project_dir: str | None = None) -> None:
         self.project_dir = project_dir
@@ -154,6 +187,10 @@ class ProjectConfiguration:
         if name == "iteration" and (not _is_count(value) or value < 0):
             raise ConfigError(f"ProjectConfiguration(iteration={value!r}) cannot name a checkpoint (checkpoint_<N> "
                               "counts from 0): pass 0 or more, e.g. the number after the newest checkpoint_<N>")
+        if name == "save_on_preemption" and not isinstance(value, bool):
+            raise ConfigError(f"ProjectConfiguration(save_on_preemption={value!r}) must be True or False")
+        if name == "preemption_signals":
+            value = preemption_signal_names(value)
         super().__setattr__(name, value)
 
 

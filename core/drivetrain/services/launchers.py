@@ -141,13 +141,33 @@ ERRORS_DIR_VARIABLE = "DRIVETRAIN_ERRORS_DIR"
 #: The module every launched process runs (``python -m CHILD_MODULE --script PATH ...``): it
 #: records an uncaught exception where the launcher reads it.
 CHILD_MODULE = "drivetrain.cli.child"
+#: How a process ends after it saved a checkpoint on a preemption signal, and how
+#: ``drivetrain launch`` ends when every process did: ``EX_TEMPFAIL`` of ``sysexits.h``
+#: ("try again later"), which a scheduler's retry policy can match (Kubernetes'
+#: ``podFailurePolicy`` ``onExitCodes``). Not 128 + a signal: the job was not killed, it saved.
+PREEMPTED_EXIT_CODE = 75
+
+
+#: Seconds the workers get to end after a signal the launcher passes on (torch's agent's grace).
+DEFAULT_PREEMPTION_GRACE = 30.0
+
+
+def preemption_grace(args: Any) -> float:
+    """Seconds the workers get to end after a signal the launcher passed on: ``--preemption-grace``,
+    else ``DRIVETRAIN_PREEMPTION_GRACE``, else torch's agent's 30 s."""
+    from ..kernel import environment
+
+    given = getattr(args, "preemption_grace", None)
+    if given is not None:
+        return float(given)
+    return float(environment.read_checked("PREEMPTION_GRACE", default=DEFAULT_PREEMPTION_GRACE))
 
 
 def record_failure(exc: BaseException, errors: str | None = None) -> None:
     """Write ``exc`` with the time to ``<errors>/<rank>.json`` so the launcher can tell which
     rank failed first (to the sub-second) and why. Does nothing without a directory."""
     errors = errors or os.environ.get(ERRORS_DIR_VARIABLE)
-    if not errors or (isinstance(exc, SystemExit) and exc.code in (0, None)):
+    if not errors or (isinstance(exc, SystemExit) and exc.code in (0, None, PREEMPTED_EXIT_CODE)):
         return
     rank = os.environ.get("RANK", "0")
     try:

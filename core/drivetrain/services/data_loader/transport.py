@@ -25,6 +25,7 @@ from ...tensors.nested import (
     send_to_device,
     slice_tensors,
 )
+from ..preemption import watched
 from ..rng import synchronize_rng_states
 
 from .mesh import shares_batches_across_peers
@@ -165,7 +166,7 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
             elif skip:
                 discard = self._resume_stream(skip)
             iterator = super().__iter__()
-            yield from self._play(iterator, discard)
+            yield from watched(self._play(iterator, discard), self)
         finally:
             self.end()
 
@@ -326,7 +327,7 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
         skip = self._begin_pass()
         self.begin()
         try:
-            yield from self._play(skip)
+            yield from watched(self._play(skip), self)
         finally:
             self.end()
 
