@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from ...kernel import environment
-from ...kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError, ConfigError
 from ...kernel.version import PLUGIN_API_VERSION, __version__
-from . import accelerate_layout, checksums, commit, compatibility, layout, peers, remote, target
+from . import accelerate_layout, checksums, commit, compatibility, layout, peers, remote, state_values, target
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
 from .deferred import DeferredWrites, HostStaging, copy_to_host
 from .model_files import read_model_files_later, write_model_files
@@ -661,6 +661,7 @@ def _check_read(accelerator: Accelerator, prepared: PreparedObjects, directory: 
     """Every state read against the object it is for, before anything is changed."""
     run = accelerator.run
     models, trees, rng, grads = read["models"], read["trees"], read["rng"], read["grads"]
+    sources = read.get("sources", {})  # each tree's file where its name is not {directory}/{key}
     for index, state in models.items():
         compatibility.check_model(state, accelerator.unwrap_model(prepared.models[index]),
                                   f"{directory}/model_{index}", bool(options.get("strict", True)))
@@ -668,12 +669,19 @@ def _check_read(accelerator: Accelerator, prepared: PreparedObjects, directory: 
         for index, optimizer in enumerate(prepared.optimizers):
             if f"optimizer_{index}" not in trees:
                 raise CheckpointError(f"{directory}/optimizer_{index}.json is missing")
-            compatibility.check_optimizer(trees[f"optimizer_{index}"], optimizer, f"{directory}/optimizer_{index}")
+            compatibility.check_optimizer(trees[f"optimizer_{index}"], optimizer,
+                                          sources.get(f"optimizer_{index}", f"{directory}/optimizer_{index}"))
     for name, objects in (("scheduler", prepared.schedulers), ("dataloader", prepared.dataloaders),
                           ("custom_checkpoint", prepared.custom_objects)):
         for index, obj in enumerate(objects):
-            if f"{name}_{index}" in trees and hasattr(obj, "state_dict"):
-                compatibility.check_tree(trees[f"{name}_{index}"], obj.state_dict(), f"{directory}/{name}_{index}")
+            key = f"{name}_{index}"
+            where = sources.get(key, f"{directory}/{key}")
+            if key in trees and name == "dataloader":
+                _check_loader_state(trees[key], obj, where)
+            elif key in trees and hasattr(obj, "state_dict"):
+                compatibility.check_tree(trees[key], obj.state_dict(), where)
+    if "accelerator" in trees:
+        state_values.check_run_values(trees["accelerator"], sources.get("accelerator", f"{directory}/accelerator.json"))
     if accelerator.scaler is not None and "scaler" in trees:
         compatibility.check_tree(trees["scaler"], accelerator.scaler.state_dict(), f"{directory}/scaler")
     if grads is not None:
@@ -683,6 +691,20 @@ def _check_read(accelerator: Accelerator, prepared: PreparedObjects, directory: 
                                      {k: p.detach() for k, p in own.items()}, f"{grads_file}")
     if rng is not None:
         compatibility.check_rng(rng, rng_state(run.platform), str(rng_file))
+
+
+def _check_loader_state(saved: Any, loader: Any, where: str) -> None:
+    """A data loader's state against the loader: its kind and every value, by the loader's own
+    ``check_state_dict`` (a prepared loader's), else as any other state tree."""
+    check = getattr(loader, "check_state_dict", None)
+    if check is None:
+        if hasattr(loader, "state_dict"):
+            compatibility.check_tree(saved, loader.state_dict(), where)
+        return
+    try:
+        check(saved)
+    except ConfigError as error:
+        raise CheckpointError(f"{where} cannot be loaded into data loader: {error}") from None
 
 
 def _restore(accelerator: Accelerator, prepared: PreparedObjects, directory: Path, read: dict[str, Any],
