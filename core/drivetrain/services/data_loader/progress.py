@@ -291,6 +291,8 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
             check_stateful_state(state_dict)
             return
         check_position_state(state_dict, STATE_FORMAT)
+        if self._progress.draws is not None:
+            self._progress.draws.checked_record(state_dict.get("draws"))
         batches, _samples = resumed_batches(state_dict, self.total_batch_size)
         try:
             per_epoch: int | None = len(self) + self.skip_batches  # the whole epoch, skipped batches too
