@@ -250,10 +250,40 @@ def _manifest(accelerator: Accelerator, prepared: PreparedObjects, files: dict[s
         "world_size": accelerator.num_processes,
         "platform": accelerator.run.platform.name,  # names the device generator states (an export needs it)
         "counts": prepared.counts(),
+        # a stateful loader's position is kept in batches: it means nothing over batches of another size
+        "loader_batch_sizes": [_batch_size(loader) for loader in prepared.dataloaders],
         "files": sorted(files),
         "checksum_algorithm": checksums.ALGORITHM,
         "checksums": dict(sorted(files.items())),
     }
+
+
+def _batch_size(loader: Any) -> int | None:
+    size = getattr(loader, "total_batch_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
+def _check_batch_position(tree: Any, key: str, loader: Any, manifest: dict[str, Any], directory: Path,
+                          processes: int) -> None:
+    """A position kept only in batches (torchdata's ``StatefulDataLoader`` state) mid-epoch
+    resumes only on the layout and batch size that saved it: anything else would skip the
+    wrong samples."""
+    if not (isinstance(tree, dict) and "_num_yielded" in tree and tree.get("_num_yielded")
+            and not tree.get("_iterator_finished")):
+        return
+    index = int(key.rpartition("_")[2])
+    if manifest.get("world_size") != processes:
+        raise CheckpointError(
+            f"{directory}/{key} was saved mid-epoch by {manifest.get('world_size')} processes with a position in batches "
+            f"(a StatefulDataLoader state); it cannot resume that epoch on {processes}: resume with "
+            f"{manifest.get('world_size')} processes, or from a checkpoint saved at an epoch boundary")
+    sizes = manifest.get("loader_batch_sizes") or []
+    saved, current = (sizes[index] if index < len(sizes) else None), _batch_size(loader)
+    if saved is not None and current is not None and saved != current:
+        raise CheckpointError(
+            f"{directory}/{key} was saved mid-epoch with {saved} samples per batch and a position in batches "
+            f"(a StatefulDataLoader state); this loader takes {current}: resume with batch size {saved}, or from a "
+            "checkpoint saved at an epoch boundary")
 
 
 def _publication(accelerator: Accelerator, prepared: PreparedObjects,
@@ -651,6 +681,9 @@ def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directo
                 f"{directory} was saved mid-epoch by {manifest['world_size']} processes with a position in batches; "
                 f"it cannot resume that epoch on {accelerator.num_processes}: resume with {manifest['world_size']} "
                 "processes, or from a checkpoint saved at an epoch boundary")
+        if key.startswith("dataloader_"):
+            _check_batch_position(tree, key, prepared.dataloaders[int(key.rpartition("_")[2])], manifest, directory,
+                                  accelerator.num_processes)
     read = {"manifest": manifest, "models": models, "trees": trees, "rng": rng, "grads": grads}
     _check_read(accelerator, prepared, directory, read, options, str(rng_prefix) + ".json", grads_file)
     return read
