@@ -114,6 +114,7 @@ def _python_words(tree):
     ("dataloader_0", lambda t: t.__setitem__("num_processes", "two"), "num_processes is 'two'"),
     ("dataloader_0", lambda t: t.__setitem__("seed", "abc"), "seed is 'abc'"),
     ("dataloader_0", lambda t: t.update(batches_yielded=40, samples_yielded=160), "past the end of this loader's epoch"),
+    ("dataloader_0", lambda t: t["draws"].__setitem__("loader", "abc"), "its draws are damaged"),
     ("dataloader_0", lambda t: (t.clear(), t.update(_num_yielded=2, _sampler_iter_yielded=2, _snapshot={})),
      "StatefulDataLoader's state"),
 ])
@@ -262,3 +263,47 @@ def test_skip_first_batches_takes_only_a_whole_number(count):
     for target in (loader, torch.utils.data.DataLoader(list(range(8)), batch_size=2)):
         with pytest.raises(ConfigError, match=r"skip_first_batches\(num_batches=.*\) takes a whole number"):
             accelerator.skip_first_batches(target, count)
+
+
+# ------------------------------------------------------------------ a loader state of another shape
+
+
+def stateful_run(batch_size):
+    from drivetrain.state import AcceleratorState, GradientState
+    from drivetrain.utils import DataLoaderConfiguration
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True))
+    net = torch.nn.Linear(1, 1)
+    net, loader = accelerator.prepare(net, torch.utils.data.DataLoader(torch.arange(20.0), batch_size=batch_size))
+    return accelerator, net, loader
+
+
+def test_a_stateful_position_is_refused_over_another_batch_size_and_resumes_over_the_same(tmp_path):
+    accelerator, _net, loader = stateful_run(4)
+    iterator = iter(loader)
+    seen = [next(iterator).tolist() for _ in range(2)]
+    directory = accelerator.save_state(tmp_path / "c")
+    accelerator, net, loader = stateful_run(2)
+    weights = [p.detach().clone() for p in net.parameters()]
+    with pytest.raises(CheckpointError, match=r"dataloader_0 was saved mid-epoch with 4 samples per batch .*takes 2"):
+        accelerator.load_state(directory)
+    assert all(torch.equal(a, b) for a, b in zip(weights, net.parameters()))
+    accelerator, _net, loader = stateful_run(4)
+    accelerator.load_state(directory)
+    rest = [value for batch in loader for value in batch.tolist()]
+    assert sorted([value for batch in seen for value in batch] + rest) == [float(n) for n in range(20)]
+
+
+def test_a_stateful_position_saved_by_two_processes_is_refused_on_one(tmp_path):
+    accelerator, _net, loader = stateful_run(4)
+    iterator = iter(loader)
+    next(iterator)
+    directory = Path(accelerator.save_state(tmp_path / "c"))
+    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest["world_size"] = 2  # as two processes wrote it (the manifest carries no checksum of its own)
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    accelerator, _net, loader = stateful_run(4)
+    with pytest.raises(CheckpointError, match=r"saved mid-epoch by 2 processes .*cannot resume that epoch on 1"):
+        accelerator.load_state(directory)
