@@ -307,3 +307,37 @@ def test_a_stateful_position_saved_by_two_processes_is_refused_on_one(tmp_path):
     accelerator, _net, loader = stateful_run(4)
     with pytest.raises(CheckpointError, match=r"saved mid-epoch by 2 processes .*cannot resume that epoch on 1"):
         accelerator.load_state(directory)
+
+
+def test_a_checkpoint_of_one_loader_is_refused_by_a_run_with_two(tmp_path):
+    from drivetrain.state import AcceleratorState, GradientState
+
+    accelerator, *_rest = prepared()
+    directory = accelerator.save_state(tmp_path / "c")
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    accelerator, net, optimizer, scheduler, loader, _counter = prepared()
+    accelerator.prepare(torch.utils.data.DataLoader(list(range(8)), batch_size=2))
+    with pytest.raises(CheckpointError, match=r"dataloaders: checkpoint 1, prepared 2"):
+        accelerator.load_state(directory)
+
+
+def test_a_position_saved_over_another_dataset_is_refused_mid_epoch(tmp_path):
+    from drivetrain.state import AcceleratorState, GradientState
+
+    def run(samples):
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+        accelerator = Accelerator(cpu=True)
+        return accelerator, accelerator.prepare(torch.utils.data.DataLoader(list(range(samples)), batch_size=10))
+
+    accelerator, loader = run(100)
+    iterator = iter(loader)
+    next(iterator), next(iterator)
+    directory = accelerator.save_state(tmp_path / "c")
+    accelerator, loader = run(30)
+    with pytest.raises(CheckpointError, match=r"saved over 100 samples and this loader has 30"):
+        accelerator.load_state(directory)
+    accelerator, loader = run(100)
+    accelerator.load_state(directory)
+    assert [value for batch in loader for value in batch.tolist()] == list(range(20, 100))

@@ -498,6 +498,11 @@ def _count_problem(manifest: dict[str, Any], prepared: PreparedObjects) -> str |
             "schedulers": len(prepared.schedulers)}
     different = [f"{what}: checkpoint {counts.get(what, 0)}, prepared {n}" for what, n in mine.items()
                  if counts.get(what, 0) != n]
+    # A loader without a saved position would start its epoch over, silently: refused. Fewer
+    # loaders than saved is a run that loads the model first and prepares its loaders later.
+    loaders = len(prepared.dataloaders)
+    if isinstance(counts.get("dataloaders"), int) and loaders > counts["dataloaders"]:
+        different.append(f"dataloaders: checkpoint {counts['dataloaders']}, prepared {loaders}")
     return "; ".join(different) or None
 
 

@@ -14,7 +14,8 @@ from ...runtime.state import GradientState, PartialState
 from ..cross_process import broadcast_object_list
 
 from .draws import EpochDraws
-from .state_check import check_position_state, check_stateful_state, check_within_epoch, resumed_batches
+from .state_check import (check_position_state, check_same_dataset, check_stateful_state, check_within_epoch,
+                          resumed_batches)
 from .sharding import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler, _mix
 from .stateful import StatefulVariants
 from .stream_position import StreamPosition, warn_replay
@@ -264,6 +265,8 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
             "seed": progress.seed,
             "total_batch_size": self.total_batch_size,
             "num_processes": progress.num_processes,
+            # a position mid-epoch means those samples only over the same dataset (None: no length)
+            "dataset_length": self.total_dataset_length,
         }
         draws = progress.draws.state_dict() if progress.draws is not None else None
         if draws is not None:
@@ -299,6 +302,7 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
         except (TypeError, NotImplementedError):  # an iterable dataset without a length
             per_epoch = None
         check_within_epoch(batches, per_epoch, state_dict["epoch"])
+        check_same_dataset(state_dict, self.total_dataset_length)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a saved position: the next pass resumes at the next unseen batch."""

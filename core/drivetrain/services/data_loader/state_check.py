@@ -63,6 +63,9 @@ def check_position_state(state: Any, format_read: int) -> None:
     if state.get("samples_yielded") is not None and (not _is_integer(state["samples_yielded"])
                                                      or state["samples_yielded"] < 0):
         raise _wrong("samples_yielded", state["samples_yielded"], "a count (an integer >= 0)")
+    if state.get("dataset_length") is not None and (not _is_integer(state["dataset_length"])
+                                                    or state["dataset_length"] < 0):
+        raise _wrong("dataset_length", state["dataset_length"], "a number of samples")
     for name in ("total_batch_size", "num_processes"):
         if state.get(name) is not None and (not _is_integer(state[name]) or state[name] < 1):
             raise _wrong(name, state[name], "a positive integer")
@@ -90,3 +93,13 @@ def check_within_epoch(batches: int, per_epoch: int | None, epoch: int) -> None:
         raise ConfigError(f"its position (batch {batches} of epoch {epoch}) lies past the end of this loader's epoch "
                           f"({per_epoch} batches): it was saved over a larger dataset or with smaller batches; load it "
                           "into a loader over the same data and batch size")
+
+
+def check_same_dataset(state: Mapping[str, Any], length: int | None) -> None:
+    """A position mid-epoch over a dataset of another length would skip samples it never saw."""
+    saved = state.get("dataset_length")
+    if saved is None or length is None or saved == length or not state["batches_yielded"]:
+        return
+    raise ConfigError(f"its position (batch {state['batches_yielded']} of epoch {state['epoch']}) was saved over "
+                      f"{saved} samples and this loader has {length}: resume over the same dataset, or from a "
+                      "checkpoint saved at an epoch boundary")
