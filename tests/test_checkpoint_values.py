@@ -219,11 +219,12 @@ def test_a_stateful_loader_state_for_a_plain_loader_is_refused_before_anything_c
 # ------------------------------------------------------------------ no wait, no dangerous advice
 
 
-def test_an_optimizer_file_that_is_a_fifo_is_refused_at_once(tmp_path):
+@pytest.mark.parametrize("name", ["optimizer.bin", "model.safetensors"])
+def test_a_checkpoint_file_that_is_a_fifo_is_refused_at_once(tmp_path, name):
     run = prepared()
     directory = accelerate_checkpoint(tmp_path / "acc", run)
-    (directory / "optimizer.bin").unlink()
-    os.mkfifo(directory / "optimizer.bin")
+    (directory / name).unlink()
+    os.mkfifo(directory / name)
     outcome = []
 
     def load():
@@ -236,10 +237,10 @@ def test_an_optimizer_file_that_is_a_fifo_is_refused_at_once(tmp_path):
     reader.start()
     reader.join(timeout=30)
     if reader.is_alive():  # waits for a writer: give it one that closes at once, so the thread ends
-        os.close(os.open(directory / "optimizer.bin", os.O_WRONLY | os.O_NONBLOCK))
+        os.close(os.open(directory / name, os.O_WRONLY | os.O_NONBLOCK))
         reader.join(timeout=30)
         pytest.fail("load_state waited on a FIFO")
-    assert outcome and "optimizer.bin is not a regular file" in outcome[0]
+    assert outcome and f"{name} is not a regular file" in outcome[0]
 
 
 def test_a_refused_pickle_names_the_global_and_never_advises_turning_safety_off(tmp_path):

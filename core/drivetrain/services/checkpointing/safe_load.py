@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from typing import Any, Callable, Iterable, Union
 
 import torch
 
 from ...kernel.errors import CheckpointError
+from .paths import regular_file
 
 MapLocation = Union[str, torch.device, Callable[..., Any], dict, None]
 
@@ -44,19 +44,6 @@ def _refusal(path: str | os.PathLike, error: Exception) -> CheckpointError:
                            "plain data are accepted: it is damaged or was not written by this library")
 
 
-def _check_regular_file(path: str | os.PathLike) -> None:
-    """A FIFO, socket or device in place of a file would block the reader or never end."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise CheckpointError(f"{path} is missing from the checkpoint") from None
-    except OSError as error:
-        raise CheckpointError(f"{path} cannot be read ({error.strerror})") from None
-    if not stat.S_ISREG(mode):
-        raise CheckpointError(f"{path} is not a regular file (a FIFO, socket, device or directory): a checkpoint "
-                              "holds plain files; replace it with the file that was saved")
-
-
 def safe_torch_load(path: str | os.PathLike, allowed: Iterable[Any] = (), map_location: MapLocation = "cpu",
                     mmap: bool = False) -> Any:
     """Read a ``torch.save`` file that may hold only tensors, plain data and the ``allowed`` classes.
@@ -67,7 +54,7 @@ def safe_torch_load(path: str | os.PathLike, allowed: Iterable[Any] = (), map_lo
     then read whole. Raises ``CheckpointError`` for a missing, damaged or unsafe file.
     """
     if isinstance(path, (str, os.PathLike)):
-        _check_regular_file(path)
+        regular_file(path)
     try:
         with torch.serialization.safe_globals(list(allowed)):
             if mmap:
