@@ -193,6 +193,10 @@ def test_a_sparse_optimizer_tensor_and_a_forged_scheduler_value_are_refused(tmp_
         parameter_state["exp_avg"] = parameter_state["exp_avg"].to_sparse()
     directory = accelerate_checkpoint(tmp_path / "sparse_too", run, optimizer_state=state)
     refused(run, directory, r"optimizer\.bin is damaged: state\[0\]\['exp_avg'\] is a sparse tensor that cannot")
+    state = copy.deepcopy(optimizer.state_dict())
+    state["state"][0]["step"] = "abc"
+    directory = accelerate_checkpoint(tmp_path / "step", run, optimizer_state=state)
+    refused(run, directory, r"optimizer\.bin is damaged: state\[0\]\['step'\] is 'abc'")
     schedule = dict(scheduler.state_dict(), step_size="abc")
     directory = accelerate_checkpoint(tmp_path / "schedule", run, scheduler_state=schedule)
     refused(run, directory, r"scheduler\.bin is damaged: \['step_size'\] is 'abc'")

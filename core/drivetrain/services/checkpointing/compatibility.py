@@ -88,10 +88,15 @@ def check_optimizer(saved: Any, optimizer: Any, where: str) -> None:
         parameter = parameters[position]
         ours = current_state.get(parameter, {})
         for name, value in entries.items():
-            if not isinstance(value, torch.Tensor):
-                continue
             label = f"state[{key}][{name!r}]"
             current = ours.get(name)
+            if not isinstance(value, torch.Tensor):
+                # a number may stand for a tensor (an older torch's step count), nothing else may
+                expected = 0.0 if isinstance(current, torch.Tensor) else current
+                if not _same_kind_of_value(value, expected):
+                    raise CheckpointError(f"{where} is damaged: {label} is {value!r:.60}, where the optimizer holds "
+                                          f"a {type(current).__name__}; load an earlier checkpoint")
+                continue
             if value.layout != torch.strided and not (isinstance(current, torch.Tensor)
                                                       and current.layout == value.layout):
                 raise _refuse(where, label, value, current if current is not None else parameter)
