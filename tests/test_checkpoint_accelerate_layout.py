@@ -68,7 +68,10 @@ def write_accelerate_layout(directory, nets, optimizer, scheduler, counter, step
                 "torch_manual_seed": torch.get_rng_state()}, directory / "random_states_0.pkl")
 
 
-def test_load_state_resumes_an_accelerate_directory(tmp_path, caplog):
+def test_load_state_resumes_an_accelerate_directory(tmp_path, caplog, monkeypatch):
+    from drivetrain.services.checkpointing import accelerate_layout
+
+    monkeypatch.setattr(accelerate_layout, "_warned_no_checksums", False)  # said once per process: maybe already
     accelerator, nets, optimizer, scheduler, counter = prepared(0, models=2)
     step(accelerator, nets, optimizer, scheduler)
     counter.count = 7

@@ -120,6 +120,7 @@ def read_checkpoint(directory: Path, counts: dict[str, int], rank: int, location
             raise CheckpointError(f"{directory} holds no weights for model {index} ({safe.name} or {pickled.name}); "
                                   "prepare the same models as the run that saved it")
     trees: dict[str, Any] = {}
+    sources: dict[str, str] = {}  # each tree's file, for the checks' messages
     for kind, stem, suffix, count in (("optimizer", "optimizer", ".bin", counts["optimizers"]),
                                       ("scheduler", "scheduler", ".bin", counts["schedulers"])):
         for index in range(count):
@@ -127,31 +128,36 @@ def read_checkpoint(directory: Path, counts: dict[str, int], rank: int, location
             if not path.exists():
                 raise CheckpointError(f"{path} is missing: prepare the same {kind}s as the run that saved it")
             trees[f"{kind}_{index}"] = _load(path, location if kind == "optimizer" else "cpu")
+            sources[f"{kind}_{index}"] = str(path)
     custom = sorted(directory.glob("custom_checkpoint_*.pkl"))
     if len(custom) != counts["custom_objects"]:
         raise CheckpointError(f"{directory} holds {len(custom)} custom_checkpoint files and {counts['custom_objects']} "
                               "objects are registered: register the same objects before load_state()")
     for index in range(counts["custom_objects"]):
         trees[f"custom_checkpoint_{index}"] = _load(directory / f"custom_checkpoint_{index}.pkl", location)
+        sources[f"custom_checkpoint_{index}"] = str(directory / f"custom_checkpoint_{index}.pkl")
     for index in range(counts["dataloaders"]):
         path = directory / numbered("dl_state_dict", index, ".bin")
         if path.exists():  # a torchdata loader's position
             trees[f"dataloader_{index}"] = _load(path)
+            sources[f"dataloader_{index}"] = str(path)
     if (directory / "sampler.bin").exists():
         logger.warning("%s/sampler.bin (Accelerate's pickled sampler) is not read: a pickled object cannot be read "
                        "without running its code; that loader starts its epoch from the beginning", directory)
     if (directory / "scaler.pt").exists():
         trees["scaler"] = _load(directory / "scaler.pt")
+        sources["scaler"] = str(directory / "scaler.pt")
     rng = None
     rng_file = directory / f"random_states_{rank}.pkl"
     if rng_file.exists():
         saved = _load(rng_file)
         rng = _rng(saved, rng_file, platform_name, device_index)
-        if "step" in saved:
-            trees["accelerator"] = {"step": int(saved["step"])}
+        if "step" in saved:  # checked with the rest (state_values), before anything changes
+            trees["accelerator"] = {"step": saved["step"]}
+            sources["accelerator"] = f"{rng_file} (its 'step')"
     manifest = {"kind": "accelerate", "world_size": None, "plugins": {}}
     return {"manifest": manifest, "models": models, "trees": trees, "rng": rng, "grads": None,
-            "rng_file": rng_file}
+            "rng_file": rng_file, "sources": sources}
 
 
 # ----------------------------------------------------------------------- export

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ...kernel.errors import CheckpointError
+from .state_values import check_numpy_rng, check_python_rng, is_integer
 
 
 def _describe(tensor: torch.Tensor) -> str:
@@ -22,6 +23,8 @@ def _describe(tensor: torch.Tensor) -> str:
 
 
 def _fits(saved: torch.Tensor, current: torch.Tensor, casts: bool) -> bool:
+    if saved.layout != current.layout:  # a sparse tensor's indices are not checked by torch: never into a dense one
+        return False
     if tuple(saved.shape) != tuple(current.shape):
         return False
     if saved.dtype == current.dtype:
@@ -32,7 +35,10 @@ def _fits(saved: torch.Tensor, current: torch.Tensor, casts: bool) -> bool:
 
 def _refuse(where: str, name: str, saved: Any, current: Any) -> CheckpointError:
     def show(value: Any) -> str:
-        return _describe(value) if isinstance(value, torch.Tensor) else type(value).__name__
+        if isinstance(value, torch.Tensor):
+            sparse = "" if value.layout == torch.strided else f" {str(value.layout).removeprefix('torch.')}"
+            return _describe(value) + sparse
+        return type(value).__name__
 
     return CheckpointError(f"{where} does not fit: {name} is {show(saved)} in the checkpoint but {show(current)} here; "
                            "load it into the same model and optimizer set-up that saved it")
@@ -82,15 +88,38 @@ def check_optimizer(saved: Any, optimizer: Any, where: str) -> None:
         parameter = parameters[position]
         ours = current_state.get(parameter, {})
         for name, value in entries.items():
-            if not isinstance(value, torch.Tensor):
-                continue
             label = f"state[{key}][{name!r}]"
             current = ours.get(name)
+            if not isinstance(value, torch.Tensor):
+                # a number may stand for a tensor (an older torch's step count), nothing else may
+                expected = 0.0 if isinstance(current, torch.Tensor) else current
+                if not _same_kind_of_value(value, expected):
+                    raise CheckpointError(f"{where} is damaged: {label} is {value!r:.60}, where the optimizer holds "
+                                          f"a {type(current).__name__}; load an earlier checkpoint")
+                continue
+            if value.layout != torch.strided and not (isinstance(current, torch.Tensor)
+                                                      and current.layout == value.layout):
+                raise _refuse(where, label, value, current if current is not None else parameter)
+            _check_sparse_indices(value, where, label)
             if isinstance(current, torch.Tensor):
                 if not _fits(value, current, True):
                     raise _refuse(where, label, value, current)
             elif value.dim() > 0 and value.dim() == parameter.dim() and tuple(value.shape) != tuple(parameter.shape):
                 raise _refuse(where, label, value, parameter)
+
+
+def _check_sparse_indices(value: torch.Tensor, where: str, label: str) -> None:
+    """torch.load does not check a sparse tensor's indices: one past its size reads outside it later."""
+    if value.layout == torch.strided:
+        return
+    try:
+        if value.layout != torch.sparse_coo:
+            raise RuntimeError(f"a {value.layout} tensor")
+        torch.sparse_coo_tensor(value._indices(), value._values(), value.shape, check_invariants=True)
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{where} is damaged: {label} is a sparse tensor that cannot be used ({first[:120]}); "
+                              "load an earlier checkpoint") from None
 
 
 def _is_number(value: Any) -> bool:
@@ -133,8 +162,27 @@ def _check_group_values(saved: Mapping[str, Any], current: Mapping[str, Any], op
                                   f"cannot take (it holds {own!r}); load an earlier checkpoint")
 
 
+def _same_kind_of_value(saved: Any, current: Any) -> bool:
+    """A plain value where the object holds one of its kind: a count for a count, a string for a
+    string (``None`` anywhere: an unset value)."""
+    if saved is None or current is None:
+        return True
+    if isinstance(current, bool):
+        return isinstance(saved, bool)
+    if _is_number(current) or is_integer(current):  # an int may hold a float later (a learning rate of 1)
+        return _is_number(saved) or is_integer(saved)
+    if isinstance(current, str):
+        return isinstance(saved, str)
+    return True
+
+
 def check_tree(saved: Any, current: Any, where: str, path: str = "") -> None:
-    """Every tensor at the same place in both trees must have the same shape and dtype."""
+    """Every tensor at the same place in both trees must have the same shape and dtype, and
+    every plain value the kind the object holds there (a scheduler's ``step_size`` a count,
+    not ``"abc"``)."""
+    if not _same_kind_of_value(saved, current):
+        raise CheckpointError(f"{where} is damaged: {path or 'the state'} is {saved!r:.60}, where the object holds "
+                              f"a {type(current).__name__} ({current!r:.40}); load an earlier checkpoint")
     if isinstance(current, torch.Tensor):
         if not isinstance(saved, torch.Tensor):
             if saved is not None:
@@ -142,6 +190,7 @@ def check_tree(saved: Any, current: Any, where: str, path: str = "") -> None:
             return
         if not _fits(saved, current, False):
             raise _refuse(where, path or "the state", saved, current)
+        _check_sparse_indices(saved, where, path or "the state")
         return
     if isinstance(saved, Mapping) and isinstance(current, Mapping):
         for key in saved:
@@ -156,10 +205,13 @@ def check_rng(saved: Any, current: Mapping[str, Any], where: str) -> None:
     """Try each saved RNG state on a scratch generator, so a bad one fails before any is set."""
     if not isinstance(saved, Mapping):
         raise CheckpointError(f"{where} is not an RNG state")
+    # numpy accepts a position past its key and then reads outside the generator: check first
+    check_python_rng(saved.get("python"), where)
+    check_numpy_rng(saved.get("numpy"), where)
     try:
         random.Random().setstate(saved["python"])
         np.random.RandomState().set_state(saved["numpy"])
         torch.Generator().set_state(saved["torch"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError) as error:
         raise CheckpointError(f"{where} holds an RNG state this process cannot use ({type(error).__name__}: {error})") from None
     check_tree(saved.get("device"), current.get("device"), where, "['device']")

@@ -131,6 +131,8 @@ _FIELDS: dict[str, tuple[Any, str]] = {
     "plugin_api_version": (lambda v: isinstance(v, str), "a string"),
     "distributed_type": (lambda v: isinstance(v, str), "a string"),
     "mixed_precision": (lambda v: v is None or isinstance(v, str), "a string"),
+    "loader_batch_sizes": (lambda v: isinstance(v, list) and all(n is None or (_is_count(n) and n > 0) for n in v),
+                           "a list of batch sizes"),
 }
 
 

@@ -45,3 +45,17 @@ def member_file(directory: str | os.PathLike, name: object, source: str | os.Pat
         raise CheckpointError(f"{source} lists {name!r}, which is not a regular file; the checkpoint is damaged "
                               "or was edited: load an earlier checkpoint")
     return path
+
+
+def regular_file(path: str | os.PathLike) -> None:
+    """Refuse a path the user or a layout named that is not a regular file: a FIFO would
+    block its reader forever, a device never end."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing from the checkpoint") from None
+    except OSError as error:
+        raise CheckpointError(f"{path} cannot be read ({error.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(f"{path} is not a regular file (a FIFO, socket, device or directory): a checkpoint "
+                              "holds plain files; replace it with the file that was saved")

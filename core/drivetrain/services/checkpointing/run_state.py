@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from ...kernel import environment
-from ...kernel.errors import CheckpointError
+from ...kernel.errors import CheckpointError, ConfigError
 from ...kernel.version import PLUGIN_API_VERSION, __version__
-from . import accelerate_layout, checksums, commit, compatibility, layout, peers, remote, target
+from . import accelerate_layout, checksums, commit, compatibility, layout, peers, remote, state_values, target
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
 from .deferred import DeferredWrites, HostStaging, copy_to_host
 from .model_files import read_model_files_later, write_model_files
@@ -250,10 +250,40 @@ def _manifest(accelerator: Accelerator, prepared: PreparedObjects, files: dict[s
         "world_size": accelerator.num_processes,
         "platform": accelerator.run.platform.name,  # names the device generator states (an export needs it)
         "counts": prepared.counts(),
+        # a stateful loader's position is kept in batches: it means nothing over batches of another size
+        "loader_batch_sizes": [_batch_size(loader) for loader in prepared.dataloaders],
         "files": sorted(files),
         "checksum_algorithm": checksums.ALGORITHM,
         "checksums": dict(sorted(files.items())),
     }
+
+
+def _batch_size(loader: Any) -> int | None:
+    size = getattr(loader, "total_batch_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
+def _check_batch_position(tree: Any, key: str, loader: Any, manifest: dict[str, Any], directory: Path,
+                          processes: int) -> None:
+    """A position kept only in batches (torchdata's ``StatefulDataLoader`` state) mid-epoch
+    resumes only on the layout and batch size that saved it: anything else would skip the
+    wrong samples."""
+    if not (isinstance(tree, dict) and "_num_yielded" in tree and tree.get("_num_yielded")
+            and not tree.get("_iterator_finished")):
+        return
+    index = int(key.rpartition("_")[2])
+    if manifest.get("world_size") != processes:
+        raise CheckpointError(
+            f"{directory}/{key} was saved mid-epoch by {manifest.get('world_size')} processes with a position in batches "
+            f"(a StatefulDataLoader state); it cannot resume that epoch on {processes}: resume with "
+            f"{manifest.get('world_size')} processes, or from a checkpoint saved at an epoch boundary")
+    sizes = manifest.get("loader_batch_sizes") or []
+    saved, current = (sizes[index] if index < len(sizes) else None), _batch_size(loader)
+    if saved is not None and current is not None and saved != current:
+        raise CheckpointError(
+            f"{directory}/{key} was saved mid-epoch with {saved} samples per batch and a position in batches "
+            f"(a StatefulDataLoader state); this loader takes {current}: resume with batch size {saved}, or from a "
+            "checkpoint saved at an epoch boundary")
 
 
 def _publication(accelerator: Accelerator, prepared: PreparedObjects,
@@ -468,6 +498,11 @@ def _count_problem(manifest: dict[str, Any], prepared: PreparedObjects) -> str |
             "schedulers": len(prepared.schedulers)}
     different = [f"{what}: checkpoint {counts.get(what, 0)}, prepared {n}" for what, n in mine.items()
                  if counts.get(what, 0) != n]
+    # A loader without a saved position would start its epoch over, silently: refused. Fewer
+    # loaders than saved is a run that loads the model first and prepares its loaders later.
+    loaders = len(prepared.dataloaders)
+    if isinstance(counts.get("dataloaders"), int) and loaders > counts["dataloaders"]:
+        different.append(f"dataloaders: checkpoint {counts['dataloaders']}, prepared {loaders}")
     return "; ".join(different) or None
 
 
@@ -651,6 +686,9 @@ def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directo
                 f"{directory} was saved mid-epoch by {manifest['world_size']} processes with a position in batches; "
                 f"it cannot resume that epoch on {accelerator.num_processes}: resume with {manifest['world_size']} "
                 "processes, or from a checkpoint saved at an epoch boundary")
+        if key.startswith("dataloader_"):
+            _check_batch_position(tree, key, prepared.dataloaders[int(key.rpartition("_")[2])], manifest, directory,
+                                  accelerator.num_processes)
     read = {"manifest": manifest, "models": models, "trees": trees, "rng": rng, "grads": grads}
     _check_read(accelerator, prepared, directory, read, options, str(rng_prefix) + ".json", grads_file)
     return read
@@ -661,6 +699,7 @@ def _check_read(accelerator: Accelerator, prepared: PreparedObjects, directory: 
     """Every state read against the object it is for, before anything is changed."""
     run = accelerator.run
     models, trees, rng, grads = read["models"], read["trees"], read["rng"], read["grads"]
+    sources = read.get("sources", {})  # each tree's file where its name is not {directory}/{key}
     for index, state in models.items():
         compatibility.check_model(state, accelerator.unwrap_model(prepared.models[index]),
                                   f"{directory}/model_{index}", bool(options.get("strict", True)))
@@ -668,12 +707,19 @@ def _check_read(accelerator: Accelerator, prepared: PreparedObjects, directory: 
         for index, optimizer in enumerate(prepared.optimizers):
             if f"optimizer_{index}" not in trees:
                 raise CheckpointError(f"{directory}/optimizer_{index}.json is missing")
-            compatibility.check_optimizer(trees[f"optimizer_{index}"], optimizer, f"{directory}/optimizer_{index}")
+            compatibility.check_optimizer(trees[f"optimizer_{index}"], optimizer,
+                                          sources.get(f"optimizer_{index}", f"{directory}/optimizer_{index}"))
     for name, objects in (("scheduler", prepared.schedulers), ("dataloader", prepared.dataloaders),
                           ("custom_checkpoint", prepared.custom_objects)):
         for index, obj in enumerate(objects):
-            if f"{name}_{index}" in trees and hasattr(obj, "state_dict"):
-                compatibility.check_tree(trees[f"{name}_{index}"], obj.state_dict(), f"{directory}/{name}_{index}")
+            key = f"{name}_{index}"
+            where = sources.get(key, f"{directory}/{key}")
+            if key in trees and name == "dataloader":
+                _check_loader_state(trees[key], obj, where)
+            elif key in trees and hasattr(obj, "state_dict"):
+                compatibility.check_tree(trees[key], obj.state_dict(), where)
+    if "accelerator" in trees:
+        state_values.check_run_values(trees["accelerator"], sources.get("accelerator", f"{directory}/accelerator.json"))
     if accelerator.scaler is not None and "scaler" in trees:
         compatibility.check_tree(trees["scaler"], accelerator.scaler.state_dict(), f"{directory}/scaler")
     if grads is not None:
@@ -683,6 +729,20 @@ def _check_read(accelerator: Accelerator, prepared: PreparedObjects, directory: 
                                      {k: p.detach() for k, p in own.items()}, f"{grads_file}")
     if rng is not None:
         compatibility.check_rng(rng, rng_state(run.platform), str(rng_file))
+
+
+def _check_loader_state(saved: Any, loader: Any, where: str) -> None:
+    """A data loader's state against the loader: its kind and every value, by the loader's own
+    ``check_state_dict`` (a prepared loader's), else as any other state tree."""
+    check = getattr(loader, "check_state_dict", None)
+    if check is None:
+        if hasattr(loader, "state_dict"):
+            compatibility.check_tree(saved, loader.state_dict(), where)
+        return
+    try:
+        check(saved)
+    except ConfigError as error:
+        raise CheckpointError(f"{where} cannot be loaded into data loader: {error}") from None
 
 
 def _restore(accelerator: Accelerator, prepared: PreparedObjects, directory: Path, read: dict[str, Any],

@@ -18,6 +18,7 @@ import torch
 from ...kernel.errors import CheckpointError
 from .checksums import Recorder, Verifier, new_hasher
 from .dtypes import SAFETENSORS_DTYPES
+from .paths import regular_file
 
 _DTYPE_NAMES = {dtype: code for code, dtype in SAFETENSORS_DTYPES.items()}
 _ALIGN = 8
@@ -198,6 +199,7 @@ def read_safetensors(path: str | os.PathLike, device: str | torch.device = "cpu"
         return CheckpointError(f"{path} is damaged or not a safetensors file ({reason}); "
                                "load an earlier checkpoint or save again")
 
+    regular_file(path)  # opening a FIFO would wait for a writer forever
     tensors: dict[str, torch.Tensor] = {}
     hasher = new_hasher() if verifier is not None and verifier.expected(path) is not None else None
     try:
@@ -229,6 +231,7 @@ def read_safetensors(path: str | os.PathLike, device: str | torch.device = "cpu"
 
 def read_metadata(path: str | os.PathLike) -> dict[str, str]:
     """The ``__metadata__`` of a safetensors file (without reading its tensors)."""
+    regular_file(path)
     try:
         with open(path, "rb") as handle:
             return read_header(handle, path).metadata

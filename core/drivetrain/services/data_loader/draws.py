@@ -84,22 +84,29 @@ class EpochDraws:
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         """Replay ``state`` at the next pass of its epoch (``None``: draw afresh)."""
+        self.record = self.checked_record(state)
+
+    def checked_record(self, state: dict[str, Any] | None) -> dict[str, Any] | None:
+        """What :meth:`load_state_dict` would keep of ``state``, changing nothing; a state it
+        cannot replay is a ``ConfigError`` (checked before any part of a checkpoint is restored)."""
         if not state:
-            self.record = None
-            return
+            return None
         samplers = list(state.get("samplers", []))
         if len(samplers) != len(self._samplers()):
-            self.record = None  # a loader of another shape: its draws do not apply
-            return
-        record = {"epoch": int(state["epoch"]), "loader": _byte_state(state["loader"]),
-                  "samplers": [_byte_state(s) for s in samplers], "replay": True}
+            return None  # a loader of another shape: its draws do not apply
+        try:
+            record = {"epoch": int(state["epoch"]), "loader": _byte_state(state["loader"]),
+                      "samplers": [_byte_state(s) for s in samplers], "replay": True}
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise ConfigError(f"its draws are damaged ({type(error).__name__}: {error}); resume from an earlier "
+                              "checkpoint") from None
         for saved in [record["loader"], *record["samplers"]]:
             try:
                 torch.Generator().set_state(saved)
             except RuntimeError as error:
                 raise ConfigError(f"this data loader state holds a generator state this torch cannot use ({error}); "
                                   "it was saved by another torch build: resume from an epoch boundary") from None
-        self.record = record
+        return record
 
 
 def _byte_state(value: Any) -> torch.Tensor:

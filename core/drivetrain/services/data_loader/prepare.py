@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import numbers
 from typing import Any, Callable, Iterator
 
 import torch
@@ -340,6 +341,9 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     batches of a map-style dataset; once it has run through, the original continues with the
     following epoch. A plain ``DataLoader`` gets a plain loader that skips at every pass.
     """
+    if not isinstance(num_batches, numbers.Integral) or isinstance(num_batches, bool) or num_batches < 0:
+        raise ConfigError(f"skip_first_batches(num_batches={num_batches!r}) takes a whole number of batches >= 0")
+    num_batches = int(num_batches)
     if isinstance(dataloader, _PreparedLoader):
         construction = dict(dataloader._construction)
         return type(dataloader)(skip_batches=num_batches, **construction)

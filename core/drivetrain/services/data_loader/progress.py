@@ -14,6 +14,8 @@ from ...runtime.state import GradientState, PartialState
 from ..cross_process import broadcast_object_list
 
 from .draws import EpochDraws
+from .state_check import (check_position_state, check_same_dataset, check_stateful_state, check_within_epoch,
+                          resumed_batches)
 from .sharding import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler, _mix
 from .stateful import StatefulVariants
 from .stream_position import StreamPosition, warn_replay
@@ -263,6 +265,8 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
             "seed": progress.seed,
             "total_batch_size": self.total_batch_size,
             "num_processes": progress.num_processes,
+            # a position mid-epoch means those samples only over the same dataset (None: no length)
+            "dataset_length": self.total_dataset_length,
         }
         draws = progress.draws.state_dict() if progress.draws is not None else None
         if draws is not None:
@@ -282,8 +286,27 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
             return stream.pending(progress.epoch, progress.batches_yielded)
         return self._read_state
 
+    def check_state_dict(self, state_dict: Any) -> None:
+        """Refuse a state this loader cannot resume from (another kind of loader's, a damaged
+        value, a position past this loader's epoch) with a ``ConfigError`` naming the field;
+        changes nothing. ``load_state`` calls it for every loader before it restores anything."""
+        if self._stateful_base() is not None:
+            check_stateful_state(state_dict)
+            return
+        check_position_state(state_dict, STATE_FORMAT)
+        if self._progress.draws is not None:
+            self._progress.draws.checked_record(state_dict.get("draws"))
+        batches, _samples = resumed_batches(state_dict, self.total_batch_size)
+        try:
+            per_epoch: int | None = len(self) + self.skip_batches  # the whole epoch, skipped batches too
+        except (TypeError, NotImplementedError):  # an iterable dataset without a length
+            per_epoch = None
+        check_within_epoch(batches, per_epoch, state_dict["epoch"])
+        check_same_dataset(state_dict, self.total_dataset_length)
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a saved position: the next pass resumes at the next unseen batch."""
+        self.check_state_dict(state_dict)
         base = self._stateful_base()
         if base is not None:
             base.load_state_dict(self, state_dict)
@@ -291,23 +314,13 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
             progress = self._progress
             progress.batches_yielded, progress.fresh = 0, True  # torchdata skips, not us
             return
-        missing = {"epoch", "batches_yielded", "seed"} - set(state_dict)
-        if missing:
-            raise ConfigError(f"not a drivetrain data loader state (missing {sorted(missing)}); it was saved by "
-                              f"another kind of data loader")
-        if state_dict.get("format", STATE_FORMAT) > STATE_FORMAT:
-            raise ConfigError(f"this data loader state has format {state_dict['format']}, newer than this "
-                              f"drivetrain reads ({STATE_FORMAT}); upgrade drivetrain")
         progress = self._progress
         if progress.draws is not None:  # first: it refuses a state it cannot replay, before anything changes
             progress.draws.load_state_dict(state_dict.get("draws"))
-        batches = int(state_dict["batches_yielded"])
         saved_total = state_dict.get("total_batch_size")
         total = self.total_batch_size
-        samples = state_dict.get("samples_yielded")
-        samples = int(samples) if samples else batches * saved_total if saved_total else None
+        batches, samples = resumed_batches(state_dict, total)
         if samples is not None and total and saved_total != total:
-            batches = samples // total
             if samples % total and state_dict.get("dataset_state") is None:
                 logger.warning("the data loader state was saved with %d samples per step and this loader has %d; "
                                "resuming after %d batches (%d samples were seen, %d are replayed)",
