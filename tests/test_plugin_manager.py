@@ -117,6 +117,27 @@ def test_plugin_for_a_future_api_is_refused_with_the_reason():
     assert any("future" in message for message in manager.caught)
 
 
+def test_wrong_types_in_plugin_info_refuse_each_plugin_and_keep_the_others():
+    broken = {
+        "float_version": PluginInfo(api_version=1.5),
+        "none_version": PluginInfo(api_version=None),
+        "string_requires": PluginInfo(api_version="1.0", requires="torch"),
+        "number_feature": PluginInfo(api_version="1.0", features=("compile", 3)),
+        "number_description": PluginInfo(api_version="1.0", description=7),
+        "list_extra": PluginInfo(api_version="1.0", extra=["x"]),
+        "two_line_description": PluginInfo(api_version="1.0", description="one\ntwo"),
+    }
+    manager = load(*(fake_plugin(name, PLUGIN_INFO=info, drivetrain_register_platforms=_register_platforms)
+                     for name, info in broken.items()), toy_platform())
+    for name in broken:
+        record = manager.records[name]
+        assert record.status is PluginStatus.FAILED, name
+        assert "fix PLUGIN_INFO" in record.reason and "\n" not in record.reason, record.reason
+    assert "1.5 (float)" in manager.records["float_version"].reason
+    assert manager.records["toy"].status is PluginStatus.AVAILABLE
+    assert api_version_problem(1.5) is not None
+
+
 def test_import_error_is_recorded_and_other_plugins_still_load():
     manager = load(failing_plugin("boom", ImportError("No module named 'missing_lib'")), toy_platform())
     assert manager.records["boom"].status is PluginStatus.FAILED

@@ -50,7 +50,9 @@ def test_list_does_not_import_torch_even_with_broken_plugins(template_site, brok
     import os
     import subprocess
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(template_site), str(broken_site)]))
+    # the sites go before the path this process was given, which they must not replace
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(template_site), str(broken_site),
+                                                       os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
@@ -115,7 +117,8 @@ def test_broken_plugins_are_reported_and_the_rest_works(cli, template_site, brok
     # one line for all of them, naming each and where to look; the details are in the table
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert "PluginWarning" in result.stderr and "`drivetrain plugins list` shows why" in result.stderr
-    for name in ("broken_import", "bad_signature", "future_api", "junk_registration", "shadow_builtin"):
+    for name in ("broken_import", "bad_signature", "future_api", "junk_registration", "shadow_builtin",
+                 "float_api", "bad_info"):
         assert name in result.stderr
     plugins, _ = listing(cli, template_site, broken_site)
     assert plugins["broken_import"]["status"] == "failed"
@@ -124,6 +127,11 @@ def test_broken_plugins_are_reported_and_the_rest_works(cli, template_site, brok
     assert "colour" in plugins["bad_signature"]["reason"]
     assert plugins["future_api"]["status"] == "failed"
     assert "needs plugin API 2.0" in plugins["future_api"]["reason"]
+    # wrong types in PluginInfo refuse that plugin alone, with the field named
+    assert plugins["float_api"]["status"] == "failed"
+    assert "plugin API version 1.5 (float)" in plugins["float_api"]["reason"]
+    assert plugins["bad_info"]["status"] == "failed"
+    assert "requires='torch', which is not a list of strings" in plugins["bad_info"]["reason"]
     assert plugins["jsonl"]["status"] == "available" and plugins["cpu"]["status"] == "available"
     junk = plugins["junk_registration"]
     assert junk["status"] == "failed" and "'not a spec', which is not a TrackerSpec" in junk["reason"]

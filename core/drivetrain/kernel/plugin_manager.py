@@ -112,6 +112,8 @@ def _env_names(env: Mapping[str, str], name: str) -> set[str]:
 
 def api_version_problem(declared: str, offered: str = PLUGIN_API_VERSION) -> str | None:
     """Why a plugin written for API ``declared`` cannot run on ``offered``, or ``None``."""
+    if not isinstance(declared, str):
+        return f"declares plugin API version {declared!r}, which is not a version number like '1.0'"
     want, have = _major_minor(declared), _major_minor(offered)
     if want is None:
         return f"declares plugin API version {declared!r}, which is not a version number like '1.0'"
@@ -125,6 +127,33 @@ def api_version_problem(declared: str, offered: str = PLUGIN_API_VERSION) -> str
             f"was written for plugin API {declared} but this drivetrain offers {offered}: "
             "upgrade the plugin"
         )
+    return None
+
+
+def plugin_info_problem(info: PluginInfo) -> str | None:
+    """What is wrong with the types of a plugin's ``PLUGIN_INFO``, or ``None``.
+
+    A third-party plugin's declaration is the first thing of it the core reads; a wrong
+    type there (``api_version=1.5``) must refuse that plugin alone, never fail later in
+    code that expects strings.
+    """
+    fix = "fix PLUGIN_INFO in the plugin or ask its author to"
+    if not isinstance(info.api_version, str):
+        return (f"declares plugin API version {info.api_version!r} ({type(info.api_version).__name__}), "
+                f"which is not a string like '1.0': {fix}")
+    for field in ("description", "extra", "install_hint"):
+        value = getattr(info, field)
+        if not (isinstance(value, str) or (value is None and field != "description")):
+            return f"declares PluginInfo {field}={value!r}, which is not a string: {fix}"
+    for field in ("requires", "features"):
+        value = getattr(info, field)
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, frozenset, set)):
+            return f"declares PluginInfo {field}={value!r}, which is not a list of strings: {fix}"
+        odd = [item for item in value if not isinstance(item, str)]
+        if odd:
+            return f"declares PluginInfo {field} holding {odd[0]!r}, which is not a string: {fix}"
+    if any("\x00" in text or "\n" in text for text in (info.api_version, info.description)):
+        return f"declares a PluginInfo text with a line break or NUL character: {fix}"
     return None
 
 
@@ -323,6 +352,10 @@ class PluginManager:
         info = getattr(module, "PLUGIN_INFO", None)
         if not isinstance(info, PluginInfo):
             self._fail(record, "declares no PLUGIN_INFO = drivetrain.plugin_api.PluginInfo(...); add one")
+            return
+        problem = plugin_info_problem(info)
+        if problem:
+            self._fail(record, problem)
             return
         record.api_version = info.api_version
         record.description = info.description

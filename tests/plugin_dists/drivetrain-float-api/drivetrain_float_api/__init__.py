@@ -1,0 +1,1 @@
+"""Test fixture: a broken drivetrain plugin."""
