@@ -319,3 +319,61 @@ def _swanlab_scalars(path: Path) -> dict | None:
         if record.WhichOneof("record_type") == "scalar":
             found.setdefault(record.scalar.key, []).append((record.scalar.step, record.scalar.value.number))
     return found
+
+
+def _all_files(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("project", ["../escape", "a/../../escape", "/absolute/escape", "bad\x00name", ""])
+def test_tensorboard_project_names_that_leave_the_logging_dir_are_refused(tracker_env, project):
+    library("torch.utils.tensorboard", "tensorboard")
+    from drivetrain.errors import ConfigError
+
+    logs = tracker_env["logs"]
+    before = _all_files(logs.parent)
+    trackers = Trackers("tensorboard", logging_dir=logs, manager=PluginManager(env={}).load())
+    with pytest.raises(ConfigError) as error:
+        trackers.init_trackers(project)
+    message = str(error.value)
+    assert "\n" not in message and ("my_project" in message or "remove it" in message), message
+    assert _all_files(logs.parent) == before, "nothing is written anywhere"
+    assert len(trackers) == 0
+
+
+def test_tensorboard_keeps_a_project_with_subfolders_inside_the_logging_dir(tracker_env):
+    library("torch.utils.tensorboard", "tensorboard")
+    logs = tracker_env["logs"]
+    drive("tensorboard", logs, project="group/run")
+    assert list((logs / "group" / "run").glob("events.out.tfevents.*"))
+
+
+def test_a_logging_dir_that_is_a_file_is_refused_before_any_tracker_starts(tracker_env):
+    library("torch.utils.tensorboard", "tensorboard")
+    from drivetrain.errors import ConfigError
+
+    a_file = tracker_env["logs"].parent / "a-file"
+    a_file.write_text("not a folder")
+    trackers = Trackers("tensorboard", logging_dir=a_file, manager=PluginManager(env={}).load())
+    with pytest.raises(ConfigError, match=r"a-file is a file, not a directory: pass another .*project_dir="):
+        trackers.init_trackers("demo")
+    assert a_file.read_text() == "not a folder"
+
+
+def test_unknown_init_kwargs_name_the_tracker_and_the_keywords(tracker_env):
+    library("torch.utils.tensorboard", "tensorboard")
+    from drivetrain.errors import TrackerError
+
+    trackers = Trackers("tensorboard", logging_dir=tracker_env["logs"], manager=PluginManager(env={}).load())
+    with pytest.raises(TrackerError, match=r"^the 'tensorboard' tracker did not start: TypeError: .*'colour'.* "
+                                           r"\(check init_kwargs\['tensorboard'\]: colour\)$"):
+        trackers.init_trackers("demo", init_kwargs={"tensorboard": {"colour": "red"}})
+
+
+def test_a_wandb_project_name_with_a_slash_is_one_line_naming_the_tracker(tracker_env):
+    library("wandb", "wandb")
+    from drivetrain.errors import TrackerError
+
+    trackers = Trackers("wandb", logging_dir=tracker_env["logs"], manager=PluginManager(env={}).load())
+    with pytest.raises(TrackerError, match=r"^the 'wandb' tracker did not start: .*Invalid project name 'team/demo'"):
+        trackers.init_trackers("team/demo")

@@ -17,7 +17,7 @@ from fake_plugins import fake_plugin
 from tracker_env import trackio_dir, tracker_env  # noqa: F401  (fixtures)
 
 import drivetrain.plugin_manager as plugin_manager
-from drivetrain.errors import ConfigError
+from drivetrain.errors import ConfigError, TrackerError
 from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
 from drivetrain.plugin_manager import PluginManager
 from drivetrain.tracking import GeneralTracker, Trackers, plain_value
@@ -190,9 +190,45 @@ def test_all_takes_every_usable_tracker_and_skips_what_cannot_work(manager, capl
 
 
 def test_an_explicit_tracker_that_fails_to_start_raises(manager):
-    trackers = Trackers("broken")
-    with pytest.raises(RuntimeError, match="backend refused"):
+    trackers = Trackers(["recorder", "broken"])
+    with pytest.raises(TrackerError, match="^the 'broken' tracker did not start: RuntimeError: backend refused"):
         trackers.init_trackers("proj")
+    assert ("finish", "recorder") in Recorder.calls, "the tracker already started is closed"
+
+
+class FailsToLog(Recorder):
+    name = "failstolog"
+
+    def log(self, values, step=None, **kwargs):
+        raise ValueError("the server said\nno")
+
+
+def test_a_tracker_whose_log_raises_is_named_in_one_line(manager):
+    trackers = Trackers([FailsToLog("proj")])
+    trackers.init_trackers("proj")
+    with pytest.raises(TrackerError, match=r"^the 'failstolog' tracker failed to log step 4: ValueError: "
+                                           r"the server said no$"):
+        trackers.log({"loss": 1.0}, step=4)
+
+
+def test_init_kwargs_for_a_tracker_not_in_log_with_are_named_in_a_warning(manager, caplog):
+    trackers = Trackers("recorder")
+    with caplog.at_level(logging.WARNING, logger="drivetrain.tracking"):
+        trackers.init_trackers("proj", init_kwargs={"wandb": {"entity": "me"}, "recorder": {"tags": ["a"]}})
+    assert "init_kwargs for 'wandb' not used: not in log_with (recorder)" in caplog.text
+    assert "'recorder'" not in caplog.text.split("not used")[0]
+    for bad in (["recorder"], {"recorder": ["tags"]}, {"recorder": {1: "x"}}):
+        with pytest.raises(ConfigError, match="init_kwargs"):
+            trackers.init_trackers("proj", init_kwargs=bad)
+
+
+@pytest.mark.parametrize("project", ["../escape", "/abs", "x\x00y", "", 3])
+def test_project_names_that_cannot_stay_inside_the_logging_dir_are_refused(manager, tmp_path, project):
+    Recorder.calls = []
+    trackers = Trackers("needsdir", logging_dir=tmp_path)
+    with pytest.raises(ConfigError, match="init_trackers|project"):
+        trackers.init_trackers(project)
+    assert Recorder.calls == [], "refused before any tracker is created"
 
 
 def test_other_processes_log_only_to_trackers_that_collect_from_every_process(manager, tmp_path):

@@ -65,6 +65,11 @@ class CheckpointMismatchError(CheckpointError, RuntimeError):
     ``torch.nn.Module.load_state_dict(strict=True)`` raises for the same mismatch)."""
 
 
+class TrackerError(DrivetrainError, RuntimeError):
+    """An experiment tracker failed to start or to log; the message names the tracker (a
+    ``RuntimeError``, as the tracker libraries' own failures mostly are)."""
+
+
 class UsageError(DrivetrainError):
     """The ``Accelerator`` was used in an order or way that cannot work."""
 

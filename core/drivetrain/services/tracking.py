@@ -14,7 +14,8 @@ import warnings
 from collections.abc import MutableMapping
 from typing import Any, Iterator
 
-from ..kernel.errors import ConfigError
+from ..kernel.errors import ConfigError, DrivetrainError, TrackerError
+from .tracker_inputs import check_init_kwargs, check_logging_dir, check_project_name
 
 logger = logging.getLogger("drivetrain.tracking")  # its name before the layers, kept for log filters
 
@@ -171,6 +172,18 @@ def _needs_directory(name: str) -> str:
             "ProjectConfiguration(logging_dir=...)")
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or "(no message)"
+
+
+def _tracker_failure(name: str, what: str, exc: BaseException,
+                     init_kwargs: dict[str, dict[str, Any]]) -> TrackerError:
+    """Our one-line error for a tracker that failed, naming it and the init_kwargs it was given."""
+    given = init_kwargs.get(name)
+    hint = f" (check init_kwargs[{name!r}]: {', '.join(sorted(given))})" if given else ""
+    return TrackerError(f"the {name!r} tracker {what}: {type(exc).__name__}: {_one_line(exc)}{hint}")
+
+
 def _accepts_keyword(factory: Any, keyword: str) -> bool:
     try:
         parameters = inspect.signature(factory).parameters.values()
@@ -320,23 +333,33 @@ class Trackers:
         ``init_kwargs`` maps a tracker name to the keyword arguments of its constructor
         (``{"<name>": {"tags": [...]}}``). Calling it again finishes the previous trackers.
         """
+        # every input is checked before any tracker writes anything
+        if self._choices:
+            project_name = check_project_name(project_name)
+            check_logging_dir(self.logging_dir)
+        init_kwargs = check_init_kwargs(init_kwargs, self.names, warn=self.is_main_process)
         if self._trackers and not self._finished:
             self.end_training()
-        init_kwargs = init_kwargs or {}
         self._trackers, self._finished = [], False
-        created = [(choice, self._create(choice, project_name, init_kwargs)) for choice in self._choices]
-        for choice, tracker in created:
-            if tracker is None:
-                continue
-            try:
-                tracker.start()
-            except Exception as exc:
-                if not isinstance(choice, _Choice) or choice.explicit:
-                    raise
-                logger.warning("log_with='all' leaves out the %r tracker: it failed to start: %s: %s",
-                               choice.name, type(exc).__name__, exc)
-                continue
-            self._trackers.append(tracker)
+        try:
+            created = [(choice, self._create(choice, project_name, init_kwargs)) for choice in self._choices]
+            for choice, tracker in created:
+                if tracker is None:
+                    continue
+                try:
+                    tracker.start()
+                except Exception as exc:
+                    if isinstance(exc, DrivetrainError) and (not isinstance(choice, _Choice) or choice.explicit):
+                        raise
+                    if not isinstance(choice, _Choice) or choice.explicit:
+                        raise _tracker_failure(choice.name, "did not start", exc, init_kwargs) from exc
+                    logger.warning("log_with='all' leaves out the %r tracker: it failed to start: %s: %s",
+                                   choice.name, type(exc).__name__, exc)
+                    continue
+                self._trackers.append(tracker)
+        except BaseException:
+            self._finish_quietly()  # the trackers already started are not left open
+            raise
         if config is not None:
             for tracker in self._trackers:
                 tracker.store_init_configuration(config)
@@ -367,8 +390,10 @@ class Trackers:
                 kwargs["logging_dir"] = self.logging_dir
             return factory(project_name, **kwargs)
         except Exception as exc:
-            if choice.explicit:
+            if choice.explicit and isinstance(exc, DrivetrainError):
                 raise
+            if choice.explicit:
+                raise _tracker_failure(choice.name, "could not be created", exc, init_kwargs) from exc
             logger.warning("log_with='all' leaves out the %r tracker: %s: %s", choice.name, type(exc).__name__, exc)
             return None
 
@@ -394,7 +419,13 @@ class Trackers:
         """
         log_kwargs = log_kwargs or {}
         for tracker in self._trackers:
-            tracker.log(values, step=step, **log_kwargs.get(tracker.name, {}))
+            try:
+                tracker.log(values, step=step, **log_kwargs.get(tracker.name, {}))
+            except DrivetrainError:
+                raise
+            except Exception as exc:
+                raise TrackerError(f"the {tracker.name!r} tracker failed to log step {step}: "
+                                   f"{type(exc).__name__}: {_one_line(exc)}") from exc
 
     def on_checkpoint(self, event: str, directory: str | os.PathLike) -> None:
         """Tell every tracker that a checkpoint was saved (``"save"``) or loaded (``"load"``).
@@ -407,6 +438,14 @@ class Trackers:
             except Exception as exc:
                 logger.warning("the %r tracker could not record checkpoint %s of %s: %s: %s",
                                tracker.name, event, os.fspath(directory), type(exc).__name__, exc)
+
+    def _finish_quietly(self) -> None:
+        for tracker in reversed(self._trackers):
+            try:
+                tracker.finish()
+            except Exception as exc:
+                logger.warning("the %r tracker did not finish cleanly: %s: %s", tracker.name, type(exc).__name__, exc)
+        self._trackers, self._finished = [], True
 
     def end_training(self) -> None:
         """Finish every tracker (once; later calls do nothing), the last started first.
