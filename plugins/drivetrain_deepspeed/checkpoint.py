@@ -24,7 +24,7 @@ import contextlib
 import inspect
 import os
 from pathlib import Path
-from typing import Any, Iterator, Mapping, MutableMapping
+from typing import Any, Callable, Iterator, Mapping, MutableMapping
 
 from drivetrain.plugin_api import CheckpointError, copy_to_host, safe_torch_load
 
@@ -84,18 +84,24 @@ class _SafeCheckpointEngine:
 
 
 @contextlib.contextmanager
-def safe_loading(engine: Any, preloaded: dict[str, Any] | None = None) -> Iterator[None]:
-    """Every file the engine reads inside the block goes through the safe loader (or is one
-    of ``preloaded``: real path -> what was read from it already)."""
+def _checkpoint_engine_replaced(engine: Any, replace: Callable[[Any], Any], missing: str) -> Iterator[None]:
+    """The engine's ``checkpoint_engine`` is ``replace(original)`` inside the block; an engine
+    without one is a ``CheckpointError`` ending with ``missing`` (what to do instead)."""
     original = getattr(engine, "checkpoint_engine", None)
     if original is None:
-        raise CheckpointError("this DeepSpeed engine has no checkpoint_engine to read through safely; "
-                              "upgrade deepspeed (drivetrain[deepspeed])")
-    engine.checkpoint_engine = _SafeCheckpointEngine(original, preloaded)
+        raise CheckpointError(f"this DeepSpeed engine has no checkpoint_engine; {missing}")
+    engine.checkpoint_engine = replace(original)
     try:
         yield
     finally:
         engine.checkpoint_engine = original
+
+
+def safe_loading(engine: Any, preloaded: dict[str, Any] | None = None) -> contextlib.AbstractContextManager:
+    """Every file the engine reads inside the block goes through the safe loader (or is one
+    of ``preloaded``: real path -> what was read from it already)."""
+    return _checkpoint_engine_replaced(engine, lambda original: _SafeCheckpointEngine(original, preloaded),
+                                       "upgrade deepspeed to read its checkpoints safely (drivetrain[deepspeed])")
 
 
 def save_engine(engine: Any, index: int, directory: str, run: Any,
@@ -161,17 +167,9 @@ class _StagingCheckpointEngine:
         return getattr(self._inner, name)
 
 
-@contextlib.contextmanager
-def _staging_saves(engine: Any, staged: list[tuple[Any, str]]) -> Iterator[None]:
-    original = getattr(engine, "checkpoint_engine", None)
-    if original is None:
-        raise CheckpointError("this DeepSpeed engine has no checkpoint_engine to save through; save_state() with "
-                              "blocking=True, or upgrade deepspeed (drivetrain[deepspeed])")
-    engine.checkpoint_engine = _StagingCheckpointEngine(original, staged)
-    try:
-        yield
-    finally:
-        engine.checkpoint_engine = original
+def _staging_saves(engine: Any, staged: list[tuple[Any, str]]) -> contextlib.AbstractContextManager:
+    return _checkpoint_engine_replaced(engine, lambda original: _StagingCheckpointEngine(original, staged),
+                                       "save_state() with blocking=True, or upgrade deepspeed (drivetrain[deepspeed])")
 
 
 def _writer(manifest: Mapping[str, Any]) -> str:
