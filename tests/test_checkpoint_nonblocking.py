@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from drivetrain import Accelerator, ProjectConfiguration
-from drivetrain.checkpointing import layout, run_state
+from drivetrain.checkpointing import layout, process_state
 from drivetrain.errors import CheckpointError
 from drivetrain.services.checkpointing.deferred import DeferredWrites, copy_to_host
 
@@ -57,14 +57,14 @@ def _same(snapshot, model, optimizer, scheduler) -> bool:
 def _hold_writing(monkeypatch):
     """Writing a non-blocking save waits for ``release``; ``writing`` is set once it waits."""
     release, writing = threading.Event(), threading.Event()
-    real = run_state._write_process_state
+    real = process_state.write
 
     def held(*args, **kwargs):
         writing.set()
         assert release.wait(60)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(run_state, "_write_process_state", held)
+    monkeypatch.setattr(process_state, "write", held)
     return release, writing
 
 
@@ -118,7 +118,7 @@ def test_a_failure_while_writing_is_raised_at_the_next_wait_and_keeps_the_previo
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(run_state, "_write_process_state", broken)
+    monkeypatch.setattr(process_state, "write", broken)
     accelerator.save_state(blocking=False)
     with pytest.raises(CheckpointError, match="checkpoint_1 was not completed.*No space left on device"):
         accelerator.wait_for_checkpoint()
@@ -150,18 +150,18 @@ CRASH = textwrap.dedent("""
     import os, sys, time
     import torch
     from drivetrain import Accelerator, ProjectConfiguration
-    from drivetrain.checkpointing import run_state
+    from drivetrain.checkpointing import process_state
     accelerator = Accelerator(project_config=ProjectConfiguration(project_dir=sys.argv[1],
                                                                   automatic_checkpoint_naming=True))
     torch.manual_seed(0)
     model = accelerator.prepare(torch.nn.Linear(256, 256))
     accelerator.save_state()
-    real = run_state._write_process_state
+    real = process_state.write
     def slow(*args, **kwargs):
         print("WRITING", flush=True)
         time.sleep(60)
         return real(*args, **kwargs)
-    run_state._write_process_state = slow
+    process_state.write = slow
     with torch.no_grad():
         model.weight.add_(1.0)
     accelerator.save_state(blocking=False)
