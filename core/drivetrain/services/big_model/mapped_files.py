@@ -17,7 +17,6 @@ correct but keeps what was read resident.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 import os
 import threading
@@ -34,12 +33,13 @@ _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 
 
 def _libc_function(name: str, argtypes: list):
-    library = ctypes.util.find_library("c")
-    if library is None or _DONTNEED is None:
+    """``name`` of the C library this process already loaded (``CDLL(None)``: no search of
+    the system's libraries, which would start ``ldconfig`` at import), or ``None``."""
+    if _DONTNEED is None:
         return None
     try:
-        function = getattr(ctypes.CDLL(library, use_errno=True), name)
-    except (OSError, AttributeError):
+        function = getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError, TypeError):
         return None
     function.argtypes = argtypes
     function.restype = ctypes.c_int

@@ -211,15 +211,6 @@ class WeightStreamer:
         if self._last is not None:
             self._read_ahead_from(self._last)
 
-    def close(self) -> None:
-        """Stop reading ahead and let go of what was read ahead."""
-        self._drop_pending()
-        with self._reader_lock:
-            reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.shutdown(wait=True)
-        self._drop_released()
-
     def _drop_released(self) -> None:
         # The flag goes down first: a release after it queues another drop, one before it is
         # popped below (list.append and list.pop are atomic).
