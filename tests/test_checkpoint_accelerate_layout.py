@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import resource
+import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -154,3 +160,75 @@ def test_export_refuses_a_foreign_source_or_a_used_destination(tmp_path, cli):
     write_accelerate_layout(tmp_path / "acc", nets, optimizer, scheduler, counter, step_count=0)
     result = cli("checkpoint", "export", "--format", "accelerate", str(tmp_path / "acc"), str(tmp_path / "out"))
     assert result.returncode == 2 and "manifest" in result.stderr
+
+
+@contextlib.contextmanager
+def unprivileged():
+    """This process as an ordinary user for the block: a folder's permissions bind root only then."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.setegid(65534)
+    os.seteuid(65534)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+def one_line_refusal(result, *words):
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("drivetrain: error:"), result.stderr
+    assert all(word in lines[0] for word in words), lines[0]
+
+
+def test_export_refuses_destinations_it_cannot_write_whole(cli):
+    base = Path(tempfile.mkdtemp())
+    try:
+        base.chmod(0o755)  # readable by the ordinary user the read-only case runs as
+        accelerator, *_ = prepared(0)
+        accelerator.save_state(str(base / "own"))
+        before = sorted(path.name for path in (base / "own").iterdir())
+
+        def export(destination):
+            return cli("checkpoint", "export", "--format", "accelerate", str(base / "own"), str(destination))
+
+        one_line_refusal(export(base / "own" / "inside"), "inside", "outside")
+        one_line_refusal(export(base / "own"), "inside")
+        assert sorted(path.name for path in (base / "own").iterdir()) == before
+        (base / "a-file").write_text("mine")
+        one_line_refusal(export(base / "a-file"), "not a directory", "another path")
+        assert (base / "a-file").read_text() == "mine"
+        (base / "dangling").symlink_to(base / "nowhere")
+        one_line_refusal(export(base / "dangling"), "broken symbolic link", "remove the link")
+        assert not (base / "nowhere").exists()
+        (base / "read-only").mkdir()
+        (base / "read-only").chmod(0o555)
+        with unprivileged():
+            result = export(base / "read-only" / "out")
+        one_line_refusal(result, "cannot be written", "writable directory")
+        assert list((base / "read-only").iterdir()) == []
+    finally:
+        shutil.rmtree(base)
+
+
+def test_a_write_error_mid_export_leaves_nothing_that_looks_complete(tmp_path, cli):
+    torch.manual_seed(0)
+    accelerator = Accelerator(cpu=True)
+    big = accelerator.prepare(torch.nn.Linear(1024, 512))  # 2 MiB of weights
+    accelerator.save_state(str(tmp_path / "own"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    # A file may not grow past 1 MiB: the weights' write fails half-way as on a full disk
+    # (Python ignores SIGXFSZ, so the write returns EFBIG).
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))
+    try:
+        result = cli("checkpoint", "export", "--format", "accelerate", str(tmp_path / "own"), str(tmp_path / "acc"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    one_line_refusal(result, "could not write", "nothing was left there", "free space")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["own"]
+    result = cli("checkpoint", "export", "--format", "accelerate", str(tmp_path / "own"), str(tmp_path / "acc"))
+    assert result.returncode == 0, result.stderr
+    weights = safetensors.torch.load_file(tmp_path / "acc" / "model.safetensors")
+    assert torch.equal(weights["weight"], big.weight.detach())

@@ -63,27 +63,28 @@ def merge_fsdp_weights(checkpoint_dir: str | os.PathLike, output_path: str | os.
 
     Returns the names of the files written.
     """
-    from drivetrain.plugin_api import write_model_files
+    from drivetrain.plugin_api import output_write_error, write_model_files
 
     check_output(Path(checkpoint_dir), Path(output_path), remove_checkpoint_dir)
     source = sharded_model_directory(Path(checkpoint_dir), model_index)
     state = read_sharded_weights(source)
-    written = write_model_files(state, output_path, max_shard_size=max_shard_size,
-                                safe_serialization=safe_serialization)
+    try:  # each file is written under a temporary name and renamed: none is left half-written
+        written = write_model_files(state, output_path, max_shard_size=max_shard_size,
+                                    safe_serialization=safe_serialization)
+    except OSError as error:
+        raise output_write_error(Path(output_path), "merge-weights", error) from None
     if remove_checkpoint_dir:
         shutil.rmtree(checkpoint_dir)
     return written
 
 
 def check_output(checkpoint: Path, output: Path, remove_checkpoint_dir: bool) -> None:
-    """Refuse, before reading anything, an output that is a file or that removing the checkpoint would delete."""
-    if output.exists() and not output.is_dir():
-        raise CheckpointError(f"{output} exists and is not a directory; merge-weights writes a directory of weights "
-                              "and never replaces a file: choose another output path")
-    inside = output.resolve() == checkpoint.resolve() or checkpoint.resolve() in output.resolve().parents
-    if remove_checkpoint_dir and inside:
-        raise CheckpointError(f"{output} is inside {checkpoint}, which --remove-checkpoint-dir would delete with the "
-                              "merged weights; write the output outside the checkpoint directory")
+    """Refuse, before reading anything, an output that could not be written whole or that removing the
+    checkpoint would delete (the same rules as ``drivetrain checkpoint export``)."""
+    from drivetrain.plugin_api import refuse_unusable_output
+
+    refuse_unusable_output(output, "merge-weights", source=checkpoint if remove_checkpoint_dir else None,
+                           source_role="which --remove-checkpoint-dir deletes with the merged weights")
 
 
 def add_merge_command(subparsers: Any) -> None:

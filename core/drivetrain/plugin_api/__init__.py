@@ -49,8 +49,8 @@ _LAZY_BY_MODULE: dict[str, tuple[str, ...]] = {
                   "preemption_grace", "program_version", "recorded_failures"),
     "training": ("AcceleratedOptimizer", "AcceleratedScheduler", "GradientState", "PartialState",
                  "PreparedObjects", "convert_to_fp32", "prepared_objects", "recursively_apply"),
-    "checkpoints": ("DeferredWrites", "check_optimizer", "copy_to_host", "load_tree", "read_model_files", "safe_torch_load", "save_tree",
-                    "write_model_files"),
+    "checkpoints": ("DeferredWrites", "check_optimizer", "copy_to_host", "load_tree", "output_write_error",
+                    "read_model_files", "refuse_unusable_output", "safe_torch_load", "save_tree", "write_model_files"),
     "modeling": ("dispatch_model", "load_checkpoint_in_model", "repeated_blocks", "resolve_device",
                  "resolve_device_map"),
 }

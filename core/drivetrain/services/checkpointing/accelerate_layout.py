@@ -21,6 +21,7 @@ files Accelerate's ``load_state`` reads.
 from __future__ import annotations
 
 import importlib
+import io
 import logging
 import warnings
 from pathlib import Path
@@ -32,6 +33,7 @@ import torch
 from ...kernel.errors import CheckpointError
 from . import checksums, layout
 from .model_files import read_model_files_later
+from .output_dir import refuse_unusable_output, written_whole
 from .safe_load import safe_torch_load
 from .safetensors_io import read_safetensors, write_safetensors
 from .tree_io import load_tree
@@ -43,6 +45,7 @@ _NUMPY_STATE_TYPES = (("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.dtypes",
 _RECONSTRUCT = ("numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct")
 _MARKERS = ("model.safetensors", "pytorch_model.bin", "optimizer.bin", "scheduler.bin", "random_states_0.pkl")
 _warned_no_checksums = False
+COMMAND = "checkpoint export"
 
 
 def numbered(stem: str, index: int, suffix: str) -> str:
@@ -170,6 +173,7 @@ def export_checkpoint(source: Path, destination: Path) -> list[str]:
     Accelerate's layout has no place for (drivetrain's data loader positions, gradients of an
     unfinished accumulation window).
     """
+    refuse_unusable_output(destination, COMMAND, source=source, source_role="the checkpoint it exports")
     manifest = layout.read_manifest(source)
     if destination.exists() and any(destination.iterdir()):
         raise CheckpointError(f"{destination} exists and is not empty: export into a new directory")
@@ -223,12 +227,14 @@ def export_checkpoint(source: Path, destination: Path) -> list[str]:
             outputs[f"{name}.pkl"] = saved
     if any(source.glob("gradients_*.safetensors")):
         notes.append("gradients of an unfinished accumulation window are not exported: Accelerate's layout has none")
-    destination.mkdir(parents=True, exist_ok=True)
-    for name, value in outputs.items():
-        if name.endswith(".safetensors"):
-            write_safetensors(destination / name, value, metadata={"format": "pt"})
-        else:
-            torch.save(value, destination / name)
+    with written_whole(destination, COMMAND) as temporary:
+        for name, value in outputs.items():
+            if name.endswith(".safetensors"):
+                write_safetensors(temporary / name, value, metadata={"format": "pt"})
+            else:  # serialized in memory first: torch's own file writer reports a full disk as a RuntimeError
+                buffer = io.BytesIO()
+                torch.save(value, buffer)
+                (temporary / name).write_bytes(buffer.getbuffer())
     return notes
 
 

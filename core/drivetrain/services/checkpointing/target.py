@@ -29,13 +29,14 @@ INSIDE = "inside"  # the temporary directory goes into the target, its files are
 _OWN_HIDDEN = (layout.TEMP_PREFIX, layout.TRASH_PREFIX, ".synced-", ".failed-")
 
 
-def refuse_non_directory(final: Path) -> None:
-    """Raise when ``final`` is there and is not a directory (nothing written yet)."""
+def refuse_non_directory(final: Path, command: str = "save_state") -> None:
+    """Raise when ``final`` is there and is not a directory (nothing written yet); ``command`` is
+    who writes the directory, for the message."""
     if final.is_symlink() and not final.exists():
-        raise CheckpointError(f"{final} is a broken symbolic link; save_state needs a directory: "
-                              "remove the link or choose another path")
+        raise CheckpointError(f"{final} is a broken symbolic link (to {os.readlink(final)}); {command} needs a "
+                              "directory: remove the link or choose another path")
     if final.exists() and not final.is_dir():
-        raise CheckpointError(f"{final} exists and is not a directory; save_state writes a directory and never "
+        raise CheckpointError(f"{final} exists and is not a directory; {command} writes a directory and never "
                               "replaces a file: choose another path")
 
 
