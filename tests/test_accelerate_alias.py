@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from alias_env import fake_real_accelerate, make_alias_env, make_env
+from alias_env import ALIAS, fake_real_accelerate, make_alias_env, make_env
 from conftest import clean_environ
 
 pytestmark = pytest.mark.slow
@@ -152,3 +152,51 @@ def test_the_trainer_trains_on_drivetrain_through_the_alias(alias, tmp_path):
     report = json.loads(result.stdout.split("RESULT ", 1)[1])
     assert report["accelerator"] == "drivetrain.facade.accelerator" and report["world_size"] == 1
     assert len(report["losses"]) == 2 and all(math.isfinite(loss) for loss in report["losses"])
+
+
+def test_python_m_runs_accelerates_command_modules(alias):
+    launch = run([alias.python, "-m", "accelerate.commands.launch", "--help"])
+    assert launch.returncode == 0 and "--num_processes" in launch.stdout, launch.stderr
+    cli = run([alias.python, "-m", "accelerate.commands.accelerate_cli", "--version"])
+    assert cli.returncode == 0 and cli.stdout.startswith("drivetrain "), cli.stderr
+
+
+def test_without_drivetrain_the_alias_says_to_install_it(alias):
+    # -S and a path of the alias alone: an interpreter where the alias is installed and drivetrain is not
+    alone = {"PYTHONPATH": str(alias.site_packages)}
+    assert run([alias.python, "-S", "-c", "import drivetrain"], **alone).returncode == 1
+    imported = run([alias.python, "-S", "-c", "import accelerate"], **alone)
+    assert imported.returncode == 1
+    last = imported.stderr.strip().splitlines()[-1]
+    assert last.startswith("drivetrain_accelerate_alias.DrivetrainMissing: ") and "`pip install drivetrain`" in last
+    command = run([alias.python, "-S", "-c", "from drivetrain_accelerate_alias.cli import main; raise SystemExit(main())",
+                   "env"], **alone)
+    assert command.returncode == 1 and command.stderr.count("\n") == 1, command.stderr
+    assert "`pip install drivetrain`" in command.stderr
+
+
+def test_a_wheel_built_for_another_environment_refuses_to_run_where_it_replaced_accelerate(alias, tmp_path):
+    other = make_env(tmp_path / "other")
+    fake_real_accelerate(other.site_packages)
+    info = other.site_packages / "accelerate-1.15.0.dist-info"
+    (info / "RECORD").write_text(f"{info.name}/METADATA,,\n{info.name}/RECORD,,\n")  # pip can uninstall it
+    built = alias.pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "a"), str(ALIAS))
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "a").glob("accelerate-*.whl")
+    # pip runs nothing of a wheel while installing it: the real Accelerate is replaced ...
+    assert other.pip("install", "--quiet", "--no-deps", str(wheel)).returncode == 0
+    assert not info.exists()
+    # ... and the alias refuses to run there, naming the install that checks
+    imported = run([other.python, "-c", "import accelerate"])
+    assert imported.returncode == 1
+    last = imported.stderr.strip().splitlines()[-1]
+    assert "UncheckedWheel: " in last and "wheel built for another environment" in last
+    assert "pip install --force-reinstall --no-deps" in last and "compat/accelerate" in last
+    command = run([other.bin / "accelerate", "env"])
+    assert command.returncode == 1 and command.stderr.count("\n") == 1 and "wheel built for" in command.stderr
+    # a wheel built by the environment it goes into was checked there, and runs
+    built = other.pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "b"), str(ALIAS))
+    assert built.returncode == 0, built.stderr
+    (own,) = (tmp_path / "b").glob("accelerate-*.whl")
+    assert other.pip("install", "--quiet", "--no-deps", "--force-reinstall", str(own)).returncode == 0
+    assert run([other.python, "-c", "import accelerate"]).returncode == 0

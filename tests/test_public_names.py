@@ -93,7 +93,7 @@ def test_every_utils_submodule_serves_names_contributed_to_it(monkeypatch):
     from drivetrain import plugin_manager
     from drivetrain.plugin_api import PluginInfo, hookimpl
 
-    submodules = [info.name for info in pkgutil.iter_modules(drivetrain.utils.__path__)]
+    submodules = [info.name for info in pkgutil.iter_modules(drivetrain.utils.__path__) if not info.name.startswith("_")]
     assert {"environment", "constants", "modeling", "dataclasses"} <= set(submodules)
 
     @hookimpl
@@ -165,3 +165,66 @@ def test_utils_imports_refuses_a_probe_nobody_contributes():
     with pytest.raises(AttributeError, match="drivetrain.utils.imports"):
         imports.is_no_such_backend_available
 
+
+
+MODULES_FILE = Path(__file__).parent / "data" / "accelerate-modules.txt"
+ACCELERATE_MODULES = [line for line in MODULES_FILE.read_text().splitlines() if line and not line.startswith("#")]
+
+
+@pytest.mark.filterwarnings("ignore:memory_utils has been reorganized:FutureWarning")
+def test_every_module_of_accelerate_is_a_module_of_drivetrain():
+    missing = []
+    for name in ACCELERATE_MODULES:
+        try:
+            importlib.import_module("drivetrain" + name[len("accelerate"):])
+        except ImportError as error:
+            missing.append(f"{name}: {error}")
+    assert not missing, missing
+
+
+def test_accelerates_backend_util_modules_serve_drivetrain_utils_own_objects():
+    import drivetrain.utils
+    from drivetrain.utils._accelerate_module import ACCELERATE_NAMES
+
+    for module_name, names in ACCELERATE_NAMES.items():
+        module = importlib.import_module(f"drivetrain.utils.{module_name}")
+        assert sorted(dir(module)) == sorted(names)
+        for name in names:
+            if hasattr(drivetrain.utils, name):
+                assert getattr(module, name) is getattr(drivetrain.utils, name), (module_name, name)
+        with pytest.raises(AttributeError):
+            module.no_such_name
+
+
+def test_accelerates_command_parser_takes_both_spellings_and_records_what_was_given():
+    from drivetrain.commands.utils import CustomArgumentParser
+
+    parser = CustomArgumentParser()
+    parser.add_argument("--num_processes", type=int, default=1)
+    group = parser.add_argument_group("group")
+    group.add_argument("--use_cpu", action="store_true")
+    args = parser.parse_args(["--num-processes", "2", "--use-cpu"])
+    assert args.num_processes == 2 and args.use_cpu and args.nondefault == {"num_processes", "use_cpu"}
+    assert parser.parse_args([]).use_cpu is False
+    assert "--num-processes" not in parser.format_help()
+
+
+def test_accelerates_example_comparison_finds_what_the_complete_script_lacks(tmp_path, monkeypatch):
+    from drivetrain.test_utils.examples import clean_lines, compare_against_test, get_function_contents_by_name
+
+    def script(body):
+        return ("import x\n\ndef training_function(config, args):\n    accelerator = make()\n" + body
+                + "    return done\n\ndef main():\n    parse()\n\nif __name__ == '__main__':\n    main()\n")
+
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "nlp_example.py").write_text(script(""))
+    (tmp_path / "feature.py").write_text(script("    # a comment\n    track()\n    checkpoint()\n"))
+    (tmp_path / "complete.py").write_text(script("    track()\n"))
+    monkeypatch.chdir(tmp_path)
+    assert compare_against_test("complete.py", "feature.py", parser_only=False) == ["    checkpoint()\n"]
+    assert compare_against_test("feature.py", "feature.py", parser_only=False) == []
+    assert compare_against_test("complete.py", "feature.py", parser_only=True) == []
+    lines = (tmp_path / "feature.py").read_text().splitlines(keepends=True)
+    assert clean_lines(get_function_contents_by_name(lines, "main")) == ["def main():\n", "    parse()\n"]
+    with pytest.raises(ValueError, match="training_function"):
+        get_function_contents_by_name(lines, "other")

@@ -12,8 +12,12 @@ import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import json
+import os
 import sys
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 ALIAS_LABEL = "+drivetrain"  # the local version label of this distribution
 ALIAS_NAME = "accelerate"
@@ -44,6 +48,38 @@ def check_no_real_accelerate() -> None:
         raise RealAccelerateInstalled(conflict_message(found))
 
 
+class UncheckedWheel(ImportError):
+    """The alias was installed from a wheel built in another environment: nothing checked this one."""
+
+
+CHECKED_FOR = Path(__file__).with_name("checked_for.json")  # written into each wheel by the build
+
+
+def check_installed_where_built() -> None:
+    """Refuse to run from a place the build did not check for a real Accelerate.
+
+    pip runs no code when it installs a wheel, so a wheel built elsewhere and installed here
+    may have replaced a real Accelerate without the build's refusal. An editable install or
+    a source tree has no record and needs none: nothing was built for elsewhere.
+    """
+    try:
+        record = json.loads(CHECKED_FOR.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        record = {}
+    checked = record.get("site_directories") if isinstance(record, dict) else None
+    here = os.path.realpath(Path(__file__).resolve().parent.parent)
+    if isinstance(checked, list) and here in checked:
+        return
+    raise UncheckedWheel(
+        f"this `{ALIAS_NAME}` alias was installed in {here} from a wheel built for another environment, so nothing "
+        "checked that it did not replace a real Hugging Face Accelerate here: install the alias from drivetrain's "
+        "source (`pip install --force-reinstall --no-deps <drivetrain source>/compat/accelerate`), which refuses "
+        f"to replace one (and if it did replace one: `pip uninstall {ALIAS_NAME}` and reinstall that Accelerate)",
+        name=ALIAS_NAME)
+
+
 class _AliasLoader(importlib.abc.Loader):
     def __init__(self, target: str) -> None:
         self.target = target
@@ -56,6 +92,13 @@ class _AliasLoader(importlib.abc.Loader):
         # so the alias name ends up bound to drivetrain's module object, whose own __spec__
         # and __name__ stay untouched.
         sys.modules[module.__name__] = importlib.import_module(self.target)
+
+    def get_code(self, fullname: str) -> Any:
+        """The code of drivetrain's module: ``python -m accelerate.commands.launch`` runs it as ``__main__``."""
+        spec = importlib.util.find_spec(self.target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
+            raise ImportError(f"{self.target} has no code to run as {fullname}", name=fullname)
+        return spec.loader.get_code(self.target)
 
 
 class AliasFinder(importlib.abc.MetaPathFinder):
@@ -77,13 +120,29 @@ class AliasFinder(importlib.abc.MetaPathFinder):
                                                is_package=found.submodule_search_locations is not None)
 
 
+class DrivetrainMissing(ImportError):
+    """The alias is installed but drivetrain, which serves every module of it, is not."""
+
+
+def import_drivetrain() -> ModuleType:
+    try:
+        return importlib.import_module(TARGET_NAME)
+    except ModuleNotFoundError as error:
+        if error.name != TARGET_NAME:
+            raise
+        raise DrivetrainMissing(
+            f"the `{ALIAS_NAME}` alias is served by drivetrain, which is not installed: `pip install drivetrain` "
+            f"(or `pip uninstall {ALIAS_NAME}` to remove the alias)", name=TARGET_NAME) from None
+
+
 def install() -> ModuleType:
     """Put the finder first on ``sys.meta_path`` (once) and return the ``drivetrain`` package."""
     check_no_real_accelerate()
+    check_installed_where_built()
     if not any(isinstance(finder, AliasFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, AliasFinder())
-    return importlib.import_module(TARGET_NAME)
+    return import_drivetrain()
 
 
-__all__ = ["AliasFinder", "RealAccelerateInstalled", "check_no_real_accelerate", "conflict_message", "install",
-           "real_accelerate"]
+__all__ = ["AliasFinder", "DrivetrainMissing", "RealAccelerateInstalled", "UncheckedWheel", "check_installed_where_built",
+           "check_no_real_accelerate", "conflict_message", "install", "real_accelerate"]

@@ -14,7 +14,11 @@ def _run(entry: str, *subcommand: str) -> Callable[[], int]:
         if found is not None:
             print(f"error: {conflict_message(found)}", file=sys.stderr)
             return 1
-        install()  # scripts run in this process (debug launches) import `accelerate` too
+        try:
+            install()  # scripts run in this process (debug launches) import `accelerate` too
+        except ImportError as error:  # drivetrain missing, or a wheel built for another environment
+            print(f"error: {error}", file=sys.stderr)
+            return 1
         module_name, _, function = entry.partition(":")
         module = __import__(module_name, fromlist=[function])
         if subcommand:

@@ -32,6 +32,16 @@ def run_handler(args: argparse.Namespace) -> int:
     return int(handler(args) or 0)
 
 
+def run_as_main(command: str) -> int:
+    """``python -m drivetrain.commands.<module> ARGS`` (and Accelerate's name for it):
+    ``drivetrain <command> ARGS``, with its errors reported as the command reports them."""
+    import sys
+
+    from ..cli.main import main
+
+    return main([command, *sys.argv[1:]])
+
+
 def plugin_module_getattr(module: str) -> Callable[[str], Any]:
     """A module ``__getattr__`` answering with what plugins contribute to ``drivetrain.<module>``."""
 

@@ -24,3 +24,11 @@ def env_command(args: argparse.Namespace) -> dict[str, Any]:
     else:
         print(env_cmd.render(report))
     return report
+
+
+if __name__ == "__main__":  # ``python -m``, as Accelerate's module runs
+    import sys
+
+    from ._parsers import run_as_main
+
+    sys.exit(run_as_main("env"))

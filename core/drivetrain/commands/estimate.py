@@ -49,3 +49,11 @@ def main() -> int:
     """The ``drivetrain-estimate-memory`` console script."""
     parser = estimate_command_parser()
     return estimate_command(parser.parse_args())
+
+
+if __name__ == "__main__":  # ``python -m``, as Accelerate's module runs
+    import sys
+
+    from ._parsers import run_as_main
+
+    sys.exit(run_as_main("estimate-memory"))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ..cli import launch_cmd
+from ._parsers import run_as_main
 
 
 def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
@@ -41,3 +43,12 @@ def _validate_launch_command(args: argparse.Namespace) -> tuple[argparse.Namespa
     args = _resolved(args)
     from_file = given_precision is None and defaults is not None and getattr(args, "mixed_precision", None) is not None
     return args, defaults, from_file
+
+
+def main() -> int:
+    """``drivetrain launch`` with this process's command line (``python -m`` runs it)."""
+    return run_as_main("launch")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,3 +26,11 @@ def test_command(args: argparse.Namespace) -> int:
 
 test_command.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 test_command_parser.__test__ = False  # type: ignore[attr-defined]
+
+
+if __name__ == "__main__":  # ``python -m``, as Accelerate's module runs
+    import sys
+
+    from ._parsers import run_as_main
+
+    sys.exit(run_as_main("test"))

@@ -35,3 +35,11 @@ def get_user_input() -> Any:
     from .cluster import get_cluster_input
 
     return get_cluster_input()
+
+
+if __name__ == "__main__":  # ``python -m``, as Accelerate's module runs
+    import sys
+
+    from .._parsers import run_as_main
+
+    sys.exit(run_as_main("config"))
