@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...kernel.errors import CheckpointError
-from . import layout, target
+from . import layout, leftovers, target
 
 logger = logging.getLogger("drivetrain.checkpointing.commit")  # its name before the layers, kept for log filters
 SYNCED_MARKER = ".synced-{rank}"
@@ -215,6 +215,7 @@ def _sync_and_publish(plan: CommitPlan, publication: Publication) -> None:
             (plan.temporary / SYNCED_MARKER.format(rank=rank)).unlink(missing_ok=True)
         if publication.files_from_markers:
             manifest = manifest_from_markers(publication, plan.digests, said)
+    leftovers.forget_writer(plan.temporary)  # it becomes the checkpoint: no longer a leftover to tell about
     # Every file there, plugins' own included: what a later save may replace as this checkpoint.
     contents, _other = target.files_under(plan.temporary)
     layout.write_manifest(plan.temporary, dict(manifest, contents=sorted(contents)), plan.fsync)

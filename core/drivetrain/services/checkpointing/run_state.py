@@ -20,7 +20,7 @@ import torch
 from ...kernel import environment
 from ...kernel.errors import CheckpointError, ConfigError
 from ...kernel.version import PLUGIN_API_VERSION, __version__
-from . import accelerate_layout, checksums, commit, compatibility, layout, peers, process_state, remote, state_values
+from . import accelerate_layout, checksums, commit, compatibility, layout, leftovers, peers, process_state, remote, state_values
 from . import target
 from .deferred import DeferredWrites, HostStaging, copy_to_host
 from .io_pool import FileJobs
@@ -230,9 +230,14 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
     temporary = target.temporary_dir(final, token, where)
     publisher = _publisher_rank(accelerator)
     problem = None
+    owner = publisher == accelerator.process_index and not upload
+    if owner:  # what saves stopped by a signal left here, unless their writer still runs
+        leftovers.remove_abandoned(*leftovers.around(final))
     if publisher == accelerator.process_index or upload:  # uploads: each machine stages its own files
         try:
             temporary.mkdir(parents=True, exist_ok=True)
+            if owner:
+                leftovers.record_writer(temporary)
         except OSError as exc:
             problem = (f"cannot save the state into {final}: creating {temporary} failed "
                        f"({exc.strerror or exc}); choose a directory you can write to")
@@ -240,15 +245,18 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
     if problems:
         raise CheckpointError(problems[0])
     if not blocking:
-        _save_in_background(accelerator, prepared, final, temporary, publisher, safe_serialization, weights,
-                            options or {}, upload)
+        with leftovers.remove_on_interrupt(temporary, owner):
+            _save_in_background(accelerator, prepared, final, temporary, publisher, safe_serialization, weights,
+                                options or {}, upload)
         return upload.store.url if upload else final
     error = None
-    try:
-        files = _write_this_process_files(accelerator, prepared, temporary, safe_serialization, weights, options or {})
-    except Exception as exc:  # reported to every process below, so nobody waits forever
-        files, error = {}, f"{type(exc).__name__}: {exc}"
-    results = peers.gather(state, (files, error, publisher), f"saving {final}")
+    with leftovers.remove_on_interrupt(temporary, owner):  # a Ctrl-C mid-save leaves nothing behind
+        try:
+            files = _write_this_process_files(accelerator, prepared, temporary, safe_serialization, weights,
+                                              options or {})
+        except Exception as exc:  # reported to every process below, so nobody waits forever
+            files, error = {}, f"{type(exc).__name__}: {exc}"
+        results = peers.gather(state, (files, error, publisher), f"saving {final}")
     _raise_failures(accelerator, final, temporary, publisher, [err for _f, err, _p in results], upload)
     publication = _publication(accelerator, prepared, results) if publisher == accelerator.process_index else None
     plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=list(files),
@@ -449,6 +457,8 @@ def load_run_state(accelerator: Accelerator, prepared: PreparedObjects, input_di
     directory = input_directory(accelerator, input_dir).absolute()
     # A URL's local copies may lie in a different folder on each machine: the URL is what must agree.
     agreed_directory(accelerator, remote.source_of(directory) or directory, "load_state()")
+    if accelerator.local_process_index == 0:  # what saves stopped by a signal left beside it
+        leftovers.remove_abandoned(*leftovers.around(directory))
     try:
         read = _read_and_check(accelerator, prepared, directory, options, location)
         error = None
