@@ -185,6 +185,30 @@ def test_load_options_as_in_accelerate(tmp_path):
     assert counter.values.device.type == "cpu" and torch.equal(counter.values, torch.full((3,), 2.0))
 
 
+@pytest.mark.parametrize("location", ["tpu:9", "not a device", 3.5])
+def test_a_map_location_that_is_no_device_here_is_refused_before_anything_changes(tmp_path, location):
+    accelerator, model, optimizer, counter = setup()
+    directory = saved(tmp_path, accelerator)
+    before = snapshot(model, optimizer, counter)
+    with pytest.raises(CheckpointError, match=r"map_location=.*(is not a device|names a device this process does not "
+                                              r"have).*: pass 'cpu', 'on_device'") as refused:
+        accelerator.load_state(directory, map_location=location)
+    assert "\n" not in str(refused.value) and unchanged(before, model, optimizer, counter)
+
+
+def test_a_device_past_the_platforms_count_is_refused(tmp_path):
+    accelerator, model, optimizer, counter = setup()
+    directory = saved(tmp_path, accelerator)
+    platform = accelerator.state.platform
+    if platform.device_type == "cpu":  # no devices besides the host: any other type is missing
+        missing = "cuda:0"
+    else:
+        missing = f"{platform.device_type}:{platform.device_count()}"
+    with pytest.raises(CheckpointError, match="names a device this process does not have"):
+        accelerator.load_state(directory, load_kwargs={"map_location": missing})
+    accelerator.load_state(directory, map_location="on_device")
+
+
 def test_the_safe_loader_refuses_code_and_accepts_allowed_types(tmp_path):
     from drivetrain.plugin_api import safe_torch_load
 

@@ -50,18 +50,26 @@ def test_a_map_for_devices_this_machine_lacks_is_planned_and_refused_only_when_a
     assert all(p.device.type == "cpu" for p in model.parameters())
 
 
-def test_keys_naming_nothing_are_warned_and_the_rest_of_the_map_still_applies(tmp_path):
+def test_keys_naming_nothing_are_warned_when_planned_and_refused_when_applied(tmp_path):
     model = _blocks(2)
     device_map = {"b0": "cpu", "b1": "cpu", "b2": "cpu", "head": "cpu"}
     with pytest.warns(UserWarning, match=r"device_map keys do not match any submodules.*'b2', 'head'"):
-        check_device_map(model, device_map)
+        check_device_map(model, device_map)  # planning, as Accelerate's: a map may serve variants of a model
     source = _blocks(2)
     torch.save(source.state_dict(), tmp_path / "pytorch_model.bin")
-    with pytest.warns(UserWarning, match="'b2', 'head'"):
+    before = [p.detach().clone() for p in model.parameters()]
+    refusal = r"device_map names 'b2', which \w+ has no module, parameter or buffer of \(and 1 more"
+    with pytest.raises(ConfigError, match=refusal):
         load_checkpoint_in_model(model, tmp_path / "pytorch_model.bin", device_map=device_map)
-    assert torch.equal(model.b1.down.weight, source.b1.down.weight)
-    with pytest.warns(UserWarning, match="'b2', 'head'"):
+    with pytest.raises(ConfigError, match=refusal):
         dispatch_model(model, device_map)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # nothing loaded or moved
+    assert not hasattr(model, "hf_device_map")
+    with pytest.raises(ConfigError, match=r"names 'b1x'.*did you mean 'b1'\?") as refused:
+        dispatch_model(model, {"b0": "cpu", "b1x": "cpu"})
+    assert "\n" not in str(refused.value)
+    load_checkpoint_in_model(model, tmp_path / "pytorch_model.bin", device_map={"b0": "cpu", "b1": "cpu"})
+    assert torch.equal(model.b1.down.weight, source.b1.down.weight)
     # A misspelt key that leaves weights without a device is still an error, naming them.
     with pytest.warns(UserWarning, match="'b1x'"), pytest.raises(ConfigError, match=r"does not place b1\.up\.weight"):
         check_device_map(model, {"b0": "cpu", "b1x": "cpu"})

@@ -109,6 +109,19 @@ def test_split_tensors_dicts_and_datasets():
     with pytest.raises(ValueError, match="same length"):
         _split({"a": [1, 2], "b": [1]}, 2, 0, False)
 
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_split_refuses_a_dict_of_unequal_lengths_on_any_number_of_processes(parts):
+    from drivetrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"'a' has 3, 'b' has 1\): pad or trim"):
+        _split({"a": [1, 2, 3], "b": [1]}, parts, 0, False)
+    with pytest.raises(ConfigError, match=r"'x'.'y' has 2, 'z' has 3"):
+        _split({"x": {"y": torch.zeros(2)}, "z": [1, 2, 3], "name": "kept whole"}, parts, 0, False)
+    nested = _split({"x": {"y": [1, 2]}, "z": (3, 4), "name": "kept whole"}, parts, 0, False)
+    assert nested == ({"x": {"y": [1]}, "z": (3,), "name": "kept whole"} if parts == 2 else
+                      {"x": {"y": [1, 2]}, "z": (3, 4), "name": "kept whole"})
+
     class Rows:
         def __init__(self, rows):
             self.rows = list(rows)

@@ -335,14 +335,33 @@ def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
+def _sample_counts(inputs: dict, prefix: str = "") -> dict[str, int]:
+    """The length of every value of a (nested) dict that is split, by its key path."""
+    counts: dict[str, int] = {}
+    for key, value in inputs.items():
+        if isinstance(value, dict):
+            counts.update(_sample_counts(value, f"{prefix}{key!r}."))
+        elif hasattr(value, "__len__") and not isinstance(value, (str, bytes)):
+            counts[f"{prefix}{key!r}"] = len(value)
+    return counts
+
+
+def _check_one_length(inputs: dict) -> None:
+    """Refuse a dict whose values hold different numbers of samples: which share goes with which
+    is ambiguous. Checked on one process too, so a script never passes alone and fails on two."""
+    counts = _sample_counts(inputs)
+    if len(set(counts.values())) > 1:
+        shown = ", ".join(f"{key} has {count}" for key, count in list(counts.items())[:4])
+        raise ConfigError(f"split_between_processes splits a dict by sample, so every value needs the same length "
+                          f"({shown}): pad or trim them to one length, or split each value on its own")
+
+
 def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
+    if isinstance(inputs, dict):
+        _check_one_length(inputs)
     if parts == 1:
         return inputs
     if isinstance(inputs, dict):
-        lengths = {key: len(value) for key, value in inputs.items() if hasattr(value, "__len__")}
-        if len(set(lengths.values())) > 1:
-            raise ValueError(f"split_between_processes needs every value of the dict to have the same length, "
-                             f"got {lengths}")
         return {key: _split(value, parts, index, apply_padding) for key, value in inputs.items()}
     if not hasattr(inputs, "__len__") or isinstance(inputs, (str, bytes)):
         return inputs  # nothing to split: every process gets it whole

@@ -8,6 +8,8 @@ its class may be split.
 
 from __future__ import annotations
 
+import difflib
+
 import logging
 import warnings
 from typing import Any
@@ -32,7 +34,7 @@ from ...kernel.contributed import contributed_getattr
 logger = logging.getLogger("drivetrain.utils.device_map")  # its name before the layers, kept for log filters
 
 __all__ = ["infer_auto_device_map", "get_balanced_memory", "check_device_map", "check_devices_exist",
-           "resolve_device_map", "validate_device_map"]
+           "refuse_unknown_keys", "resolve_device_map", "validate_device_map"]
 
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
@@ -274,21 +276,41 @@ def _warn_unless_offloaded_buffers_fit(plan: _Plan, platform_devices: list[Any])
                   "or give the devices more max_memory", UserWarning, stacklevel=3)
 
 
-def _check_keys(model: nn.Module, device_map: Any) -> None:
-    """Refuse a map that is not a dict; warn about keys that name nothing in ``model``."""
+def _unknown_keys(model: nn.Module, device_map: Any) -> list[str]:
+    """Keys of ``device_map`` (a dict, refused otherwise) that name no module, parameter or buffer of ``model``."""
     if not isinstance(device_map, dict):
         raise ConfigError(f"device_map is a {type(device_map).__name__}; give a dict {{'module.name': device}} or "
                           f"one of {', '.join(STRATEGIES)}")
     known = {""} | {name for name, _ in model.named_modules()}
     known.update(name for name, _ in model.named_parameters(remove_duplicate=False))
     known.update(name for name, _ in model.named_buffers(remove_duplicate=False))
-    unknown = [name for name in device_map if name not in known]
+    return [name for name in device_map if name not in known]
+
+
+def _check_keys(model: nn.Module, device_map: Any) -> None:
+    """Refuse a map that is not a dict; warn about keys that name nothing in ``model``."""
+    unknown = _unknown_keys(model, device_map)
     if unknown:
-        # A warning, as in Accelerate, not an error: an extra key places nothing (one map serves
-        # variants of a model), and a key whose weights are then left unplaced fails the
-        # coverage check. Warned from this one line, so Python's filter says it once per map.
+        # A warning where a map is planned, as in Accelerate's check_device_map (one map may be
+        # written for variants of a model); where it is applied, refuse_unknown_keys refuses.
+        # Warned from this one line, so Python's filter says it once per map.
         warnings.warn(f"device_map keys do not match any submodules in the model: {unknown}; names come from "
                       f"{type(model).__name__}.named_modules()", UserWarning, stacklevel=2)
+
+
+def refuse_unknown_keys(model: nn.Module, device_map: Any) -> None:
+    """Refuse, where a map is applied to ``model``, a key that names nothing in it: a misspelt
+    or stale name would place nothing, and the module meant stays where it was."""
+    unknown = _unknown_keys(model, device_map)
+    if not unknown:
+        return
+    name = unknown[0]
+    modules = [module for module, _ in model.named_modules() if module]
+    close = difflib.get_close_matches(name, modules, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    more = f" (and {len(unknown) - 1} more key(s) naming nothing)" if len(unknown) > 1 else ""
+    raise ConfigError(f"device_map names {name!r}, which {type(model).__name__} has no module, parameter or buffer "
+                      f"of{more}: {hint}use names from model.named_modules(), or remove the key")
 
 
 def check_devices_exist(device_map: dict[str, Any]) -> None:
@@ -300,8 +322,8 @@ def check_devices_exist(device_map: dict[str, Any]) -> None:
 
 def validate_device_map(model: nn.Module, device_map: dict[str, Any]) -> None:
     """The checks of a map about to be applied here: a dict, keys that name parts of
-    ``model`` (warned otherwise), devices that exist (:func:`check_devices_exist`)."""
-    _check_keys(model, device_map)
+    ``model`` (:func:`refuse_unknown_keys`), devices that exist (:func:`check_devices_exist`)."""
+    refuse_unknown_keys(model, device_map)
     check_devices_exist(device_map)
 
 

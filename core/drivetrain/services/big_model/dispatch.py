@@ -31,7 +31,7 @@ from .module_hooks import (
     attach_align_device_hook_on_blocks,
     attach_layerwise_casting_hooks,
 )
-from .device_map import check_device_map, check_devices_exist, resolve_device_map
+from .device_map import check_device_map, check_devices_exist, refuse_unknown_keys, resolve_device_map
 from .modeling import DISK, HOST, current_platform, find_tied_parameters, resolve_device, retie_parameters
 from .offload import INDEX_NAME, OffloadedWeightsLoader, extract_submodules_state_dict, offload_state_dict
 from .offload import save_offload_index
@@ -200,6 +200,7 @@ def dispatch_model(model: nn.Module, device_map: dict[str, Any], main_device: An
     ``state_dict`` for each forward and run on ``main_device``. A map with one device and no
     offload just moves the model (no hooks, unless ``force_hooks``).
     """
+    refuse_unknown_keys(model, device_map)
     check_device_map(model, device_map)
     check_devices_exist(device_map)
     places = list(dict.fromkeys(map(_place_key, device_map.values())))

@@ -423,9 +423,28 @@ def load_options(accelerator: Accelerator, model_options: dict[str, Any], load_k
     location = load_kwargs.get("map_location", model_options.get("map_location")) or "cpu"
     if location == "on_device":
         location = accelerator.device
-    if not isinstance(location, (str, torch.device)):
-        raise CheckpointError(f"map_location={location!r} is not supported: pass a device, 'cpu' or 'on_device'")
-    return model_options, location
+    return model_options, _existing_device(accelerator, location)
+
+
+def _existing_device(accelerator: Accelerator, location: Any) -> torch.device | str:
+    """``location`` when it is a device this process has (the host, or one of its platform's);
+    ``CheckpointError`` before anything is read otherwise."""
+    platform = accelerator.state.platform
+    own, count = platform.device_type, platform.device_count()
+    fix = f"pass 'cpu', 'on_device' or one of this process's devices ({own}:0 to {own}:{count - 1})" if count \
+        else "pass 'cpu' or 'on_device'"
+    try:
+        device = torch.device(location) if isinstance(location, (str, torch.device)) else None
+    except (RuntimeError, ValueError):
+        device = None
+    if device is None:
+        raise CheckpointError(f"load_state(map_location={location!r}) is not a device: {fix}")
+    if device.type == "cpu":
+        return location
+    if device.type != own or not 0 <= (device.index or 0) < count:
+        raise CheckpointError(f"load_state(map_location={location!r}) names a device this process does not have "
+                              f"(its platform, {platform.name}, has {count} {own} device(s)): {fix}")
+    return location
 
 
 def _gather_failure(accelerator: Accelerator, error: str | None, what: str) -> None:
