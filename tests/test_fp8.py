@@ -159,6 +159,24 @@ def test_fp8_selects_torchao_and_exposes_the_members():
 
 
 @needs_torchao
+def test_fp8_that_converts_no_layer_says_the_model_trains_in_full_precision():
+    from drivetrain import AORecipeKwargs
+
+    reason = _fp8_hardware_reason()
+    if reason:
+        pytest.skip(reason)
+    accelerator = Accelerator(cpu=True, mixed_precision="fp8")
+    small = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))
+    with pytest.warns(UserWarning, match=r"converted none of Sequential's 2 linear layer\(s\) \(torchao converts "
+                                         r"linear layers whose sizes are multiples of 16.*full precision: choose"):
+        accelerator.prepare(small)
+    keep_all = AORecipeKwargs(module_filter_fn=lambda module, name: False)
+    accelerator = Accelerator(cpu=True, mixed_precision="fp8", kwargs_handlers=[keep_all])
+    with pytest.warns(UserWarning, match="the module_filter_fn of AORecipeKwargs kept every layer"):
+        accelerator.prepare(_mlp())
+
+
+@needs_torchao
 def test_fp8_trains_like_bf16():
     reason = _fp8_hardware_reason()
     if reason:

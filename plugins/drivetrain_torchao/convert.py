@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -68,3 +69,12 @@ def convert_model_to_fp8_ao(model: torch.nn.Module, config: Any = None,
     count = sum(type(m).__name__ == "Float8Linear" for m in converted.modules())
     logger.debug("torchao: %d linear layers converted to float8", count)
     return converted
+
+
+def warn_nothing_converted(model: torch.nn.Module, custom_filter: bool) -> None:
+    """Say that fp8 was asked for and ``model`` will train in full precision: no layer qualified."""
+    rule = ("the module_filter_fn of AORecipeKwargs kept every layer" if custom_filter else
+            "torchao converts linear layers whose sizes are multiples of 16, except the first and the last")
+    warnings.warn(f"mixed_precision='fp8' converted none of {type(model).__name__}'s {len(_linear_names(model))} "
+                  f"linear layer(s) ({rule}), so it trains in full precision: choose the layers with "
+                  "AORecipeKwargs(module_filter_fn=...), or use mixed_precision='bf16'", UserWarning, stacklevel=2)

@@ -48,7 +48,12 @@ def drivetrain_convert_model(model, run):
     if has_ao_layers(model):
         return None  # prepared twice, or converted by the user
     recipe = run.handler_kwargs.get("AORecipeKwargs") or AORecipeKwargs()
-    return convert_model_to_fp8_ao(model, recipe.float8_config(), recipe.module_filter_fn)
+    converted = convert_model_to_fp8_ao(model, recipe.float8_config(), recipe.module_filter_fn)
+    if not has_ao_layers(converted):
+        from .convert import warn_nothing_converted
+
+        warn_nothing_converted(converted, custom_filter=recipe.module_filter_fn is not None)
+    return converted
 
 
 @hookimpl
