@@ -203,12 +203,23 @@ class FailsToLog(Recorder):
         raise ValueError("the server said\nno")
 
 
-def test_a_tracker_whose_log_raises_is_named_in_one_line(manager):
-    trackers = Trackers([FailsToLog("proj")])
+def test_a_tracker_whose_log_raises_is_named_in_one_line_and_the_run_goes_on(manager, caplog):
+    trackers = Trackers([FailsToLog("proj"), "recorder"])
     trackers.init_trackers("proj")
-    with pytest.raises(TrackerError, match=r"^the 'failstolog' tracker failed to log step 4: ValueError: "
-                                           r"the server said no$"):
-        trackers.log({"loss": 1.0}, step=4)
+    with caplog.at_level(logging.WARNING, logger="drivetrain.tracking"):
+        for step in (4, 5, 6):
+            trackers.log({"loss": float(step)}, step=step)  # never raises: the training goes on
+    failures = [r.getMessage() for r in caplog.records if "failstolog" in r.getMessage()]
+    assert failures == ["the 'failstolog' tracker failed to log step 4 (ValueError: the server said no); the run "
+                        "goes on and the other trackers logged it; this tracker's later failures are counted and "
+                        "reported at end_training"]
+    logged = [call[3] for call in Recorder.calls if call[:2] == ("log", "recorder")]
+    assert logged == [4, 5, 6]  # the tracker after the failing one has every step
+    assert trackers.log_failures() == {"failstolog": 3}
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="drivetrain.tracking"):
+        trackers.end_training()
+    assert "the 'failstolog' tracker failed to log 3 time(s) in this run" in caplog.text
 
 
 def test_init_kwargs_for_a_tracker_not_in_log_with_are_named_in_a_warning(manager, caplog):

@@ -248,6 +248,7 @@ class Trackers:
         self._choices: list[_Choice | GeneralTracker] = self._select(log_with)
         self._trackers: list[GeneralTracker] = []
         self._finished = False
+        self._log_failures: dict[str, int] = {}  # tracker name -> log() calls that raised
         if run is not None:
             plugins = [c.plugin for c in self._choices if isinstance(c, _Choice) and c.plugin is not None]
             if plugins:
@@ -415,17 +416,31 @@ class Trackers:
             log_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
         """Log ``values`` at ``step`` to every tracker of this process.
 
-        ``log_kwargs`` maps a tracker name to extra keyword arguments of its ``log``.
+        ``log_kwargs`` maps a tracker name to extra keyword arguments of its ``log``. A tracker
+        whose ``log`` raises (its server unreachable, a value it refuses) does not end the run:
+        the others still log the values, the first failure of each tracker is one warning
+        naming it, and ``end_training`` says how many calls each failing tracker lost.
         """
         log_kwargs = log_kwargs or {}
         for tracker in self._trackers:
             try:
                 tracker.log(values, step=step, **log_kwargs.get(tracker.name, {}))
             except DrivetrainError:
-                raise
+                raise  # the values or keywords given are wrong: the caller's to fix
             except Exception as exc:
-                raise TrackerError(f"the {tracker.name!r} tracker failed to log step {step}: "
-                                   f"{type(exc).__name__}: {_one_line(exc)}") from exc
+                self._log_failed(tracker.name, step, exc)
+
+    def _log_failed(self, name: str, step: int | None, exc: Exception) -> None:
+        count = self._log_failures.get(name, 0) + 1
+        self._log_failures[name] = count
+        if count == 1:
+            logger.warning("the %r tracker failed to log step %s (%s: %s); the run goes on and the other trackers "
+                           "logged it; this tracker's later failures are counted and reported at end_training",
+                           name, step, type(exc).__name__, _one_line(exc))
+
+    def log_failures(self) -> dict[str, int]:
+        """How many ``log`` calls each tracker that failed has lost in this run."""
+        return dict(self._log_failures)
 
     def on_checkpoint(self, event: str, directory: str | os.PathLike) -> None:
         """Tell every tracker that a checkpoint was saved (``"save"``) or loaded (``"load"``).
@@ -456,6 +471,9 @@ class Trackers:
         if self._finished:
             return
         self._finished = True
+        for name, count in self._log_failures.items():
+            logger.warning("the %r tracker failed to log %d time(s) in this run: its record of the run is "
+                           "incomplete (the other trackers have it whole)", name, count)
         errors = []
         for tracker in reversed(self._trackers):
             try:
