@@ -352,6 +352,28 @@ def test_the_failure_summary_orders_ranks_by_when_they_failed():
     assert "rank 1 failed first" in summary and "exited with code 3: fatal: the disk is full" in summary
 
 
+def test_the_failure_summary_names_a_rank_that_left_early_as_the_cause():
+    from types import SimpleNamespace
+
+    from drivetrain.launchers import failure_summary
+
+    closed = ("DistributedOperationException: gather() failed across processes (gloo all_gather_into: Connection "
+              "closed by peer [127.0.0.1]:30618.): ...")
+    error = SimpleNamespace(failures={0: SimpleNamespace(local_rank=0, pid=100, exitcode=1, timestamp=0, message="")})
+    # rank 1's script ended (exit code 0, dated after rank 0's record: its connections closed first)
+    for code in (0, None):  # None: torch's agent collected it before the watcher read its code
+        summary = failure_summary(error, recorded={0: (10.0, closed)}, exits={0: (10.3, 1), 1: (10.2, code)})
+        first, *rest = summary.splitlines()
+        assert first.startswith("drivetrain launch: rank 1 left early (exited with code 0 while the others still "
+                                "ran), and 1 process(es) failed in a collective it never joined"), first
+        assert "look at why rank 1 ended first" in first
+        assert rest[0] == "  rank 1 exited with code 0 before the others: left early"
+        assert rest[1].startswith("  rank 0 (local rank 0, pid 100) exited with code 1: DistributedOperationException")
+    # a rank that failed on its own stays the one named, whoever else ended cleanly
+    summary = failure_summary(error, recorded={0: (10.0, "ValueError: bad batch")}, exits={0: (10.3, 1), 1: (10.2, 0)})
+    assert summary.splitlines()[0] == "drivetrain launch: 1 process(es) failed; rank 0 failed first"
+
+
 def test_the_failure_summary_names_the_rank_that_hung_not_the_one_that_timed_out():
     from types import SimpleNamespace
 

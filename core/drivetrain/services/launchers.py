@@ -109,7 +109,18 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
         others = [rank for rank in ranks if rank not in waited]
         if named or others:
             first_rank, hung = (named[0] if named else min(others, key=order)), True
-    lines = [f"{title}: {len(ranks)} process(es) failed; rank {first_rank} failed first"]
+    left = _left_early(exits, ranks) if first_rank in waited and not hung else []
+    if left:
+        # Nobody failed on its own: the first failure is a broken connection or a timeout, and
+        # ranks ended cleanly. They skipped a collective the others were in.
+        who = ("rank " if len(left) == 1 else "ranks ") + ", ".join(map(str, left))
+        lines = [f"{title}: {who} left early (exited with code 0 while the others still ran), and "
+                 f"{len(ranks)} process(es) failed in a collective {'it' if len(left) == 1 else 'they'} never "
+                 f"joined: every rank must reach the same collectives (gather, wait_for_everyone, save_state...); "
+                 f"look at why {who} ended first"]
+        lines += [f"  rank {rank} exited with code 0 before the others: left early" for rank in left]
+    else:
+        lines = [f"{title}: {len(ranks)} process(es) failed; rank {first_rank} failed first"]
     for rank in [first_rank, *(r for r in ranks if r != first_rank)]:
         failure = failures.get(rank)
         code = code_of(rank)
@@ -127,6 +138,14 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
             how = describe_exit(code) if rank in exits else ("was stopped" if rank in stopped else "raised")
         lines.append(f"  rank {rank} {how}: {reason or 'no error recorded (see its output above)'}")
     return "\n".join(lines)
+
+
+def _left_early(exits: Mapping[int, tuple[float, int | None]], failed: list[int]) -> list[int]:
+    """Ranks that ended cleanly while others failed in a collective. A rank torch's agent collected
+    before the watcher saw its code (``None``) and that is not among the failed ones ended with 0.
+    Not ordered by time: a rank's process ends after its connections close, which is what the
+    others record, so its end is often dated after their failure."""
+    return sorted(rank for rank, (_at, code) in exits.items() if code in (0, None) and rank not in failed)
 
 
 def free_port() -> int:
