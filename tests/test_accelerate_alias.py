@@ -200,3 +200,10 @@ def test_a_wheel_built_for_another_environment_refuses_to_run_where_it_replaced_
     (own,) = (tmp_path / "b").glob("accelerate-*.whl")
     assert other.pip("install", "--quiet", "--no-deps", "--force-reinstall", str(own)).returncode == 0
     assert run([other.python, "-c", "import accelerate"]).returncode == 0
+    # a wheel built as portable on purpose (its installer uninstalls Accelerate first) runs anywhere
+    built = alias.pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-C", "portable=1", "-w",
+                      str(tmp_path / "c"), str(ALIAS))
+    assert built.returncode == 0, built.stderr
+    (portable,) = (tmp_path / "c").glob("accelerate-*.whl")
+    assert other.pip("install", "--quiet", "--no-deps", "--force-reinstall", str(portable)).returncode == 0
+    assert run([other.python, "-c", "import accelerate"]).returncode == 0

@@ -54,9 +54,13 @@ def checked_site_directories() -> list[str]:
     return sorted({os.path.realpath(place) for place in places})
 
 
-def _record_checked_places(wheel: str) -> None:
+PORTABLE = "portable"  # ``pip wheel -C portable=1``: the builder vouches for every place it is installed
+
+
+def _record_checked_places(wheel: str, portable: bool) -> None:
     """Add ``CHECKED_FOR`` to the wheel, with its line in the wheel's RECORD."""
-    content = json.dumps({"site_directories": checked_site_directories()}, indent=1).encode()
+    places = "any" if portable else checked_site_directories()
+    content = json.dumps({"site_directories": places}, indent=1).encode()
     digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=").decode()
     rewritten = wheel + ".part"
     with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(rewritten, "w", zipfile.ZIP_DEFLATED) as target:
@@ -70,9 +74,13 @@ def _record_checked_places(wheel: str) -> None:
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    """A wheel for this interpreter's environment; with ``-C portable=1`` a wheel for any, whose
+    installer takes on the check (``pip uninstall accelerate`` first, as ``scripts/test-gpu`` does)."""
     _refuse_over_real_accelerate()
-    name = _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
-    _record_checked_places(os.path.join(wheel_directory, name))
+    settings = dict(config_settings or {})
+    portable = str(settings.pop(PORTABLE, "")).strip().lower() in ("1", "true", "yes")
+    name = _setuptools.build_wheel(wheel_directory, settings or None, metadata_directory)
+    _record_checked_places(os.path.join(wheel_directory, name), portable)
     return name
 
 

@@ -70,8 +70,8 @@ def check_installed_where_built() -> None:
         record = {}
     checked = record.get("site_directories") if isinstance(record, dict) else None
     here = os.path.realpath(Path(__file__).resolve().parent.parent)
-    if isinstance(checked, list) and here in checked:
-        return
+    if checked == "any" or (isinstance(checked, list) and here in checked):
+        return  # "any": built with `-C portable=1`, its installer uninstalled Accelerate first
     raise UncheckedWheel(
         f"this `{ALIAS_NAME}` alias was installed in {here} from a wheel built for another environment, so nothing "
         "checked that it did not replace a real Hugging Face Accelerate here: install the alias from drivetrain's "
