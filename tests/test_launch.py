@@ -232,6 +232,15 @@ def test_the_rank_that_really_died_first_is_named_with_its_exit_code_and_last_li
         assert "To enable traceback see" not in result.stderr
 
 
+def test_a_rank_that_left_early_is_named_not_the_rank_it_left_waiting(tmp_path):
+    result = launch("check_failure.py", "leave", env={"HF_HOME": str(tmp_path)}, timeout=180)
+    assert result.returncode == 1 and "UNREACHABLE" not in result.stdout
+    report = result.stderr[result.stderr.index("drivetrain launch: "):].splitlines()
+    assert report[0].startswith("drivetrain launch: rank 1 left early (exited with code 0 while the others still "
+                                "ran), and 1 process(es) failed in a collective it never joined"), result.stderr
+    assert report[1] == "  rank 1 exited with code 0 before the others: left early"
+
+
 @pytest.mark.parametrize("how, processes", [(signal.SIGTERM, 2), (signal.SIGINT, 2), (signal.SIGHUP, 1)])
 def test_a_signal_to_the_launcher_ends_every_worker_with_one_line(tmp_path, how, processes):
     marker = f"sleep {tmp_path}"  # this run's processes only

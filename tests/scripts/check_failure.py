@@ -6,7 +6,8 @@
 timeout (InitProcessGroupKwargs(timeout=SECONDS)). ``hang-launch-timeout``: rank 1 is stopped
 (SIGSTOP) after the last collective and rank 0 ends its script normally; only the launcher can
 end rank 1, after the timeout given to `drivetrain launch --timeout`. ``exit``: rank 1 writes a line to stderr and leaves with ``os._exit(3)`` (no
-exception, no record); rank 0's next collective then breaks. ``sleep``: every rank says
+exception, no record); rank 0's next collective then breaks. ``leave``: rank 1's script ends
+(exit code 0) without the collective rank 0 then enters. ``sleep``: every rank says
 ``STARTED <rank> <pid>`` and sleeps (the launcher is stopped by a signal); a second argument
 only tells test runs apart. ``deaf``: as ``sleep``, ignoring SIGTERM and SIGUSR1 (a worker
 that does not end when the launcher passes a signal on).
@@ -58,6 +59,10 @@ elif mode == "exit":
     if state.process_index == 1:
         print("fatal: rank 1 found the disk full", file=sys.stderr, flush=True)
         os._exit(3)
+    state.wait_for_everyone()
+elif mode == "leave":
+    if state.process_index == 1:
+        sys.exit(0)
     state.wait_for_everyone()
 elif mode == "crash":
     if state.process_index == 1:
