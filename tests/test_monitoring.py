@@ -131,6 +131,18 @@ def test_no_mfu_on_a_platform_without_a_known_peak():
         assert "perf/mfu" not in values and "perf/model_flops_per_step" in values
 
 
+def test_the_figures_reach_the_progress_bar():
+    from drivetrain.utils import tqdm
+
+    accelerator = Accelerator(kwargs_handlers=[MonitorKwargs(log_every=2, peak_flops=1e12)])
+    model, optimizer, data = accelerator.prepare(mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1), loader(5))
+    bar = tqdm(data, disable=False)
+    train(accelerator, model, optimizer, bar)
+    assert {"step", "samples/s", "MFU"} <= set(bar.postfix.replace("=", ", ").split(", ")), bar.postfix
+    bar.close()
+    accelerator.end_training()
+
+
 @pytest.mark.parametrize("options, message", [
     ({"log_every": 0}, "MonitorKwargs(log_every=0) must be a whole number of steps"),
     ({"peak_flops": -1}, "MonitorKwargs(peak_flops=-1) must be the device's peak FLOP/s"),

@@ -111,9 +111,9 @@ class MonitorKwargs(KwargsHandler):
         log_every: optimizer steps per logged window.
         peak_flops: the device's peak FLOP/s for MFU; ``None`` asks the platform (known for
             common GPUs; none on the CPU, so no MFU there unless given).
-        on_spike: ``"warn"`` reports a loss spike, ``"skip"`` also skips its optimizer step
-            (no parameter change, gradients dropped), ``"stop"`` saves the last good state and
-            raises ``LossSpikeError``; ``None`` leaves losses unread.
+        on_spike: the loss-spike guard: ``"warn"`` reports a spike, ``"skip"`` also skips its
+            optimizer step (no parameter change, gradients dropped), ``"stop"`` saves the last
+            good state and raises ``LossSpikeError``; ``None`` (the default) reads no loss.
         spike_factor: a loss above this times the running median is a spike (non-finite always is).
         spike_window: how many recent losses the running median covers.
         checkpoint_dir: where ``on_spike="stop"`` saves; ``None``: ``save_state()``'s automatic naming.
@@ -121,7 +121,7 @@ class MonitorKwargs(KwargsHandler):
 
     log_every: int = 50
     peak_flops: float | None = None
-    on_spike: str | None = "warn"
+    on_spike: str | None = None
     spike_factor: float = 3.0
     spike_window: int = 50
     checkpoint_dir: str | None = None

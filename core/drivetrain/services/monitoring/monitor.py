@@ -50,17 +50,17 @@ class StepMonitor:
         self.options = options
         self._accelerator = weakref.ref(accelerator)
         self._run = accelerator.run
+        self._device = accelerator.device  # read once: the state's attributes are looked up through plugins
         self.steps = 0  # real optimizer steps taken (skipped ones included)
         self.first_step_s: float | None = None
         self.flops = FirstStepFlops()
         self.guard = SpikeGuard(options.spike_factor, options.spike_window, options.on_spike) \
             if options.on_spike is not None else None
-        self.window = Window()
+        self.window = Window()  # what the steps since the last log added (the first step's, until it ends)
         self.total = Window()
         self.last_figures: dict[str, float] = {}
         self._step_started: float | None = None
         self._window_started: float | None = None
-        self._step = Window()  # the parts of the step in progress
         self._in_part = False  # inside a data wait or an optimizer step: collectives counted there
         self._position: tuple[int | None, int | None] = (None, None)
         self._boundary: Any = None  # weakref to the optimizer whose step ends a step
@@ -118,16 +118,16 @@ class StepMonitor:
                     return
                 finally:
                     self._in_part = False
-                    self._step.data += clock() - start
-                step = self._step
+                    self.window.data += clock() - start
+                window = self.window
                 samples = samples_in(batch)
                 if samples is not None:
-                    step.samples += samples
-                    step.counted_samples = True
+                    window.samples += samples
+                    window.counted_samples = True
                 tokens = tokens_in(batch)
                 if tokens is not None:
-                    step.tokens = step.tokens + tokens
-                    step.counted_tokens = True
+                    window.tokens = window.tokens + tokens
+                    window.counted_tokens = True
                 self._position = (epoch, index)
                 index += 1
                 yield batch
@@ -138,7 +138,7 @@ class StepMonitor:
 
     def _record_collective(self, seconds: float) -> None:
         if not self._in_part:
-            self._step.collectives += seconds
+            self.window.collectives += seconds
 
     # ------------------------------------------------------------------------ losses
 
@@ -167,7 +167,7 @@ class StepMonitor:
                 result = real_step(*args, **kwargs)
             finally:
                 self._in_part = False
-                self._step.optimizer += time.perf_counter() - start
+                self.window.optimizer += time.perf_counter() - start
         if ends_step:
             self._end_step(accelerator)
         return result
@@ -176,7 +176,7 @@ class StepMonitor:
         """Judge the losses of this step; True when the step is skipped (or the run stops)."""
         step = self.steps + 1 if ends_step else self.steps
         found = self.guard.judge(step)
-        agreed = self.guard.agreed(found, accelerator.state.collectives, accelerator.device)
+        agreed = self.guard.agreed(found, self._run.collectives, self._device)
         if not agreed:
             return False
         self.guard.report(found, agreed, step)
@@ -207,14 +207,13 @@ class StepMonitor:
         end = time.perf_counter()
         started = self._step_started if self._step_started is not None else end
         self.steps += 1
-        part, self._step = self._step, Window()
         if self.steps == 1:  # the first step counts FLOPs and warms up: kept out of the windows
             self.first_step_s = end - started
+            self.window = Window()
             accelerator.run.platform.synchronize()
             self._window_started = self._step_started = time.perf_counter()
             return
-        part.steps = 1
-        self.window.add(part)
+        self.window.steps += 1
         self._step_started = end
         if self.window.steps >= self.options.log_every:
             self._close_window(accelerator)

@@ -6,7 +6,9 @@ be taken, all at once (one wait for the device, after the backward is queued, so
 is never left idle by it). A loss is a spike when it is not finite, or when it is above
 ``spike_factor`` times the median of the last ``spike_window`` losses that were not spikes
 (judged once that history holds :data:`MIN_HISTORY` losses or the whole window, whichever
-is fewer). Spikes stay out of the history, so a run of them does not raise the median.
+is fewer). Every finite loss enters the history, spikes included: the median shrugs off a few
+of them, and leaving them out would let noisy losses drag the median down until every loss
+looks like a spike; a loss that stays high for half the window is the new level.
 
 With ``on_spike="skip"`` or ``"stop"`` the processes agree before acting: each process's
 verdict is combined by a maximum over the run's collectives, so every process skips (or
@@ -69,23 +71,26 @@ class SpikeGuard:
     def saw(self, loss: Any, position: tuple[int | None, int | None]) -> None:
         """A loss given to backward, with the (epoch, batch index) of the batch it came from."""
         if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-            self.pending.append((loss.detach().reshape(()), *position))
+            self.pending.append((loss.detach(), *position))
 
     def judge(self, step: int) -> list[Spike]:
         """The spikes among the losses seen since the last step (all read with one wait)."""
         if not self.pending:
             return []
         pending, self.pending = list(self.pending), collections.deque(maxlen=MAX_PENDING)
-        values = torch.stack([loss.float() for loss, _, _ in pending]).tolist()
+        if len(pending) == 1:  # the common step: one loss, one read
+            values = [pending[0][0].item()]
+        else:
+            values = torch.stack([loss.float().reshape(()) for loss, _, _ in pending]).tolist()
         found = []
         for value, (_, epoch, batch) in zip(values, pending):
             median = statistics.median(self.history) if len(self.history) >= min(MIN_HISTORY, self.window) else None
             if not math.isfinite(value):
                 found.append(Spike(step, epoch, batch, value, None, len(self.history)))
-            elif median is not None and value > self.factor * median:
+                continue
+            if median is not None and value > self.factor * median:
                 found.append(Spike(step, epoch, batch, value, median, len(self.history)))
-            else:
-                self.history.append(value)
+            self.history.append(value)
         self.spikes.extend(found)
         return found
 
