@@ -73,6 +73,14 @@ def train(accelerator, model, optimizer, data, spike_at: int | None = None) -> l
     return before
 
 
+def test_offered_where_accelerate_offers_its_kwargs_handlers():
+    import drivetrain.utils
+    import drivetrain.utils.dataclasses
+
+    assert drivetrain.utils.MonitorKwargs is drivetrain.utils.dataclasses.MonitorKwargs is MonitorKwargs
+    assert MonitorKwargs().to_kwargs() == {} and MonitorKwargs(log_every=5).to_kwargs() == {"log_every": 5}
+
+
 def test_off_by_default_nothing_is_wrapped_or_logged():
     recorder = Recorder()
     accelerator = Accelerator(log_with=[recorder])
