@@ -58,9 +58,9 @@ def loader(batches: int, with_tokens: bool = False) -> torch.utils.data.DataLoad
     return torch.utils.data.DataLoader(rows, batch_size=BATCH)
 
 
-def train(accelerator, model, optimizer, data, spike_at: int | None = None) -> list[dict]:
-    """Plain training steps; the parameters before each step are kept."""
-    before = []
+def train(accelerator, model, optimizer, data, spike_at: int | None = None, before: list | None = None) -> list[dict]:
+    """Plain training steps; the parameters before each step are kept in ``before``."""
+    before = [] if before is None else before
     for index, batch in enumerate(data):
         x, y = (batch["x"], batch["y"]) if isinstance(batch, dict) else batch
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -175,11 +175,13 @@ def test_a_spike_under_stop_saves_the_last_good_state_and_raises(tmp_path):
                               kwargs_handlers=[MonitorKwargs(on_spike="stop", spike_window=6)])
     model = mlp()
     model, optimizer, data = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader(12))
+    before: list[dict] = []
     with pytest.raises(LossSpikeError) as caught:
-        train(accelerator, model, optimizer, data, spike_at=8)
+        train(accelerator, model, optimizer, data, spike_at=8, before=before)
     assert "loss spike at step 9 (batch 8 of epoch 0)" in str(caught.value)
     assert caught.value.checkpoint in str(caught.value)
     saved = {k: v.clone() for k, v in model.state_dict().items()}
+    assert len(before) == 9 and all(torch.equal(before[8][k], v) for k, v in saved.items())  # the bad step not applied
     for parameter in model.parameters():
         parameter.data.add_(1.0)
     accelerator.load_state(caught.value.checkpoint)

@@ -100,7 +100,8 @@ def summary_text(values: dict[str, float], steps: int, first_step: float | None,
              f"{step:.4g} s per step after the first"
              + (f" (the first, with the FLOP count: {first_step:.4g} s)" if first_step is not None else ""),
              f"  where it goes: data wait {_share(values['perf/data_wait_s'], step)}, forward+backward "
-             f"{_share(values['perf/forward_backward_s'], step)}, optimizer {_share(values['perf/optimizer_s'], step)}, "
+             f"{_share(values['perf/forward_backward_s'], step)}, "
+             f"optimizer {_share(values['perf/optimizer_s'], step)}, "
              f"collectives {_share(values['perf/collectives_s'], step)}"]
     rates = []
     if "perf/samples_per_s" in values:
@@ -117,5 +118,6 @@ def summary_text(values: dict[str, float], steps: int, first_step: float | None,
         lines.append(f"  peak memory: {values['memory/peak_bytes'] / 2**30:.3f} GiB")
     if action is not None:
         at = ", ".join(map(str, spike_steps[:10])) + (", ..." if len(spike_steps) > 10 else "")
-        lines.append(f"  loss spikes: {len(spike_steps)}" + (f" (steps {at}; on_spike={action!r})" if spike_steps else ""))
+        where = f" (steps {at}; on_spike={action!r})" if spike_steps else ""
+        lines.append(f"  loss spikes: {len(spike_steps)}{where}")
     return "\n".join(lines)

@@ -47,7 +47,8 @@ class Spike:
     history: int  # how many losses the median was taken over
 
     def describe(self, factor: float) -> str:
-        where = f"batch {self.batch} of epoch {self.epoch}" if self.batch is not None else "a batch not drawn from a prepared loader"
+        where = (f"batch {self.batch} of epoch {self.epoch}" if self.batch is not None
+                 else "a batch not drawn from a prepared loader")
         if self.median is None:
             why = "is not finite"
         else:
