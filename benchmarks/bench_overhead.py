@@ -32,6 +32,11 @@ under it reads "within noise"; "OVER" means that most rounds are over.
   (plain: the forward under ``torch.autocast``, the output cast back to fp32, as
   ``Accelerator(mixed_precision="bf16")`` does). The two sides train side by side in the
   same processes, their steps interleaved one by one, a fresh pair of models per sample;
+- step with ``MonitorKwargs`` (fp32, 1 and 2 processes): the same loops, each side drawing its
+  batches from a data loader (plain: torch's ``DataLoader``; drivetrain: the prepared one, which
+  the monitor times), first with the monitor off (what the prepared loader itself costs), then
+  with ``MonitorKwargs()`` at its defaults (every step timed, the loss read for the spike
+  guard, a window logged every 50 steps). The monitor's own cost is the difference of the two;
 - reduce / gather / broadcast of 1 KB and 1 MB on two processes (gloo), against the raw
   ``torch.distributed`` calls of ``bench_collectives.py``, the two sides' calls taken in
   turns, one by one;
@@ -73,7 +78,7 @@ wall, cpu = time.perf_counter(), time.process_time()
 print(json.dumps({{"added": [time.perf_counter() - wall, time.process_time() - cpu], "collection": collection}}))
 """
 SIZES = (("1 KB", 1 << 10), ("1 MB", 1 << 20))
-GOALS = {"startup": 1.03, "plugins list": 0.15, "step": 1.02, "collective": 1.05}
+GOALS = {"startup": 1.03, "plugins list": 0.15, "step": 1.02, "collective": 1.05, "monitor": 1.02}
 
 
 def child_env() -> dict[str, str]:
@@ -249,6 +254,21 @@ def step_rows(samples: int, steps: int) -> list[str]:
     return lines
 
 
+def monitor_rows(samples: int, steps: int) -> list[str]:
+    """The step with batches from data loaders, with ``MonitorKwargs`` off and on (fp32)."""
+    lines = []
+    for processes in (1, 2):
+        for monitor in (False, True):
+            options = ["--precision", "fp32", "--samples", str(samples), "--steps", str(steps), "--loader"]
+            (result,) = launched(processes, "step", options + (["--monitor"] if monitor else []))
+            label = (f"step, loaders, {processes} proc{'s' if processes > 1 else ''}, "
+                     f"{'MonitorKwargs on' if monitor else 'monitor off'}")
+            lines.append(row(label, tuple(result["plain"]), tuple(result["ours"]),
+                             GOALS["monitor" if monitor else "step"], ratio=tuple(result["ratio"]),
+                             quartiles=tuple(result["quartiles"])))
+    return lines
+
+
 def collective_rows(samples: int) -> list[str]:
     results = launched(2, "collectives", ["--samples", str(samples)])
     lines = []
@@ -280,16 +300,19 @@ def interleaved(plain: Callable[[int], object], ours: Callable[[int], object], c
     return {name: (wall / count, cpu / count) for name, (wall, cpu) in spent.items()}
 
 
-def step_worker(precision: str, samples: int, steps: int) -> None:
+def step_worker(precision: str, samples: int, steps: int, loader: bool = False, monitor: bool = False) -> None:
+    """With ``loader`` each side draws its batches from a data loader (torch's; the prepared
+    one), with ``monitor`` under ``MonitorKwargs()``."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     from bench_training_step import batches, build
-    from drivetrain import Accelerator
+    from drivetrain import Accelerator, MonitorKwargs
 
     torch.set_num_threads(1)
-    accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no")
+    accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no",
+                              kwargs_handlers=[MonitorKwargs()] if monitor else None)
     distributed = accelerator.num_processes > 1
 
     def plain_step(model, optimizer, x, y) -> None:
@@ -326,7 +349,13 @@ def step_worker(precision: str, samples: int, steps: int) -> None:
                 dist.barrier()
             def taking(name: str) -> Callable[[int], None]:
                 model, optimizer, step = sides[name]
+                if loader:
+                    drawn = iter(loaders[name])
+                    return lambda index: step(model, optimizer, *next(drawn))
                 return lambda index: step(model, optimizer, *data[index])
+
+            if loader:
+                loaders = data_loaders(data)
 
             spent = interleaved(taking("plain"), taking("ours"), len(data))
             accelerator.free_memory()
@@ -336,8 +365,18 @@ def step_worker(precision: str, samples: int, steps: int) -> None:
         best = {side: min(pairs, key=lambda pair: pair[1]) for side, pairs in results.items()}
         return {**summary(results), "best": best}
 
+    def data_loaders(data: list) -> dict:
+        """torch's loader over this process's batches, and a prepared one whose share of the
+        whole data set is as many batches of the same size."""
+        x, y = torch.cat([b[0] for b in data]), torch.cat([b[1] for b in data])
+        size = data[0][0].shape[0]
+        whole = torch.utils.data.TensorDataset(x.repeat(accelerator.num_processes, 1),
+                                               y.repeat(accelerator.num_processes, 1))
+        return {"plain": torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=size),
+                "ours": accelerator.prepare(torch.utils.data.DataLoader(whole, batch_size=size))}
+
     result = compare(lambda: build("small"), batches("small", steps, 32, accelerator.process_index))
-    if not distributed:
+    if not distributed and not loader:
         # The same loops on a one-weight model, whose step is nearly all Python and dispatch:
         # the difference of the best blocks is what drivetrain adds to every step, in
         # microseconds, free of the small model's noise (blocks of identical steps vary by
@@ -404,23 +443,26 @@ def collectives_worker(samples: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("startup", "step", "collectives"), action="append",
+    parser.add_argument("--only", choices=("startup", "step", "monitor", "collectives"), action="append",
                         help="run only these rows (repeatable); default: all")
     parser.add_argument("--samples", type=int, default=8, help="ABBA samples per side (default 8)")
     parser.add_argument("--steps", type=int, default=150, help="timed steps per step sample (default 150)")
     parser.add_argument("--worker", choices=("step", "collectives"), help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
+    parser.add_argument("--loader", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--monitor", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     if args.worker == "step":
-        return step_worker(args.precision, args.samples, args.steps)
+        return step_worker(args.precision, args.samples, args.steps, args.loader, args.monitor)
     if args.worker == "collectives":
         return collectives_worker(args.samples)
     print(f"drivetrain against plain torch: medians of {args.samples} ABBA samples; wall / CPU; "
           f"the CPU ratio is the check on a loaded machine, the wall ratio on an idle one", flush=True)
-    wanted = args.only or ["startup", "step", "collectives"]
+    wanted = args.only or ["startup", "step", "monitor", "collectives"]
     for name, rows in (("startup", lambda: startup_rows(args.samples)),
                        ("step", lambda: step_rows(args.samples, args.steps)),
+                       ("monitor", lambda: monitor_rows(args.samples, args.steps)),
                        ("collectives", lambda: collective_rows(args.samples))):
         if name in wanted:
             for line in rows():

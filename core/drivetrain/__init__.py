@@ -29,7 +29,8 @@ _export("services.launchers", "notebook_launcher", "debug_launcher")
 _export("config", "write_basic_config", "load_config")
 _export("facade.accelerator", "Accelerator")
 _export("runtime.kwargs_handlers", "AutocastKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",
-        "GradientAccumulationPlugin", "DataLoaderConfiguration", "ProjectConfiguration", "TorchDynamoPlugin")
+        "GradientAccumulationPlugin", "DataLoaderConfiguration", "ProjectConfiguration", "TorchDynamoPlugin",
+        "MonitorKwargs")
 _export("runtime.optimizer", "AcceleratedOptimizer")
 _export("runtime.scheduler", "AcceleratedScheduler")
 _export("services.local_sgd", "LocalSGD")

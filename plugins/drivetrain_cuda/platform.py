@@ -57,6 +57,16 @@ class CudaPlatform(Platform):
     def free_memory(self, index: int) -> int | None:
         return torch.cuda.mem_get_info(index)[0]
 
+    def peak_memory(self) -> int | None:
+        return torch.cuda.max_memory_allocated()
+
+    def peak_flops(self, precision: str) -> float | None:
+        from .peak_flops import peak_flops
+
+        # fp32 matrix products run on TF32 units when torch is allowed to use them
+        tf32 = precision == "no" and torch.get_float32_matmul_precision() != "highest"
+        return peak_flops(torch.cuda.get_device_name(), "tf32" if tf32 else precision)
+
     def supports_autocast(self, dtype: torch.dtype) -> bool:
         if dtype == torch.bfloat16:
             return torch.cuda.is_bf16_supported()

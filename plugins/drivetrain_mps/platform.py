@@ -47,6 +47,9 @@ class MpsPlatform(Platform):
     def memory_allocated(self) -> int | None:
         return torch.mps.current_allocated_memory()
 
+    def peak_memory(self) -> int | None:
+        return None  # Metal keeps no peak, and the process's resident set leaves its buffers out
+
     def free_memory(self, index: int) -> int | None:
         # Unified memory: what Metal recommends the process keep its working set under, less
         # what this process already holds on the device.

@@ -93,6 +93,10 @@ class XlaPlatform(Platform):
             return int(info["bytes_used"])
         return None
 
+    def peak_memory(self) -> int | None:
+        info = self._memory()
+        return int(info["peak_bytes_used"]) if "peak_bytes_used" in info else None
+
     def free_memory(self, index: int) -> int | None:
         info = self._memory()
         if "bytes_limit" in info and "bytes_used" in info:

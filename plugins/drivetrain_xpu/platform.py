@@ -56,6 +56,9 @@ class XpuPlatform(Platform):
     def free_memory(self, index: int) -> int | None:
         return torch.xpu.mem_get_info(index)[0]
 
+    def peak_memory(self) -> int | None:
+        return torch.xpu.max_memory_allocated()
+
     def supports_autocast(self, dtype: torch.dtype) -> bool:
         if dtype == torch.bfloat16:
             return torch.xpu.is_bf16_supported()

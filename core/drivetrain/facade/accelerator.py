@@ -40,7 +40,7 @@ from ..runtime.kwargs_handlers import (
 )
 from ..runtime.prepared import PreparedObjects
 from ..runtime.state import AcceleratorState, GradientState
-from ..services import preemption
+from ..services import monitoring, preemption
 from ..services.other import remove_mixed_precision_forward  # noqa: F401  (its old home)
 
 
@@ -126,6 +126,8 @@ class Accelerator:
         self._configure_run()
         # save_on_preemption: the signals caught and the processes' agreement on the step to stop at
         self._preemption = preemption.arm(self)
+        # MonitorKwargs: the step monitor watching what prepare() returns (None: nothing watched)
+        self._monitor = monitoring.start(self, handlers.get("MonitorKwargs"))
 
     _strategy_for_options = staticmethod(strategy_for_options)
 
@@ -176,6 +178,7 @@ class Accelerator:
         # pickled, and an unpickled Accelerator takes the run of the process that loads it.
         state = dict(self.__dict__)
         state.pop("run", None)
+        state["_monitor"] = None  # the monitor watches this process's objects
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -415,13 +418,16 @@ class Accelerator:
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         from ..services.data_loader import skip_first_batches
 
-        return skip_first_batches(dataloader, num_batches=num_batches)
+        skipping = skip_first_batches(dataloader, num_batches=num_batches)
+        return skipping if self._monitor is None else self._monitor.watch(skipping)
 
     # ------------------------------------------------------------ the step
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Backward for ``loss``, divided for gradient accumulation, through the active plugins."""
         training_step.backward(self, loss, kwargs)
+        if self._monitor is not None:
+            self._monitor.saw_loss(loss)
         if self._preemption is not None:
             self._preemption.stepped, self._preemption.saved = True, False
 
@@ -644,6 +650,8 @@ class Accelerator:
         from ..services.memory import release_memory
 
         self._prepared.forget_prepared()
+        if self._monitor is not None:
+            self._monitor.forget_prepared()
         self.step = 0
         return release_memory(*objects)
 
@@ -682,9 +690,12 @@ class Accelerator:
             self.trackers.log(values, step=step, log_kwargs=log_kwargs or {})
 
     def end_training(self) -> None:
-        """Wait for the last checkpoint (trackers hear of it), then end the trackers."""
+        """Wait for the last checkpoint (trackers hear of it), log the step monitor's last
+        figures and summary (``MonitorKwargs``), then end the trackers."""
         try:
             self.wait_for_everyone()
+            if self._monitor is not None:
+                self._monitor.finish()
         finally:
             if self.trackers:
                 self.trackers.end_training()

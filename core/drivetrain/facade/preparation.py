@@ -92,6 +92,12 @@ def mark_prepared(obj: Any) -> Any:
     return obj
 
 
+def watched(accelerator: Any, obj: Any) -> Any:
+    """``obj``, watched by the accelerator's step monitor when ``MonitorKwargs`` asked for one."""
+    monitor = accelerator._monitor
+    return obj if monitor is None else monitor.watch(obj)
+
+
 def _is_new_model(accelerator: Any, obj: Any) -> bool:
     return isinstance(obj, torch.nn.Module) and all(obj is not known for known in accelerator._prepared.models)
 
@@ -108,7 +114,7 @@ def _record_prepared(accelerator: Any, prepared: list[Any]) -> None:
         else:
             continue
         if all(obj is not item for item in known):
-            known.append(mark_prepared(obj))
+            known.append(watched(accelerator, mark_prepared(obj)))
 
 
 def _prepare_one_by_one(accelerator: Any, objects: list[Any], placement: list[bool],
@@ -159,7 +165,7 @@ def prepare_model(accelerator: Any, model: torch.nn.Module, device_placement: bo
         model = run.chain("drivetrain_convert_model", "model", model)
     wrapped = run.call("drivetrain_wrap_model", model=model, evaluation_mode=evaluation_mode)
     model = run.chain("drivetrain_finalize_model", "model", model if wrapped is None else wrapped)
-    accelerator._prepared.models.append(mark_prepared(model))
+    accelerator._prepared.models.append(watched(accelerator, mark_prepared(model)))
     return model
 
 
@@ -170,7 +176,7 @@ def prepare_optimizer(accelerator: Any, optimizer: torch.optim.Optimizer, device
     if wrapped is None:
         wrapped = AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=accelerator.scaler,
                                        device=accelerator.device)
-    accelerator._prepared.optimizers.append(mark_prepared(wrapped))
+    accelerator._prepared.optimizers.append(watched(accelerator, mark_prepared(wrapped)))
     return wrapped
 
 
@@ -211,5 +217,5 @@ def prepare_data_loader(accelerator: Any, data_loader: Any, device_placement: bo
         use_stateful_dataloader=config.use_stateful_dataloader,
     )
     prepared = run.chain("drivetrain_wrap_dataloader", "dataloader", prepared)
-    accelerator._prepared.dataloaders.append(mark_prepared(prepared))
+    accelerator._prepared.dataloaders.append(watched(accelerator, mark_prepared(prepared)))
     return prepared

@@ -70,6 +70,15 @@ class TrackerError(DrivetrainError, RuntimeError):
     ``RuntimeError``, as the tracker libraries' own failures mostly are)."""
 
 
+class LossSpikeError(DrivetrainError, RuntimeError):
+    """A loss spike stopped the run (``MonitorKwargs(on_spike="stop")``); the message names the
+    step, the batch and the checkpoint of the last good state, kept in ``checkpoint``."""
+
+    def __init__(self, message: str, checkpoint: str | None = None) -> None:
+        super().__init__(message)
+        self.checkpoint = checkpoint
+
+
 class UsageError(DrivetrainError):
     """The ``Accelerator`` was used in an order or way that cannot work."""
 

@@ -58,6 +58,21 @@ class Platform:
         """Bytes currently allocated on the current device, when the platform can tell."""
         return None
 
+    def peak_memory(self) -> int | None:
+        """The most bytes this process has held on its device so far (``MonitorKwargs``'s
+        ``memory/peak_bytes``); for the CPU, the process's peak resident set."""
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # Linux counts KiB, macOS bytes
+
+    def peak_flops(self, precision: str) -> float | None:
+        """The device's dense peak FLOP/s for matrix products in ``precision`` (``"no"`` for
+        fp32, ``"bf16"``, ``"fp16"``, ``"fp8"``), which MFU is measured against; ``None`` when
+        unknown (the CPU's: its peak depends on cores, clocks and vector units)."""
+        return None
+
     def free_memory(self, index: int) -> int | None:
         """Bytes free on device ``index`` of this platform, for device maps
         (``get_max_memory``); ``None`` when its devices are the host's memory (the CPU)."""

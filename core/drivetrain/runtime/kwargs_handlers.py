@@ -94,6 +94,55 @@ class ProfileKwargs(KwargsHandler):
     output_trace_dir: str | None = None
 
 
+#: What ``MonitorKwargs(on_spike=...)`` may do with a loss spike.
+SPIKE_ACTIONS = ("warn", "skip", "stop")
+
+
+@dataclass
+class MonitorKwargs(KwargsHandler):
+    """Measure every optimizer step of the run and guard it against loss spikes (off unless given).
+
+    With this handler the prepared data loaders, optimizers and models are watched: step time
+    and its parts, samples/s and tokens/s, model FLOPs and MFU, peak memory, logged every
+    ``log_every`` steps through ``accelerator.log`` and summarised at ``end_training()``. See
+    the monitoring guide for what each number means.
+
+    Args:
+        log_every: optimizer steps per logged window.
+        peak_flops: the device's peak FLOP/s for MFU; ``None`` asks the platform (known for
+            common GPUs; none on the CPU, so no MFU there unless given).
+        on_spike: the loss-spike guard: ``"warn"`` reports a spike, ``"skip"`` also skips its
+            optimizer step (no parameter change, gradients dropped), ``"stop"`` saves the last
+            good state and raises ``LossSpikeError``; ``None`` (the default) reads no loss.
+        spike_factor: a loss above this times the running median is a spike (non-finite always is).
+        spike_window: how many recent losses the running median covers.
+        checkpoint_dir: where ``on_spike="stop"`` saves; ``None``: ``save_state()``'s automatic naming.
+    """
+
+    log_every: int = 50
+    peak_flops: float | None = None
+    on_spike: str | None = None
+    spike_factor: float = 3.0
+    spike_window: int = 50
+    checkpoint_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.log_every, bool) or not isinstance(self.log_every, int) or self.log_every < 1:
+            raise ConfigError(f"MonitorKwargs(log_every={self.log_every!r}) must be a whole number of steps, 1 or more")
+        if self.peak_flops is not None and not (isinstance(self.peak_flops, numbers.Real) and self.peak_flops > 0):
+            raise ConfigError(f"MonitorKwargs(peak_flops={self.peak_flops!r}) must be the device's peak FLOP/s, "
+                              "a number above 0 (e.g. 989e12), or None to ask the platform")
+        if self.on_spike is not None and self.on_spike not in SPIKE_ACTIONS:
+            raise ConfigError(f"MonitorKwargs(on_spike={self.on_spike!r}) is not an action; use one of "
+                              f"{', '.join(repr(a) for a in SPIKE_ACTIONS)}, or None to leave losses unread")
+        if not (isinstance(self.spike_factor, numbers.Real) and self.spike_factor > 1):
+            raise ConfigError(f"MonitorKwargs(spike_factor={self.spike_factor!r}) must be a number above 1 "
+                              "(a spike is a loss above spike_factor times the running median)")
+        if isinstance(self.spike_window, bool) or not isinstance(self.spike_window, int) or self.spike_window < 2:
+            raise ConfigError(f"MonitorKwargs(spike_window={self.spike_window!r}) must be a whole number of "
+                              "losses, 2 or more")
+
+
 @dataclass
 class GradientAccumulationPlugin(KwargsHandler):
     """How gradient accumulation behaves (Accelerate's ``GradientAccumulationPlugin``).
@@ -249,6 +298,6 @@ class TorchDynamoPlugin(KwargsHandler):
 
 
 __all__ = [
-    "KwargsHandler", "AutocastKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "ProfileKwargs",
+    "KwargsHandler", "AutocastKwargs", "GradScalerKwargs", "InitProcessGroupKwargs", "MonitorKwargs", "ProfileKwargs",
     "GradientAccumulationPlugin", "DataLoaderConfiguration", "ProjectConfiguration", "TorchDynamoPlugin",
 ]

@@ -140,6 +140,18 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self._is_overflow = self.scaler.get_scale() < self._scale_before
         return result
 
+    def skip_step(self) -> None:
+        """Take no step this time (``MonitorKwargs`` skipping a loss spike): the gradients are
+        dropped, a scaler that already unscaled them forgets it, and ``step_was_skipped`` is
+        ``True`` (the scheduler then does not step either)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            try:
+                self.scaler.update()  # clears the per-optimizer "unscaled" state unscale_() left
+            except AssertionError:  # nothing was unscaled in this step: nothing to clear
+                pass
+        self._is_overflow = True
+
     @property
     def step_was_skipped(self) -> bool:
         """Whether the last ``step`` was skipped because fp16 gradients overflowed."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pluggy
 
@@ -199,6 +199,11 @@ class Run:
 
     def forget_collectives(self) -> None:
         self._collectives = None
+
+    def wrap_collectives(self, wrap: Callable[[Collectives], Collectives]) -> None:
+        """Put ``wrap(collectives)`` in place of the run's collectives (a layer that watches every
+        call, such as the step monitor's timer; ``wrap`` may also take such a layer off again)."""
+        self._collectives = wrap(self.collectives)
 
 
 def _forget_role_objects(manager: PluginManager, keys: set[str]) -> None:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
+
 from ..kernel.contributed import contributed_getattr
+
+# The bars drawn through tqdm() below, which the step monitor (MonitorKwargs) writes its
+# figures into; a bar closed and dropped leaves the set by itself.
+_DRAWN_BARS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
@@ -25,7 +31,15 @@ def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
         from ..runtime.state import PartialState
 
         kwargs["disable"] = kwargs.get("disable", False) or not PartialState().is_local_main_process
-    return _tqdm(*args, **kwargs)
+    bar = _tqdm(*args, **kwargs)
+    if not getattr(bar, "disable", False):
+        _DRAWN_BARS.add(bar)
+    return bar
+
+
+def drawn_bars() -> list[Any]:
+    """The bars of this process drawn through :func:`tqdm` and still open."""
+    return [bar for bar in list(_DRAWN_BARS) if not getattr(bar, "disable", False)]
 
 
 # names a plugin contributes to this module (keys "utils.tqdm.<name>"), served on first access

@@ -20,7 +20,8 @@ _NAMES: dict[str, tuple[str, ...]] = {
     ),
     "runtime.kwargs_handlers": (
         "AutocastKwargs", "DataLoaderConfiguration", "GradientAccumulationPlugin", "GradScalerKwargs",
-        "InitProcessGroupKwargs", "KwargsHandler", "ProfileKwargs", "ProjectConfiguration", "TorchDynamoPlugin",
+        "InitProcessGroupKwargs", "KwargsHandler", "MonitorKwargs", "ProfileKwargs", "ProjectConfiguration",
+        "TorchDynamoPlugin",
     ),
     "utils.operations": (
         "CannotPadNestedTensorWarning", "ConvertOutputsToFp32", "DistributedOperationException",

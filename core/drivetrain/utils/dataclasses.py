@@ -25,6 +25,7 @@ from ..runtime.kwargs_handlers import (
     GradScalerKwargs,
     InitProcessGroupKwargs,
     KwargsHandler,
+    MonitorKwargs,
     ProfileKwargs,
     ProjectConfiguration,
     TorchDynamoPlugin,
@@ -35,7 +36,7 @@ from ..services.other import get_module_class_from_name
 __all__ = [
     "AutocastKwargs", "ComputeEnvironment", "CustomDtype", "DataLoaderConfiguration", "DistributedType",
     "DynamoBackend", "GradientAccumulationPlugin", "GradScalerKwargs", "InitProcessGroupKwargs", "KwargsHandler",
-    "LoggerType", "PrecisionType", "ProfileKwargs", "ProjectConfiguration", "RNGType", "SageMakerDistributedType",
+    "LoggerType", "MonitorKwargs", "PrecisionType", "ProfileKwargs", "ProjectConfiguration", "RNGType", "SageMakerDistributedType",
     "TensorInformation", "TorchDynamoPlugin", "get_module_class_from_name",
 ]
 

@@ -4,7 +4,7 @@ contract with ``GradientState`` (``DataLoaderStateMixin``)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch.utils.data import DataLoader
@@ -167,6 +167,9 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
 
     # the position as of the last batch handed out: torchdata's state, or the iterable dataset's own
     _read_state: Any = None
+    #: ``observer(batches, loader)`` wraps each pass's batches (the step monitor of
+    #: ``MonitorKwargs`` sets it at prepare time, to time the waits); ``None``: the batches as they are
+    batch_observer: Any = None
 
     _progress: _Progress
     _shard_sampler: BatchSamplerShard | None
@@ -197,6 +200,19 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
 
     def __len__(self) -> int:
         return max(DataLoader.__len__(self) - self.skip_batches, 0)
+
+    def __iter__(self) -> Iterator[Any]:
+        batches = self._iterate()  # the loader's own pass (a generator: nothing runs yet)
+        observer = self.batch_observer
+        return batches if observer is None else observer(batches, self)
+
+    def _iterate(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def _torch_iterator(self) -> Iterator[Any]:
+        """``DataLoader``'s own iterator (torchdata's for a stateful loader): the class after
+        this one in the loader's order, since this class's ``__iter__`` is the prepared pass."""
+        return super().__iter__()  # type: ignore[misc]
 
     # --- epochs and position
     @property

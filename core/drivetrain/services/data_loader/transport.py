@@ -152,7 +152,7 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
             return 0
         return -1 if length is None or not self.batch_size else length % self.batch_size
 
-    def __iter__(self) -> Iterator[Any]:
+    def _iterate(self) -> Iterator[Any]:
         if self.rng_types:
             types = [t for t in self.rng_types if str(t) != "generator" or self.synchronized_generator is not None]
             synchronize_rng_states(types, self.synchronized_generator)
@@ -165,7 +165,7 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
                 discard = 0
             elif skip:
                 discard = self._resume_stream(skip)
-            iterator = super().__iter__()
+            iterator = self._torch_iterator()
             yield from watched(self._play(iterator, discard), self)
         finally:
             self.end()
@@ -323,7 +323,7 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
             have += _batch_size(first)
         return slice_tensors(_join(parts), slice(0, target)), size
 
-    def __iter__(self) -> Iterator[Any]:
+    def _iterate(self) -> Iterator[Any]:
         skip = self._begin_pass()
         self.begin()
         try:
@@ -347,7 +347,7 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
                 skip_reads = self._resume_stream(skip) if skip else 0
                 if skip and not skip_reads:
                     epoch_first = self._first_from_stream_start
-            iterator = super().__iter__()
+            iterator = self._torch_iterator()
             for number in range(skip_reads):
                 fetched, _ = self._fetch(iterator)
                 if number == 0:
