@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..runtime.collective_watch import watched as _watched_as
 from ..runtime.collectives import REDUCTIONS
 from ..kernel.errors import DistributedError
 from ..runtime.state import GradientState, PartialState
@@ -51,6 +52,12 @@ class CannotPadNestedTensorWarning(UserWarning):
 
 
 # --------------------------------------------------------------- across processes
+
+
+def watched(operation: str) -> Callable[[Callable], Callable]:
+    """Decorator: the operation notes itself while it runs, so a hang report names it (with the
+    backend's own collective inside it; :mod:`drivetrain.runtime.collective_watch`)."""
+    return lambda function: _watched_as(operation, function)
 
 
 def _collectives() -> Any:
@@ -132,6 +139,7 @@ def chained_operation(function: Callable) -> Callable:
     return wrapper
 
 
+@watched("gather")
 def gather(tensor: Any) -> Any:
     """Every process's tensors concatenated along the first dimension, on every process.
 
@@ -150,6 +158,7 @@ def gather(tensor: Any) -> Any:
         raise _backend_failure("gather", error) from error
 
 
+@watched("gather_object")
 def gather_object(object: Any) -> list[Any]:
     """Every process's picklable ``object``, on every process.
 
@@ -166,6 +175,7 @@ def gather_object(object: Any) -> list[Any]:
     return gathered
 
 
+@watched("broadcast")
 def broadcast(tensor: Any, from_process: int = 0) -> Any:
     """Process ``from_process``'s tensors copied into ``tensor`` on every process (in place).
 
@@ -185,6 +195,7 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
         raise _backend_failure("broadcast", error) from error
 
 
+@watched("broadcast_object_list")
 def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
     """Process ``from_process``'s list of picklable objects copied into ``object_list`` on
     every process (in place; the list has the same length everywhere). Returns it."""
@@ -194,6 +205,7 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
     return collectives.broadcast_object_list(object_list, src=from_process)
 
 
+@watched("reduce")
 def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     """Combine every process's tensors element-wise; the input is left untouched.
 
@@ -226,6 +238,7 @@ def _reduce_one(tensor: torch.Tensor, collectives: Any, reduction: str, scale: f
     return result if scale == 1.0 else result * scale
 
 
+@watched("pad_across_processes")
 def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
     """Pad every tensor along ``dim`` to its largest size across processes, so it can be gathered.
 
@@ -322,6 +335,7 @@ def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:
     return collectives.broadcast(buffer.contiguous(), src=0)
 
 
+@watched("wait_for_everyone")
 def wait_for_everyone() -> None:
     """Block until every process reaches this call."""
     PartialState().wait_for_everyone()
