@@ -31,7 +31,10 @@ from drivetrain.state import PartialState
 from drivetrain.utils import broadcast, gather, reduce
 
 SIZES = {"1 KB": 1 << 10, "1 MB": 1 << 20, "64 MB": 64 << 20}
+# Taken before the process group exists: once it does, torch.distributed's collectives note
+# themselves for hang reports (docs/monitoring-hangs.md), a cost drivetrain's side must show.
 _gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+RAW = {"broadcast": dist.broadcast, "all_reduce": dist.all_reduce}
 
 
 def raw_gather(tensor: torch.Tensor) -> torch.Tensor:
@@ -42,12 +45,12 @@ def raw_gather(tensor: torch.Tensor) -> torch.Tensor:
 
 def raw_reduce(tensor: torch.Tensor) -> torch.Tensor:
     out = tensor.clone()
-    dist.all_reduce(out)
+    RAW["all_reduce"](out)
     return out
 
 
 def raw_broadcast(tensor: torch.Tensor) -> torch.Tensor:
-    dist.broadcast(tensor, src=0)
+    RAW["broadcast"](tensor, src=0)
     return tensor
 
 
@@ -91,13 +94,20 @@ def communication_removed() -> Iterator[None]:
     def nothing(*args: object, **kwargs: object) -> None:
         return None
 
-    saved = dist.broadcast, dist.all_reduce, process_group._all_gather_single, globals()["_gather_single"]
-    dist.broadcast = dist.all_reduce = process_group._all_gather_single = nothing
-    globals()["_gather_single"] = nothing
+    from drivetrain.runtime.collective_watch import watched
+
+    # drivetrain's side keeps the record each collective makes (a watched call of nothing)
+    saved = dist.broadcast, dist.all_reduce, process_group._all_gather_single, globals()["_gather_single"], dict(RAW)
+    dist.broadcast = watched("broadcast", nothing, 2)
+    dist.all_reduce = watched("all_reduce", nothing, 2)
+    process_group._all_gather_single = watched("all_gather_into_tensor", nothing, 2)
+    globals()["_gather_single"] = RAW["broadcast"] = RAW["all_reduce"] = nothing
     try:
         yield
     finally:
-        dist.broadcast, dist.all_reduce, process_group._all_gather_single, globals()["_gather_single"] = saved
+        (dist.broadcast, dist.all_reduce, process_group._all_gather_single, globals()["_gather_single"],
+         saved_raw) = saved
+        RAW.update(saved_raw)
 
 
 def own_cost(function: Callable[[], object], calls: int = 20_000, rounds: int = 7) -> float:
@@ -140,6 +150,7 @@ def main() -> None:
             ("broadcast", lambda: broadcast(small), lambda: raw_broadcast(small)),
             ("reduce(sum)", lambda: reduce(small, "sum"), lambda: raw_reduce(small)),
             ("gather dict x8", lambda: gather(small_parts), lambda: raw_gather_dict(small_parts)),
+            ("record (hangs)", lambda: dist.all_reduce(small), lambda: RAW["all_reduce"](small)),
         )]
     state.wait_for_everyone()
     if state.is_main_process:

@@ -48,15 +48,17 @@ STACK_FRAMES = 40
 _LIBRARY_MODULES = ("torch", "runpy", "threading", "importlib", "contextlib", "functools")
 
 
-class _Entry:
-    """One collective in progress on one thread."""
+# One collective in progress on one thread: a plain tuple, made on every collective (nothing is
+# computed for it until a report): (op, args, kwargs, group position, started, sequence, via).
+_OP, _ARGS, _KWARGS, _GROUP_POSITION, _STARTED, _SEQUENCE, _VIA = range(7)
+_Entry = tuple
 
-    __slots__ = ("op", "args", "kwargs", "group", "started", "sequence", "via")
 
-    def __init__(self, op: str, args: tuple, kwargs: dict, group: Any, sequence: int, via: str | None) -> None:
-        self.op, self.args, self.kwargs, self.group = op, args, kwargs, group
-        self.started = time.monotonic()
-        self.sequence, self.via = sequence, via
+def _group_in(args: tuple, kwargs: dict, position: int | None) -> Any:
+    """The argument named ``group`` of a call, at ``position`` when passed by position."""
+    if "group" in kwargs:
+        return kwargs["group"]
+    return args[position] if position is not None and len(args) > position else None
 
 
 class _Thread(threading.local):
@@ -68,45 +70,41 @@ class _Thread(threading.local):
 _stacks: dict[int, list[_Entry]] = {}  # thread id -> its collectives in progress, outermost first
 _local = _Thread()
 # outermost collectives begun on this process, per group (``None``: all ranks): ranks in step agree
-_counters: dict[Any, int] = {}
+_counters: dict[Any, int] = {None: 0}
 _report_lock = threading.Lock()
 _reported: list[dict] = []  # the one report this process wrote
 #: How a group object is shown (the communication plugin sets it): ranks, or ``None`` for all.
 group_ranks: Callable[[Any], list[int] | None] = lambda group: None
 
 
-def begin(op: str, args: tuple = (), kwargs: dict | None = None, group: Any = None) -> _Entry:
-    """Note that this thread enters collective ``op`` with these arguments; pair with :func:`end`."""
-    stack = _local.stack
-    if stack:
-        outer = stack[0]
-        entry = _Entry(op, args, kwargs or {}, group, outer.sequence, outer.via or outer.op)
-    else:
-        key = None if group is None else id(group)
-        sequence = _counters[key] = _counters.get(key, 0) + 1
-        entry = _Entry(op, args, kwargs or {}, group, sequence, None)
-    stack.append(entry)
-    return entry
-
-
-def end() -> None:
-    """This thread left its innermost collective."""
-    _local.stack.pop()
-
-
-def watched(op: str, function: Callable, group_of: Callable[[tuple, dict], Any] | None = None) -> Callable:
-    """``function`` (a collective) noting itself while it runs, and reporting when it raises."""
+def watched(op: str, function: Callable, group_position: int | None = None) -> Callable:
+    """``function`` (a collective) noting itself while it runs, and reporting when it raises a
+    ``RuntimeError`` (what backends raise; an error class whose ``collective_report`` is false,
+    one every rank raised with a clear message, is not reported). Its group is its argument
+    named ``group`` (at ``group_position`` when passed by position)."""
     if getattr(function, "__drivetrain_watched__", False):
         return function
+    monotonic, counters = time.monotonic, _counters
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         stack = _local.stack
-        begin(op, args, kwargs, group_of(args, kwargs) if group_of is not None else None)
+        if stack:  # inside another collective: the same call, counted once
+            outer = stack[0]
+            stack.append((op, args, kwargs, group_position, outer[4], outer[5], outer[6] or outer[0]))
+        else:
+            # inline: this runs on every collective
+            group = kwargs.get("group") if kwargs else None
+            if group is None and group_position is not None and len(args) > group_position:
+                group = args[group_position]
+            key = None if group is None else id(group)
+            sequence = counters[key] = counters[key] + 1 if key in counters else 1
+            stack.append((op, args, kwargs, group_position, monotonic(), sequence, None))
         try:
             return function(*args, **kwargs)
         except RuntimeError as error:  # what a backend raises; a TypeError is the caller's, before any exchange
-            collective_failed(error)
+            if getattr(error, "collective_report", True):
+                collective_failed(error)
             raise
         finally:
             stack.pop()
@@ -138,13 +136,7 @@ def watch_module_functions(module: Any, names: Any, group_ranks_of: Callable[[An
             position = list(inspect.signature(function).parameters).index("group")
         except (TypeError, ValueError):
             position = None
-
-        def group_of(args: tuple, kwargs: dict, position: int | None = position) -> Any:
-            if "group" in kwargs:
-                return kwargs["group"]
-            return args[position] if position is not None and len(args) > position else None
-
-        setattr(module, name, watched(name, function, group_of))
+        setattr(module, name, watched(name, function, position))
 
 
 def current(thread: int | None = None) -> _Entry | None:
@@ -169,7 +161,7 @@ def _describe_value(value: Any) -> str | None:
 
 
 def _tensors(entry: _Entry) -> list[str]:
-    described = [_describe_value(value) for value in (*entry.args, *entry.kwargs.values())]
+    described = [_describe_value(value) for value in (*entry[_ARGS], *entry[_KWARGS].values())]
     return [text for text in described if text is not None]
 
 
@@ -212,11 +204,11 @@ def build_report(trigger: str, rank: int, error: str | None = None, main_thread:
     collective = None
     if entry is not None:
         try:
-            ranks = group_ranks(entry.group)
+            ranks = group_ranks(_group_in(entry[_ARGS], entry[_KWARGS], entry[_GROUP_POSITION]))
         except Exception:  # a group being destroyed: shown as unknown, the report still written
             ranks = None
-        collective = {"op": entry.op, "via": entry.via, "sequence": entry.sequence, "tensors": _tensors(entry),
-                      "group": ranks, "waited": round(time.monotonic() - entry.started, 3)}
+        collective = {"op": entry[_OP], "via": entry[_VIA], "sequence": entry[_SEQUENCE], "tensors": _tensors(entry),
+                      "group": ranks, "waited": round(time.monotonic() - entry[_STARTED], 3)}
     return {
         "rank": rank, "time": time.time(), "trigger": trigger, "error": error, "collective": collective,
         "call_site": call_site(frame), "stack": _stack_of(frame) if frame is not None else [],
@@ -314,7 +306,7 @@ class _Watchdog:
         own = f"{_rank()}{REPORT_SUFFIX}"
         while not self._stop.wait(self.interval) and not _reported:
             now = time.monotonic()
-            if any(stack and now - stack[0].started > self.overdue for stack in list(_stacks.values())):
+            if any(stack and now - stack[0][_STARTED] > self.overdue for stack in list(_stacks.values())):
                 write_report("watchdog")
                 continue
             errors = _errors_dir()
