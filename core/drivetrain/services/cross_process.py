@@ -11,9 +11,11 @@ Processes that pass different shapes or dtypes to one collective make the backen
 or return garbage, and only an exchange of each rank's layout before the data moves can tell.
 That exchange costs about as much as a small collective itself (``benchmarks/
 bench_collective_checks.py``), so it is made where an exchange happens anyway:
-:func:`pad_across_processes` sends every rank's layout with its sizes and always checks it. In
-debug mode (``DRIVETRAIN_DEBUG_MODE=1``) every collective first compares what each process
-passes. Either way a mismatch raises :class:`DistributedOperationException` on every process.
+:func:`pad_across_processes` sends every rank's layout with its sizes and always checks it, and
+:func:`gather` and :func:`reduce` compare a digest of each rank's layout before a tensor of at
+least :data:`LAYOUT_CHECK_BYTES` on the CPU moves (where one more small collective is lost in
+the payload's time). In debug mode (``--debug``, ``DRIVETRAIN_DEBUG_MODE=1``) every collective
+first compares what each process passes. Either way a mismatch raises :class:`DistributedOperationException` on every process.
 Outside debug mode a backend failure inside :func:`gather`, :func:`reduce` or :func:`broadcast`
 is reported as one line that points to debug mode.
 """
@@ -24,6 +26,7 @@ import functools
 import hashlib
 import logging
 import warnings
+import zlib
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -45,6 +48,9 @@ logger = logging.getLogger(__name__)
 
 class DistributedOperationException(DistributedError):
     """The processes called a collective with data that cannot work together."""
+
+    #: Every rank raises it, naming each rank's tensors: no hang report is needed.
+    collective_report = False
 
 
 class CannotPadNestedTensorWarning(UserWarning):
@@ -83,8 +89,10 @@ def _describe(data: Any, dims_only: bool = False) -> Any:
     return type(data).__name__
 
 
-def _check_same_everywhere(operation: str, data: Any, collectives: Any, dims_only: bool = False) -> None:
-    """Debug mode: make sure every process passes the same layout, or fail on all of them."""
+def _check_same_everywhere(operation: str, data: Any, collectives: Any, dims_only: bool = False,
+                           found_by: str = "debug mode") -> None:
+    """Make sure every process passes the same layout, or fail on all of them (debug mode, or
+    after the layout digests of a large gather differed)."""
     described = collectives.all_gather_object(_describe(data, dims_only))
     if all(item == described[0] for item in described):
         return
@@ -92,7 +100,7 @@ def _check_same_everywhere(operation: str, data: Any, collectives: Any, dims_onl
     hint = ("" if dims_only else
             "; pad a ragged dimension first with pad_across_processes, or use gather_object for arbitrary data")
     raise DistributedOperationException(
-        f"{operation}() needs {_SAME[dims_only]} on every process, but they differ (debug mode): {ranks}. "
+        f"{operation}() needs {_SAME[dims_only]} on every process, but they differ ({found_by}): {ranks}. "
         f"Call {operation}() with matching tensors on every rank{hint}"
     )
 
@@ -103,10 +111,12 @@ _FIND_WHICH = "run with --debug (ACCELERATE_DEBUG_MODE=1) to find which"
 
 def _backend_failure(operation: str, error: DistributedError) -> DistributedOperationException:
     """The one line for a collective the backend could not complete (checked only in debug mode)."""
-    return DistributedOperationException(
+    failure = DistributedOperationException(
         f"{operation}() failed across processes ({error}): the ranks passed tensors of different shapes/dtypes "
         f"to {operation}(), or one of them stopped; {_FIND_WHICH}"
     )
+    failure.collective_report = True  # a rank stopped, or the backend failed: the hang report says which
+    return failure
 
 
 def verify_operation(function: Callable) -> Callable:
@@ -149,13 +159,45 @@ def gather(tensor: Any) -> Any:
     """
     collectives = _collectives()
     if collectives.world_size == 1:
+        if not isinstance(tensor, (torch.Tensor, list, tuple, Mapping)):
+            _map_tensors(_unchanged, tensor, "gather")  # refused on one process as on two (raises)
         return tensor
     if _debug_mode():
         _check_same_everywhere("gather", tensor, collectives)
+        gather_one = collectives.all_gather_into
+    else:
+        def gather_one(one: torch.Tensor) -> torch.Tensor:
+            if one.nbytes >= LAYOUT_CHECK_BYTES and one.device.type == "cpu":
+                _compare_layout_digests("gather", tensor, one, collectives)
+            return collectives.all_gather_into(one)
     try:
-        return _map_tensors(collectives.all_gather_into, tensor, "gather")
+        return _map_tensors(gather_one, tensor, "gather")
+    except DistributedOperationException:
+        raise
     except DistributedError as error:
         raise _backend_failure("gather", error) from error
+
+
+#: A gathered or reduced tensor of at least this many bytes, on the CPU, has every rank's layout compared
+#: first, debug mode or not: another all-gather, of 8 bytes, lost in the payload's own time
+#: (``benchmarks/bench_collectives.py``). Tensors of the same size but other shapes would
+#: otherwise be gathered into a wrong result; smaller ones (where that all-gather would cost as
+#: much as the gather) and tensors on an accelerator (reading the digests waits for the device)
+#: are compared in debug mode (``--debug``).
+LAYOUT_CHECK_BYTES = 16 << 20
+
+
+def _unchanged(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def _compare_layout_digests(operation: str, data: Any, tensor: torch.Tensor, collectives: Any) -> None:
+    """Every rank's shape and dtype of ``tensor`` (a part of ``data``) in one all-gather of a
+    digest; when they differ, every rank raises naming each one's layout of ``data``."""
+    digest = zlib.crc32(f"{list(tensor.shape)} {tensor.dtype}".encode())
+    digests = collectives.all_gather_into(torch.tensor([digest], dtype=torch.int64)).tolist()
+    if any(other != digests[0] for other in digests):
+        _check_same_everywhere(operation, data, collectives, found_by="their layout digests")
 
 
 @watched("gather_object")
@@ -227,6 +269,8 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
         if isinstance(tensor, torch.Tensor):
             return _reduce_one(tensor, collectives, reduction, scale)
         return _map_tensors(lambda one: _reduce_one(one, collectives, reduction, scale), tensor, "reduce")
+    except DistributedOperationException:
+        raise
     except DistributedError as error:
         raise _backend_failure("reduce", error) from error
 
@@ -234,6 +278,8 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
 def _reduce_one(tensor: torch.Tensor, collectives: Any, reduction: str, scale: float) -> torch.Tensor:
     result = tensor.clone()
     if collectives is not None:
+        if result.nbytes >= LAYOUT_CHECK_BYTES and result.device.type == "cpu" and not _debug_mode():
+            _compare_layout_digests("reduce", tensor, tensor, collectives)
         result = collectives.all_reduce(result, reduction)
     return result if scale == 1.0 else result * scale
 
