@@ -162,3 +162,31 @@ def test_an_error_that_is_the_callers_writes_no_report(monkeypatch):
     with pytest.raises(TypeError):
         collective_watch.watched("gather", refuse)("a string")
     assert collective_watch._reported == [] and collective_watch.current() is None
+
+
+def test_a_timeout_raised_outside_a_recorded_call_is_reported_where_it_was_raised(tmp_path, monkeypatch):
+    # torch's collectives from C++ (DistributedDataParallel's gradient all-reduce) raise in backward()
+    monkeypatch.setenv(collective_watch.ERRORS_DIR_VARIABLE, str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(collective_watch, "_reported", [])
+    monkeypatch.setattr(collective_watch, "_watch", [collective_watch._Watchdog(timeout=60, world_size=1)])
+
+    def backward():
+        raise RuntimeError("[../gloo/transport/tcp/pair.cc:534] Timed out waiting 3000ms for recv")
+
+    try:
+        backward()
+    except RuntimeError as error:
+        collective_watch.report_uncaught(error)
+    collective_watch.report_uncaught(RuntimeError("Timed out again"))  # one report in a process's life
+    report = json.loads((tmp_path / "1.collective.json").read_text())
+    assert report["error"] == "RuntimeError: Timed out waiting 3000ms for recv" and report["collective"] is None
+    assert report["call_site"] == f"{__file__}:{backward.__code__.co_firstlineno + 1} in backward"
+    assert "raise RuntimeError" in report["stack"][-1]
+
+
+def test_an_error_that_is_no_timeout_is_left_to_the_launchers_usual_report(monkeypatch):
+    monkeypatch.setattr(collective_watch, "_reported", [])
+    monkeypatch.setattr(collective_watch, "_watch", [collective_watch._Watchdog(timeout=60, world_size=1)])
+    collective_watch.report_uncaught(ValueError("bad value"))
+    assert collective_watch._reported == []

@@ -193,14 +193,17 @@ def _stack_of(frame: Any) -> list[str]:
     return [line.rstrip("\n") for line in traceback.format_list(frames[-STACK_FRAMES:])]
 
 
-def build_report(trigger: str, rank: int, error: str | None = None, main_thread: int | None = None) -> dict:
+def build_report(trigger: str, rank: int, error: str | None = None, frame: Any = None) -> dict:
     """What this process is doing now: its collective in progress (on the thread that has one,
-    else the main thread), where the script called it, and that thread's Python stack."""
-    frames = sys._current_frames()
-    threads = [ident for ident, stack in _stacks.items() if stack and ident in frames]
-    thread = threads[0] if threads else (main_thread or threading.main_thread().ident)
-    frame = frames.get(thread)
-    entry = current(thread)
+    else the main thread), where the script called it, and that thread's Python stack; or, given
+    ``frame`` (where an error was raised), where that was."""
+    entry = None
+    if frame is None:
+        frames = sys._current_frames()
+        threads = [ident for ident, stack in _stacks.items() if stack and ident in frames]
+        thread = threads[0] if threads else threading.main_thread().ident
+        frame = frames.get(thread)
+        entry = current(thread)
     collective = None
     if entry is not None:
         try:
@@ -224,12 +227,12 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0") or 0)
 
 
-def write_report(trigger: str, error: str | None = None) -> bool:
+def write_report(trigger: str, error: str | None = None, frame: Any = None) -> bool:
     """Write this process's report (once in its life); returns whether this call wrote it."""
     with _report_lock:
         if _reported:
             return False
-        report = build_report(trigger, _rank(), error)
+        report = build_report(trigger, _rank(), error, frame)
         _reported.append(report)
     errors = _errors_dir()
     if errors is None:
@@ -258,13 +261,39 @@ def one_line(report: dict) -> str:
     return f"{collective['op']}{via} {tensors}{group_text}".rstrip() + where
 
 
+def _error_line(error: BaseException) -> str:
+    line = next((text.strip() for text in str(error).splitlines() if text.strip()), "")
+    line = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", line)  # the backend's C++ source location
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
+
+
+#: An error that says a collective waited too long (torch's own collectives run from C++, such as
+#: the gradient all-reduce of DistributedDataParallel, raise it outside any recorded call).
+_TIMEOUT = re.compile(r"timed out|timeout", re.IGNORECASE)
+
+
+def report_uncaught(error: BaseException) -> None:
+    """The script ended with ``error``: if it is a collective's timeout that no recorded call
+    reported, report where it was raised (the line of the script and the stack), so the other
+    ranks report where they are too."""
+    if _reported or _watch[0] is None or not _TIMEOUT.search(str(error)):
+        return
+    traceback_ = error.__traceback__
+    while traceback_ is not None and traceback_.tb_next is not None:
+        traceback_ = traceback_.tb_next
+    if write_report("error", _error_line(error), traceback_.tb_frame if traceback_ is not None else None):
+        _wait_for_peers()
+
+
 def collective_failed(error: BaseException) -> None:
     """A collective raised on this thread: write the report, then give the other ranks a moment
     to write theirs (:data:`PEER_WAIT`) before the error ends this process."""
-    line = next((text.strip() for text in str(error).splitlines() if text.strip()), type(error).__name__)
-    line = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", line)  # the backend's C++ source location
-    if not write_report("error", f"{type(error).__name__}: {line}"):
-        return
+    if write_report("error", _error_line(error)):
+        _wait_for_peers()
+
+
+def _wait_for_peers() -> None:
+    """Until every rank's report is there, or :data:`PEER_WAIT` seconds."""
     errors, watch = _errors_dir(), _watch[0]
     if errors is None or watch is None or watch.world_size < 2:
         return

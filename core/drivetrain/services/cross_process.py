@@ -15,7 +15,8 @@ bench_collective_checks.py``), so it is made where an exchange happens anyway:
 :func:`gather` and :func:`reduce` compare a digest of each rank's layout before a tensor of at
 least :data:`LAYOUT_CHECK_BYTES` on the CPU moves (where one more small collective is lost in
 the payload's time). In debug mode (``--debug``, ``DRIVETRAIN_DEBUG_MODE=1``) every collective
-first compares what each process passes. Either way a mismatch raises :class:`DistributedOperationException` on every process.
+first compares what each process passes. Either way a mismatch raises
+:class:`DistributedOperationException` on every process.
 Outside debug mode a backend failure inside :func:`gather`, :func:`reduce` or :func:`broadcast`
 is reported as one line that points to debug mode.
 """
@@ -178,8 +179,8 @@ def gather(tensor: Any) -> Any:
         raise _backend_failure("gather", error) from error
 
 
-#: A gathered or reduced tensor of at least this many bytes, on the CPU, has every rank's layout compared
-#: first, debug mode or not: another all-gather, of 8 bytes, lost in the payload's own time
+#: A gathered or reduced tensor of at least this many bytes, on the CPU, has every rank's layout
+#: compared first, debug mode or not: another all-gather, of 8 bytes, lost in the payload's own time
 #: (``benchmarks/bench_collectives.py``). Tensors of the same size but other shapes would
 #: otherwise be gathered into a wrong result; smaller ones (where that all-gather would cost as
 #: much as the gather) and tensors on an accelerator (reading the digests waits for the device)

@@ -57,8 +57,10 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
     by side, and a rank that never arrived in the collective the others waited in is the culprit.
 
     A rank whose error is a timeout waiting for its peers, or a connection a dead peer broke,
-    is a victim, not the culprit, even when it failed first: the culprit is a stopped rank, else the rank such an error names,
-    else the first rank that failed otherwise (one that recorded no error is one that hung).
+    is a victim, not the culprit, even when it failed first: the culprit is a stopped rank, else a
+    rank that never arrived in the collective the others waited in (``collectives``), else the
+    rank such an error names, else the first rank that failed otherwise (one that recorded no
+    error is one that hung).
     """
     from ..runtime.process_exits import describe_exit
     from .hang_report import culprit_reason, hang_lines
@@ -119,7 +121,8 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
     absent = culprit_reason(collectives, job_ranks) if not stopped else None
     if absent is not None:
         first_rank, hung = absent[0], True
-        reasons[first_rank] = absent[1]
+        own = reasons.get(first_rank, "")  # its own error (it died) says more than where it was not
+        reasons[first_rank] = f"{absent[1]}; {own}" if own and not _TIMED_OUT.search(own) else absent[1]
         ranks = sorted(set(ranks) | {first_rank})
     lines = [f"{title}: {len(ranks)} process(es) failed; rank {first_rank} failed first"]
     for rank in [first_rank, *(r for r in ranks if r != first_rank)]:
