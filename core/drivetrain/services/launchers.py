@@ -122,7 +122,8 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
     if absent is not None:
         first_rank, hung = absent[0], True
         own = reasons.get(first_rank, "")  # its own error (it died) says more than where it was not
-        reasons[first_rank] = f"{absent[1]}; {own}" if own and not _TIMED_OUT.search(own) else absent[1]
+        if not own or _TIMED_OUT.search(own):
+            reasons[first_rank] = absent[1]
         ranks = sorted(set(ranks) | {first_rank})
     lines = [f"{title}: {len(ranks)} process(es) failed; rank {first_rank} failed first"]
     for rank in [first_rank, *(r for r in ranks if r != first_rank)]:
