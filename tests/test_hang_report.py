@@ -13,7 +13,7 @@ import torch
 
 from drivetrain.runtime import collective_watch
 from drivetrain.services.hang_report import hang_lines, never_arrived, recorded_collectives
-from drivetrain.services.launchers import failure_summary
+from drivetrain.services.launchers import failure_summary, recorded_failures
 from launching import SCRIPTS, launch
 
 
@@ -99,6 +99,7 @@ def test_the_launchers_summary_names_the_rank_that_never_arrived_first(tmp_path)
         (tmp_path / f"{rank}{collective_watch.REPORT_SUFFIX}").write_text(json.dumps(report))
     (tmp_path / f"5{collective_watch.REPORT_SUFFIX}.tmp").write_text("{half")  # a report being written: not read
     assert recorded_collectives(str(tmp_path)) == {0: reports[0], 1: reports[1]}
+    assert recorded_failures(str(tmp_path)) == {}  # a report is no error record of its rank
     summary = failure_summary(Failure(), recorded={0: (100.0, "RuntimeError: Timed out")},
                               exits={0: (100.5, 1), 1: (100.6, -15)}, collectives=recorded_collectives(str(tmp_path)))
     lines = summary.splitlines()

@@ -121,8 +121,10 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
     absent = culprit_reason(collectives, job_ranks) if not stopped else None
     if absent is not None:
         first_rank, hung = absent[0], True
-        own = reasons.get(first_rank, "")  # its own error (it died) says more than where it was not
-        if not own or _TIMED_OUT.search(own):
+        # a rank that ended with an error of its own (it died) is better told by it than by where it was not
+        own = reasons.get(first_rank, "")
+        died = first_rank in recorded or (code_of(first_rank) or 0) > 0
+        if not (died and own and not _TIMED_OUT.search(own)):
             reasons[first_rank] = absent[1]
         ranks = sorted(set(ranks) | {first_rank})
     lines = [f"{title}: {len(ranks)} process(es) failed; rank {first_rank} failed first"]
@@ -192,11 +194,14 @@ def record_failure(exc: BaseException, errors: str | None = None) -> None:
         pass
 
 
+_FAILURE_RECORD = re.compile(r"^\d+\.json$")
+
+
 def recorded_failures(errors: str) -> dict[int, tuple[float, str]]:
     """What :func:`record_failure` wrote: rank -> (time, error)."""
     found = {}
     for name in os.listdir(errors):
-        if not name.endswith(".json"):
+        if not _FAILURE_RECORD.match(name):  # not <rank>.collective.json, a hang report
             continue
         try:
             with open(os.path.join(errors, name), encoding="utf-8") as handle:
