@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import re
+import runpy
 import sys
 import threading
 import time
@@ -188,8 +189,12 @@ def call_site(frame: Any) -> str | None:
 
 def _stack_of(frame: Any) -> list[str]:
     """The stack of ``frame``, innermost last, without this module's own frames (the report
-    being written, the wrapper around the collective)."""
+    being written, the wrapper around the collective) and, when the script was run by ``runpy``
+    (``drivetrain launch``'s child, ``python -m``), without the frames that ran it."""
     frames = [entry for entry in traceback.extract_stack(frame) if entry.filename != __file__]
+    ran_by = [index for index, entry in enumerate(frames) if entry.filename in ("<frozen runpy>", runpy.__file__)]
+    if ran_by:
+        frames = frames[ran_by[-1] + 1:]
     return [line.rstrip("\n") for line in traceback.format_list(frames[-STACK_FRAMES:])]
 
 
