@@ -86,9 +86,12 @@ def watched(op: str, function: Callable, group_position: int | None = None) -> C
     if getattr(function, "__drivetrain_watched__", False):
         return function
     monotonic, counters = time.monotonic, _counters
+    from torch.compiler import is_compiling
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if is_compiling():  # traced by torch.compile: the library's own function, which it knows how to trace
+            return function(*args, **kwargs)
         stack = _local.stack
         if stack:  # inside another collective: the same call, counted once
             outer = stack[0]
