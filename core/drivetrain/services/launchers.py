@@ -121,10 +121,9 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
     absent = culprit_reason(collectives, job_ranks) if not stopped else None
     if absent is not None:
         first_rank, hung = absent[0], True
-        # a rank that ended with an error of its own (it died) is better told by it than by where it was not
-        own = reasons.get(first_rank, "")
+        # a rank that ended by itself (an error, an exit code) is told by that, not by where it was not
         died = first_rank in recorded or (code_of(first_rank) or 0) > 0
-        if not (died and own and not _TIMED_OUT.search(own)):
+        if not died or _TIMED_OUT.search(reasons.get(first_rank, "")):
             reasons[first_rank] = absent[1]
         ranks = sorted(set(ranks) | {first_rank})
     lines = [f"{title}: {len(ranks)} process(es) failed; rank {first_rank} failed first"]
