@@ -24,4 +24,6 @@ __version__ = "0.1.0"
 #: ``program_version``, the look-ups launchers make.
 #: 1.9: ``deferred`` of the model and optimizer save hooks: in ``save_state(blocking=False)``
 #: a strategy may hand its writing to the core's commit thread (``DeferredWrites``).
-PLUGIN_API_VERSION = "1.9"
+#: 1.10: ``watch_module_functions`` and ``watched``: a communication plugin notes its library's
+#: collectives while they run, for hang reports; ``recorded_collectives``, the ranks' reports.
+PLUGIN_API_VERSION = "1.10"

@@ -117,7 +117,9 @@ def watched(op: str, function: Callable, group_position: int | None = None) -> C
     return wrapper
 
 
-_WRAPPER_CODE = watched("", lambda: None).__code__  # every watched function's frame runs this code
+# every watched function's frame runs this code (taken without calling watched: no torch import)
+_WRAPPER_CODE = next(const for const in watched.__code__.co_consts
+                     if getattr(const, "co_name", None) == "wrapper")
 
 
 def watch_module_functions(module: Any, names: Any, group_ranks_of: Callable[[Any], list[int] | None] | None = None
