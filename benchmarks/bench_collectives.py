@@ -33,10 +33,17 @@ from drivetrain.state import PartialState
 from drivetrain.utils import broadcast, gather, reduce
 
 SIZES = {"1 KB": 1 << 10, "1 MB": 1 << 20, "64 MB": 64 << 20}
-# Taken before the process group exists: once it does, torch.distributed's collectives note
-# themselves for hang reports (docs/monitoring-hangs.md), a cost drivetrain's side must show.
-_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-RAW = {"broadcast": dist.broadcast, "all_reduce": dist.all_reduce}
+
+
+def unwatched(function: Callable) -> Callable:
+    """torch's own function: once the process group exists, torch.distributed's collectives
+    note themselves for hang reports (docs/monitoring-hangs.md), a cost drivetrain's side must
+    show and the raw side must not (this module may be imported after the group is made)."""
+    return function.__wrapped__ if getattr(function, "__drivetrain_watched__", False) else function
+
+
+_gather_single = unwatched(getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)
+RAW = {"broadcast": unwatched(dist.broadcast), "all_reduce": unwatched(dist.all_reduce)}
 
 
 def raw_gather(tensor: torch.Tensor) -> torch.Tensor:
