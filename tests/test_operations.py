@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from drivetrain import utils
-from drivetrain.errors import ConfigError, DistributedError
+from drivetrain.errors import ConfigError, DistributedError, UnsupportedDataError
 from drivetrain.state import GradientState, PartialState
 from drivetrain.utils import (
     DistributedOperationException,
@@ -174,6 +174,10 @@ def test_collectives_on_one_process_return_their_input():
     assert torch.equal(reduce({"x": tensor}, "sum", scale=2.0)["x"], tensor * 2)
     with pytest.raises(ValueError, match="reduction"):
         reduce(tensor, "median")
+    # refused on one process as on two: a script that works on one must not fail on two
+    with pytest.raises(UnsupportedDataError, match="gather works on nested lists, tuples and dicts of tensors; it "
+                                                   "got a str"):
+        gather("a string")
     assert pad_input_tensors(torch.ones(5, 2), batch_size=5, num_processes=2).shape == (6, 2)
 
 

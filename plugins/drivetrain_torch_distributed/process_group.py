@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from drivetrain.plugin_api import DistributedError
+from drivetrain.plugin_api import DistributedError, watch_module_functions
 
 logger = logging.getLogger(__name__)
 
@@ -92,10 +92,35 @@ def init_process_group(run: Any, timeout: timedelta | None, backend: str | None,
             "process got the same --main-process-ip/--main-process-port and that the port is free"
         ) from exc
     logger.debug("rank %d/%d joined the %s process group", cluster.rank, cluster.world_size, backend)
+    watch_collectives()
     if backend == "gloo":
         # A gloo group still alive at interpreter exit sometimes aborts the process
         # ("terminate called without an active exception") and fails a finished job.
         atexit.register(_destroy_at_exit)
+
+
+#: The collectives of ``torch.distributed`` a hang report names when the script (or a library
+#: through ``torch.distributed.<name>``) is inside one.
+WATCHED_COLLECTIVES = (
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce_scatter",
+    "reduce_scatter_tensor", "broadcast", "barrier", "monitored_barrier", "reduce", "gather", "scatter",
+    "all_to_all", "all_to_all_single", "all_gather_object", "broadcast_object_list", "gather_object",
+    "scatter_object_list",
+)
+
+
+def _group_ranks(group: Any) -> list[int] | None:
+    if group is None or group is dist.GroupMember.WORLD:
+        return None
+    return list(dist.get_process_group_ranks(group))
+
+
+def watch_collectives() -> None:
+    """Note every ``torch.distributed`` collective while it runs (a hung one is then named):
+    the module's functions are replaced in this process, once; each call costs a list push and pop."""
+    global _all_gather_single
+    watch_module_functions(dist, WATCHED_COLLECTIVES, _group_ranks)
+    _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 def _destroy_at_exit() -> None:

@@ -135,13 +135,14 @@ def rendezvous_failure(args: argparse.Namespace, error: BaseException) -> str:
 
 def summarize(error, errors_dir: str | None = None, exits=None, stopped=None) -> str:
     """One line per failed rank: which rank, how it ended, and its error (the rank at fault first)."""
-    from drivetrain.plugin_api import failure_summary, last_stderr_line, recorded_failures
+    from drivetrain.plugin_api import failure_summary, last_stderr_line, recorded_collectives, recorded_failures
 
     if not errors_dir:
         return failure_summary(error, "drivetrain launch")
     ranks = set(getattr(error, "failures", {}) or {}) | set(exits or {})
     return failure_summary(error, "drivetrain launch", recorded_failures(errors_dir), exits,
-                           {rank: last_stderr_line(errors_dir, rank) for rank in ranks}, stopped)
+                           {rank: last_stderr_line(errors_dir, rank) for rank in ranks}, stopped,
+                           recorded_collectives(errors_dir))
 
 
 def _quiet_agent() -> None:

@@ -13,7 +13,7 @@ import time
 import numpy
 import torch
 
-from drivetrain.errors import DistributedError
+from drivetrain.errors import DistributedError, UnsupportedDataError
 from drivetrain.state import PartialState
 from drivetrain.utils import (
     DistributedOperationException,
@@ -67,12 +67,13 @@ def check_gather_nested():
     assert torch.equal(got["b"][0], torch.cat([filled((1, 2), torch.int64, r) for r in range(WORLD)]))
     assert got["b"][1][0].shape == (2,)
     assert torch.equal(got["c"].left, torch.cat([filled((2, 2), torch.bfloat16, r) for r in range(WORLD)]))
-    try:
-        gather({"a": torch.ones(1), "b": "text"})
-    except TypeError as error:
-        assert "gather_object" in str(error)
-    else:
-        raise AssertionError("gather accepted a string")
+    for not_tensors in ({"a": torch.ones(1), "b": "text"}, "a string"):
+        try:
+            gather(not_tensors)
+        except UnsupportedDataError as error:  # our own type, still a TypeError
+            assert isinstance(error, TypeError) and "gather_object" in str(error) and "\n" not in str(error)
+        else:
+            raise AssertionError(f"gather accepted {not_tensors!r}")
 
 
 def check_broadcast():
@@ -220,6 +221,21 @@ def check_debug_mode_names_each_rank():
         state.debug = False
 
 
+def check_large_layout_mismatch_outside_debug_mode():
+    """Tensors of the same size but other shapes would gather into a wrong result: from
+    LAYOUT_CHECK_BYTES on (CPU) their layouts are compared, debug mode or not."""
+    from drivetrain.services.cross_process import LAYOUT_CHECK_BYTES
+
+    assert not state.debug
+    elements = LAYOUT_CHECK_BYTES // 4
+    flat = torch.zeros(elements)
+    mine = flat if RANK == 0 else flat.reshape(elements // 2, 2)
+    digests = ("rank 0: [%d] float32" % elements, "rank 1: [%d, 2] float32" % (elements // 2), "(their layout digests)")
+    expect_mismatch(lambda: gather(mine), "gather()", *digests)
+    expect_mismatch(lambda: reduce(mine, "sum"), "reduce()", *digests)
+    assert gather(flat).shape == (2 * elements,)  # matching large gathers still work
+
+
 def check_pad_mismatch_outside_debug_mode():
     """pad_across_processes exchanges sizes anyway: a different layout fails on every rank."""
     assert not state.debug
@@ -240,7 +256,8 @@ def check_pad_mismatch_outside_debug_mode():
 
 CHECKS = [check_gather_shapes_and_dtypes, check_gather_nested, check_broadcast, check_reduce,
           check_pad_then_gather_uneven, check_tensors_that_require_grad, check_object_collectives, check_rng,
-          check_debug_mode_names_each_rank, check_pad_mismatch_outside_debug_mode]
+          check_debug_mode_names_each_rank, check_pad_mismatch_outside_debug_mode,
+          check_large_layout_mismatch_outside_debug_mode]
 
 for check in CHECKS:
     check()

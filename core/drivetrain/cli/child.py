@@ -41,9 +41,11 @@ def main() -> None:
         except KeyboardInterrupt:  # Ctrl-C reaches every process: the launcher says it once
             raise SystemExit(130) from None
         except BaseException as exc:
+            from drivetrain.runtime.collective_watch import report_uncaught
             from drivetrain.services.launchers import record_failure
 
             record_failure(exc)
+            report_uncaught(exc)  # a collective's timeout raised where no recorded call saw it
             raise
 
     run_user_code()

@@ -51,6 +51,10 @@ class DistributedError(DrivetrainError, RuntimeError):
     """A distributed operation failed (peer died, timeout, mismatched shapes)."""
 
 
+class UnsupportedDataError(DrivetrainError, TypeError):
+    """An operation on nested tensors met a leaf it cannot handle (a ``TypeError``, as before)."""
+
+
 class NoExecutableBatchSizeError(DrivetrainError, RuntimeError):
     """``find_executable_batch_size`` ran out of batch sizes to try (a ``RuntimeError``, the type
     Accelerate raises there)."""

@@ -25,5 +25,7 @@ __version__ = "0.1.0"
 #: 1.9: ``deferred`` of the model and optimizer save hooks: in ``save_state(blocking=False)``
 #: a strategy may hand its writing to the core's commit thread (``DeferredWrites``).
 #: 1.10: ``Platform.peak_memory()`` and ``Platform.peak_flops(precision)``, what ``MonitorKwargs``
-#: reports for a platform's devices.
+#: reports for a platform's devices; ``watch_module_functions`` and ``watched``: a communication
+#: plugin notes its library's collectives while they run, for hang reports; ``recorded_collectives``,
+#: the ranks' reports.
 PLUGIN_API_VERSION = "1.10"

@@ -3,8 +3,11 @@
 The ``run`` argument of every run hook is the rest: ``run.platform``, ``run.options``,
 ``run.collectives`` (the run's all_gather, all_reduce, broadcast, barrier), ``run.state``.
 What the accelerator a hook is given has prepared: ``prepared_objects(accelerator)``.
+A communication plugin notes the collectives of its library with ``watch_module_functions``
+(or one with ``watched``), so a hung job's report names them (``docs/monitoring.md, "Reading a hang report"``).
 """
 
+from ..runtime.collective_watch import watch_module_functions, watched
 from ..runtime.optimizer import AcceleratedOptimizer
 from ..runtime.prepared import PreparedObjects, prepared_objects
 from ..runtime.scheduler import AcceleratedScheduler
@@ -13,5 +16,5 @@ from ..tensors.nested import convert_to_fp32, recursively_apply
 
 __all__ = [
     "AcceleratedOptimizer", "AcceleratedScheduler", "GradientState", "PartialState", "PreparedObjects",
-    "convert_to_fp32", "prepared_objects", "recursively_apply",
+    "convert_to_fp32", "prepared_objects", "recursively_apply", "watch_module_functions", "watched",
 ]

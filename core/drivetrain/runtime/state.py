@@ -20,6 +20,7 @@ from .backend_attributes import backend_attribute
 from ..selection.enums import DistributedType
 from ..kernel.errors import ConfigError, DistributedError
 from ..kernel.plugin_manager import get_plugin_manager
+from . import collective_watch
 from .run import Run
 from ..selection.choice import Requests, requests_from_env, select
 from ..selection.backend_variables import requested_features
@@ -100,6 +101,8 @@ class PartialState:
                     f"(drivetrain_init_distributed; active: {', '.join(run.active_plugins)}); see "
                     "`drivetrain plugins list` and check DRIVETRAIN_BLOCK_PLUGINS"
                 )
+            # a collective that outlives the timeout is reported with where each rank is
+            collective_watch.start_watch(timeout.total_seconds(), self.cluster.world_size)
         self._mixed_precision = selection.mixed_precision
         self.run = run  # last: `initialized` is true only once everything above worked
         manager.mark_active(run.active_plugins)

@@ -11,9 +11,12 @@ Processes that pass different shapes or dtypes to one collective make the backen
 or return garbage, and only an exchange of each rank's layout before the data moves can tell.
 That exchange costs about as much as a small collective itself (``benchmarks/
 bench_collective_checks.py``), so it is made where an exchange happens anyway:
-:func:`pad_across_processes` sends every rank's layout with its sizes and always checks it. In
-debug mode (``DRIVETRAIN_DEBUG_MODE=1``) every collective first compares what each process
-passes. Either way a mismatch raises :class:`DistributedOperationException` on every process.
+:func:`pad_across_processes` sends every rank's layout with its sizes and always checks it, and
+:func:`gather` and :func:`reduce` compare a digest of each rank's layout before a tensor of at
+least :data:`LAYOUT_CHECK_BYTES` on the CPU moves (where one more small collective is lost in
+the payload's time). In debug mode (``--debug``, ``DRIVETRAIN_DEBUG_MODE=1``) every collective
+first compares what each process passes. Either way a mismatch raises
+:class:`DistributedOperationException` on every process.
 Outside debug mode a backend failure inside :func:`gather`, :func:`reduce` or :func:`broadcast`
 is reported as one line that points to debug mode.
 """
@@ -24,11 +27,13 @@ import functools
 import hashlib
 import logging
 import warnings
+import zlib
 from collections.abc import Mapping
 from typing import Any, Callable
 
 import torch
 
+from ..runtime.collective_watch import watched as _watched_as
 from ..runtime.collectives import REDUCTIONS
 from ..kernel.errors import DistributedError
 from ..runtime.state import GradientState, PartialState
@@ -45,12 +50,21 @@ logger = logging.getLogger(__name__)
 class DistributedOperationException(DistributedError):
     """The processes called a collective with data that cannot work together."""
 
+    #: Every rank raises it, naming each rank's tensors: no hang report is needed.
+    collective_report = False
+
 
 class CannotPadNestedTensorWarning(UserWarning):
     """``pad_across_processes`` met a nested tensor: it is returned unpadded."""
 
 
 # --------------------------------------------------------------- across processes
+
+
+def watched(operation: str) -> Callable[[Callable], Callable]:
+    """Decorator: the operation notes itself while it runs, so a hang report names it (with the
+    backend's own collective inside it; :mod:`drivetrain.runtime.collective_watch`)."""
+    return lambda function: _watched_as(operation, function)
 
 
 def _collectives() -> Any:
@@ -76,8 +90,10 @@ def _describe(data: Any, dims_only: bool = False) -> Any:
     return type(data).__name__
 
 
-def _check_same_everywhere(operation: str, data: Any, collectives: Any, dims_only: bool = False) -> None:
-    """Debug mode: make sure every process passes the same layout, or fail on all of them."""
+def _check_same_everywhere(operation: str, data: Any, collectives: Any, dims_only: bool = False,
+                           found_by: str = "debug mode") -> None:
+    """Make sure every process passes the same layout, or fail on all of them (debug mode, or
+    after the layout digests of a large gather differed)."""
     described = collectives.all_gather_object(_describe(data, dims_only))
     if all(item == described[0] for item in described):
         return
@@ -85,7 +101,7 @@ def _check_same_everywhere(operation: str, data: Any, collectives: Any, dims_onl
     hint = ("" if dims_only else
             "; pad a ragged dimension first with pad_across_processes, or use gather_object for arbitrary data")
     raise DistributedOperationException(
-        f"{operation}() needs {_SAME[dims_only]} on every process, but they differ (debug mode): {ranks}. "
+        f"{operation}() needs {_SAME[dims_only]} on every process, but they differ ({found_by}): {ranks}. "
         f"Call {operation}() with matching tensors on every rank{hint}"
     )
 
@@ -96,10 +112,12 @@ _FIND_WHICH = "run with --debug (ACCELERATE_DEBUG_MODE=1) to find which"
 
 def _backend_failure(operation: str, error: DistributedError) -> DistributedOperationException:
     """The one line for a collective the backend could not complete (checked only in debug mode)."""
-    return DistributedOperationException(
+    failure = DistributedOperationException(
         f"{operation}() failed across processes ({error}): the ranks passed tensors of different shapes/dtypes "
         f"to {operation}(), or one of them stopped; {_FIND_WHICH}"
     )
+    failure.collective_report = True  # a rank stopped, or the backend failed: the hang report says which
+    return failure
 
 
 def verify_operation(function: Callable) -> Callable:
@@ -132,6 +150,7 @@ def chained_operation(function: Callable) -> Callable:
     return wrapper
 
 
+@watched("gather")
 def gather(tensor: Any) -> Any:
     """Every process's tensors concatenated along the first dimension, on every process.
 
@@ -141,15 +160,48 @@ def gather(tensor: Any) -> Any:
     """
     collectives = _collectives()
     if collectives.world_size == 1:
+        if not isinstance(tensor, (torch.Tensor, list, tuple, Mapping)):
+            _map_tensors(_unchanged, tensor, "gather")  # refused on one process as on two (raises)
         return tensor
     if _debug_mode():
         _check_same_everywhere("gather", tensor, collectives)
+        gather_one = collectives.all_gather_into
+    else:
+        def gather_one(one: torch.Tensor) -> torch.Tensor:
+            if one.nbytes >= LAYOUT_CHECK_BYTES and one.device.type == "cpu":
+                _compare_layout_digests("gather", tensor, one, collectives)
+            return collectives.all_gather_into(one)
     try:
-        return _map_tensors(collectives.all_gather_into, tensor, "gather")
+        return _map_tensors(gather_one, tensor, "gather")
+    except DistributedOperationException:
+        raise
     except DistributedError as error:
         raise _backend_failure("gather", error) from error
 
 
+#: A gathered or reduced tensor of at least this many bytes, on the CPU, has every rank's layout
+#: compared first, debug mode or not: another all-gather, of 8 bytes, lost in the payload's own time
+#: (``benchmarks/bench_collectives.py``). Tensors of the same size but other shapes would
+#: otherwise be gathered into a wrong result; smaller ones (where that all-gather would cost as
+#: much as the gather) and tensors on an accelerator (reading the digests waits for the device)
+#: are compared in debug mode (``--debug``).
+LAYOUT_CHECK_BYTES = 16 << 20
+
+
+def _unchanged(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def _compare_layout_digests(operation: str, data: Any, tensor: torch.Tensor, collectives: Any) -> None:
+    """Every rank's shape and dtype of ``tensor`` (a part of ``data``) in one all-gather of a
+    digest; when they differ, every rank raises naming each one's layout of ``data``."""
+    digest = zlib.crc32(f"{list(tensor.shape)} {tensor.dtype}".encode())
+    digests = collectives.all_gather_into(torch.tensor([digest], dtype=torch.int64)).tolist()
+    if any(other != digests[0] for other in digests):
+        _check_same_everywhere(operation, data, collectives, found_by="their layout digests")
+
+
+@watched("gather_object")
 def gather_object(object: Any) -> list[Any]:
     """Every process's picklable ``object``, on every process.
 
@@ -166,6 +218,7 @@ def gather_object(object: Any) -> list[Any]:
     return gathered
 
 
+@watched("broadcast")
 def broadcast(tensor: Any, from_process: int = 0) -> Any:
     """Process ``from_process``'s tensors copied into ``tensor`` on every process (in place).
 
@@ -185,6 +238,7 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
         raise _backend_failure("broadcast", error) from error
 
 
+@watched("broadcast_object_list")
 def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
     """Process ``from_process``'s list of picklable objects copied into ``object_list`` on
     every process (in place; the list has the same length everywhere). Returns it."""
@@ -194,6 +248,7 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
     return collectives.broadcast_object_list(object_list, src=from_process)
 
 
+@watched("reduce")
 def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     """Combine every process's tensors element-wise; the input is left untouched.
 
@@ -215,6 +270,8 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
         if isinstance(tensor, torch.Tensor):
             return _reduce_one(tensor, collectives, reduction, scale)
         return _map_tensors(lambda one: _reduce_one(one, collectives, reduction, scale), tensor, "reduce")
+    except DistributedOperationException:
+        raise
     except DistributedError as error:
         raise _backend_failure("reduce", error) from error
 
@@ -222,10 +279,13 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
 def _reduce_one(tensor: torch.Tensor, collectives: Any, reduction: str, scale: float) -> torch.Tensor:
     result = tensor.clone()
     if collectives is not None:
+        if result.nbytes >= LAYOUT_CHECK_BYTES and result.device.type == "cpu" and not _debug_mode():
+            _compare_layout_digests("reduce", tensor, tensor, collectives)
         result = collectives.all_reduce(result, reduction)
     return result if scale == 1.0 else result * scale
 
 
+@watched("pad_across_processes")
 def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
     """Pad every tensor along ``dim`` to its largest size across processes, so it can be gathered.
 
@@ -322,6 +382,7 @@ def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:
     return collectives.broadcast(buffer.contiguous(), src=0)
 
 
+@watched("wait_for_everyone")
 def wait_for_everyone() -> None:
     """Block until every process reaches this call."""
     PartialState().wait_for_everyone()

@@ -22,6 +22,8 @@ import uuid
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..kernel.errors import ConfigError, LaunchError
+from ..runtime.collective_watch import ERRORS_DIR_VARIABLE
+from .hang_report import recorded_collectives
 
 __all__ = ["notebook_launcher", "debug_launcher", "failure_summary", "record_failure", "recorded_failures"]
 
@@ -40,7 +42,8 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
                     recorded: Mapping[int, tuple[float, str]] | None = None,
                     exits: Mapping[int, tuple[float, int | None]] | None = None,
                     last_lines: Mapping[int, str] | None = None,
-                    stopped: Mapping[int, float] | None = None) -> str:
+                    stopped: Mapping[int, float] | None = None,
+                    collectives: Mapping[int, dict] | None = None) -> str:
     """One line per failed rank of a ``ChildFailedError``: which rank, how it ended and its error.
 
     The rank at fault is named first; the others usually stopped because of it. ``exits`` maps
@@ -49,16 +52,21 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
     error)`` its worker wrote itself when it raised; the earlier of the two orders the ranks.
     ``last_lines`` maps a rank to the last line it wrote to stderr, the reason given when it
     recorded no error (``os._exit``, a signal). ``stopped`` holds the ranks seen stopped
-    (``SIGSTOP``) when another failed.
+    (``SIGSTOP``) when another failed. ``collectives`` maps a rank to the report of the
+    collective it was in when one failed or timed out (:mod:`.hang_report`): they are shown side
+    by side, and a rank that never arrived in the collective the others waited in is the culprit.
 
     A rank whose error is a timeout waiting for its peers, or a connection a dead peer broke,
-    is a victim, not the culprit, even when it failed first: the culprit is a stopped rank, else the rank such an error names,
-    else the first rank that failed otherwise (one that recorded no error is one that hung).
+    is a victim, not the culprit, even when it failed first: the culprit is a stopped rank, else a
+    rank that never arrived in the collective the others waited in (``collectives``), else the
+    rank such an error names, else the first rank that failed otherwise (one that recorded no
+    error is one that hung).
     """
     from ..runtime.process_exits import describe_exit
+    from .hang_report import culprit_reason, hang_lines
 
     recorded, exits, last_lines = dict(recorded or {}), dict(exits or {}), dict(last_lines or {})
-    stopped = dict(stopped or {})
+    stopped, collectives = dict(stopped or {}), dict(collectives or {})
     failures = dict(getattr(error, "failures", {}) or {})
     # a rank its parent saw fail counts even without torch's record of it (an earlier attempt)
     ended_badly = {rank for rank, (_at, code) in exits.items() if code not in (0, None)}
@@ -109,7 +117,18 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
         others = [rank for rank in ranks if rank not in waited]
         if named or others:
             first_rank, hung = (named[0] if named else min(others, key=order)), True
+    # A rank that ended cleanly while the others failed in a collective is told as leaving early;
+    # otherwise the ranks' collective reports name the one that never arrived.
     left = _left_early(exits, ranks) if first_rank in waited and not hung else []
+    job_ranks = set(ranks) | set(exits) | set(collectives)
+    absent = culprit_reason(collectives, job_ranks) if not stopped and not left else None
+    if absent is not None:
+        first_rank, hung = absent[0], True
+        # a rank that ended by itself (an error, an exit code) is told by that, not by where it was not
+        died = first_rank in recorded or (code_of(first_rank) or 0) > 0
+        if not died or _TIMED_OUT.search(reasons.get(first_rank, "")):
+            reasons[first_rank] = absent[1]
+        ranks = sorted(set(ranks) | {first_rank})
     if left:
         # Nobody failed on its own: the first failure is a broken connection or a timeout, and
         # ranks ended cleanly. They skipped a collective the others were in.
@@ -137,6 +156,7 @@ def failure_summary(error: Any, title: str = "drivetrain launch",
         else:
             how = describe_exit(code) if rank in exits else ("was stopped" if rank in stopped else "raised")
         lines.append(f"  rank {rank} {how}: {reason or 'no error recorded (see its output above)'}")
+    lines.extend(hang_lines(collectives, job_ranks))
     return "\n".join(lines)
 
 
@@ -155,8 +175,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-#: Directory where each process of a job writes the error that ended it (set by launchers).
-ERRORS_DIR_VARIABLE = "DRIVETRAIN_ERRORS_DIR"
 #: The module every launched process runs (``python -m CHILD_MODULE --script PATH ...``): it
 #: records an uncaught exception where the launcher reads it.
 CHILD_MODULE = "drivetrain.cli.child"
@@ -196,11 +214,14 @@ def record_failure(exc: BaseException, errors: str | None = None) -> None:
         pass
 
 
+_FAILURE_RECORD = re.compile(r"^\d+\.json$")
+
+
 def recorded_failures(errors: str) -> dict[int, tuple[float, str]]:
     """What :func:`record_failure` wrote: rank -> (time, error)."""
     found = {}
     for name in os.listdir(errors):
-        if not name.endswith(".json"):
+        if not _FAILURE_RECORD.match(name):  # not <rank>.collective.json, a hang report
             continue
         try:
             with open(os.path.join(errors, name), encoding="utf-8") as handle:
@@ -275,7 +296,8 @@ def _launch(function: Callable[..., Any], args: Sequence[Any], *, num_processes:
         try:
             elastic_launch(config=config, entrypoint=_worker(function, _with_aliases(env), errors))(*args)
         except ChildFailedError as error:
-            raise LaunchError(failure_summary(error, title, recorded_failures(errors))) from error
+            raise LaunchError(failure_summary(error, title, recorded_failures(errors),
+                                              collectives=recorded_collectives(errors))) from error
 
 
 def _choice_environment(requests: Any, world_size: int) -> tuple[dict[str, str], Any]:

@@ -15,6 +15,7 @@ import threading
 from typing import Any, Mapping
 
 from ..runtime.process_exits import ExitWatcher, last_stderr_line
+from .hang_report import recorded_collectives
 from .launchers import failure_summary, recorded_failures
 
 #: Set by torch's elastic agent in every worker: 0 for the first attempt, then 1, 2, ...
@@ -96,7 +97,8 @@ class AttemptWatchers:
         ranks = set(getattr(error, "failures", {}) or {}) | set(watcher.exits)
         return failure_summary(error if error is not None else _NoFailures(), title,
                                recorded_failures(watcher.errors), watcher.exits,
-                               {rank: last_stderr_line(watcher.errors, rank) for rank in ranks}, watcher.stopped)
+                               {rank: last_stderr_line(watcher.errors, rank) for rank in ranks}, watcher.stopped,
+                               recorded_collectives(watcher.errors))
 
     def report(self, final_error: Any = None, title: str = "drivetrain launch") -> str:
         """Every failed attempt, one line each first ("attempt 1: rank 1 exited with code 17; ..."),

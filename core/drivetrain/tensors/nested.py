@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 import torch
 
+from ..kernel.errors import UnsupportedDataError
+
 
 @dataclass
 class TensorInformation:
@@ -86,7 +88,8 @@ def recursively_apply(func: Callable, data: Any, *args: Any, test_type: Callable
 
 
 def _map_tensors(function: Callable[[torch.Tensor], Any], data: Any, operation: str) -> Any:
-    """``function`` applied to every tensor of ``data``; any other leaf is a ``TypeError``.
+    """``function`` applied to every tensor of ``data``; any other leaf is an ``UnsupportedDataError``
+    (a ``TypeError``).
 
     The collectives' walk: the same as ``recursively_apply(..., error_on_other_type=True)``
     with less work per leaf.
@@ -98,8 +101,9 @@ def _map_tensors(function: Callable[[torch.Tensor], Any], data: Any, operation: 
         return mapped if type(data) is list else honor_type(data, mapped)
     if isinstance(data, Mapping):
         return _same_mapping_type(data, {key: _map_tensors(function, value, operation) for key, value in data.items()})
-    raise TypeError(f"{operation} works on nested lists, tuples and dicts of tensors; it got a {type(data).__name__}. "
-                    f"Convert it to a tensor first, or use gather_object for arbitrary objects")
+    raise UnsupportedDataError(f"{operation} works on nested lists, tuples and dicts of tensors; it got a "
+                               f"{type(data).__name__}. Convert it to a tensor first, or use gather_object for "
+                               "arbitrary objects")
 
 
 def _leaves(data: Any, test_type: Callable[[Any], bool] = is_torch_tensor) -> list[Any]:
