@@ -18,7 +18,11 @@ _NAMES = ("BnbQuantizationConfig", "load_and_quantize_model", "has_4bit_bnb_laye
 
 @hookimpl
 def drivetrain_public_names():
-    return {f"utils.{name}": f"drivetrain_bnb.quantization:{name}" for name in _NAMES}
+    names = {f"utils.{name}": f"drivetrain_bnb.quantization:{name}" for name in _NAMES}
+    # Accelerate defines these two in `accelerate.utils.bnb`
+    names.update({f"utils.bnb.{name}": f"drivetrain_bnb.quantization:{name}"
+                  for name in ("has_4bit_bnb_layers", "load_and_quantize_model")})
+    return names
 
 
 @hookimpl

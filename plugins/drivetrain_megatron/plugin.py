@@ -101,10 +101,15 @@ def drivetrain_public_names():
                           "avg_losses_across_data_parallel_group", "gather_across_data_parallel_groups",
                           "is_megatron_lm_available")}
     names["MegatronLMPlugin"] = "drivetrain_megatron.options:MegatronLMPlugin"
+    # Accelerate defines these in `accelerate.utils.megatron_lm` and re-exports them from `utils`
+    names.update({f"utils.megatron_lm.{name}": ref for name, ref in names.items()
+                  if name not in ("MegatronLMPlugin", "is_megatron_lm_available")})
     names["utils.is_megatron_lm_available"] = names["is_megatron_lm_available"]  # above the absent-backend fallback
     names.update({f"utils.{name}": f"drivetrain_megatron.helpers:{name}"
                   for name in ("MegatronLMOptimizerWrapper", "MegatronLMSchedulerWrapper",
                                "add_model_config_to_megatron_parser", "megatron_lm_initialize",
                                "megatron_lm_prepare_data_loader", "megatron_lm_prepare_model_optimizer_scheduler",
                                "megatron_lm_prepare_optimizer", "megatron_lm_prepare_scheduler")})
+    names.update({f"utils.megatron_lm.{name}": f"drivetrain_megatron.helpers:{name}"
+                  for name in ("MegatronLMOptimizerWrapper", "MegatronLMSchedulerWrapper")})
     return names

@@ -68,6 +68,9 @@ def drivetrain_public_names():
         "utils.torchao_required": "drivetrain_torchao.capability:torchao_required",
         "utils.is_fp8_available": "drivetrain_torchao.fp8:is_fp8_available",
     }
+    # Accelerate defines its fp8 conversion helpers in `accelerate.utils.ao`
+    names.update({f"utils.ao.{name}": names[f"utils.{name}"]
+                  for name in ("convert_model_to_fp8_ao", "filter_first_and_last_linear_layers", "has_ao_layers")})
     return names
 
 

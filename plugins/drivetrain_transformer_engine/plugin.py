@@ -39,7 +39,7 @@ def drivetrain_register_precisions():
 
 @hookimpl
 def drivetrain_public_names():
-    return {
+    names = {
         "TERecipeKwargs": "drivetrain_transformer_engine.recipe:TERecipeKwargs",
         "FP8RecipeKwargs": "drivetrain_transformer_engine.recipe:FP8RecipeKwargs",
         "utils.TERecipeKwargs": "drivetrain_transformer_engine.recipe:TERecipeKwargs",
@@ -52,6 +52,11 @@ def drivetrain_public_names():
         "utils.is_transformer_engine_mxfp8_available":
             "drivetrain_transformer_engine.layers:is_transformer_engine_mxfp8_available",
     }
+    # Accelerate defines its layer helpers in `accelerate.utils.transformer_engine`
+    names.update({f"utils.transformer_engine.{name}": names[f"utils.{name}"]
+                  for name in ("convert_model", "has_transformer_engine_layers", "apply_fp8_autowrap",
+                               "contextual_fp8_autocast")})
+    return names
 
 
 #: launch option -> the variable TERecipeKwargs reads

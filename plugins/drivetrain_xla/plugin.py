@@ -214,6 +214,7 @@ def drivetrain_public_names():
             "commands.tpu.tpu_command_launcher": "drivetrain_xla.tpu_config:tpu_command_launcher",
             "utils.is_torch_xla_available": "drivetrain_xla.plugin:is_torch_xla_available",
             "utils.install_xla": "drivetrain_xla.helpers:install_xla",
+            "utils.torch_xla.install_xla": "drivetrain_xla.helpers:install_xla",  # Accelerate's module of it
             "utils.prepare_tpu": "drivetrain_xla.helpers:prepare_tpu"}
 
 

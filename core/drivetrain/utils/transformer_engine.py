@@ -1,5 +1,9 @@
-"""``accelerate.utils.transformer_engine``: Accelerate's names of that module, served from ``drivetrain.utils``."""
+"""``accelerate.utils.transformer_engine``: Accelerate's names of that module, each contributed by the plugin that
+owns the backend (its keys ``"utils.transformer_engine.<name>"``); the same objects as ``drivetrain.utils`` serves.
+Without that plugin the module is empty."""
 
-from ._accelerate_module import module_namespace
+from __future__ import annotations
 
-__getattr__, __dir__ = module_namespace(__name__)
+from ..kernel.contributed import contributed_getattr
+
+__getattr__ = contributed_getattr(__name__)
