@@ -249,6 +249,7 @@ def prepare_engine(strategy: DeepSpeedStrategy, run: Any, objects: Sequence[Any]
     initialize = deepspeed.initialize
     if plugin.enable_msamp:
         initialize = _msamp_initialize(config, plugin)
+    _forget_groups_of_an_earlier_world(deepspeed)
     try:
         with _broadcast_accepting_scalars(deepspeed):
             engine, engine_optimizer, _loader, engine_scheduler = initialize(**kwargs)
@@ -269,6 +270,34 @@ def prepare_engine(strategy: DeepSpeedStrategy, run: Any, objects: Sequence[Any]
             result[schedulers[0]] = DeepSpeedSchedulerWrapper(engine_scheduler or scheduler, [wrapped_optimizer],
                                                               engine)
     return with_sequence_slices(result)
+
+
+def _is_dead(group: Any) -> bool:
+    import torch.distributed as dist
+
+    if not isinstance(group, dist.ProcessGroup):
+        return False
+    try:
+        dist.get_process_group_ranks(group)
+    except (RuntimeError, ValueError, KeyError):  # "Group ... is not registered"
+        return True
+    return False
+
+
+def _forget_groups_of_an_earlier_world(deepspeed: Any) -> None:
+    """Drop the process groups DeepSpeed cached (``deepspeed.utils.groups``) that belong to a
+    default group destroyed since: DeepSpeed keeps them for the life of the process, so a second
+    engine after the group was made again (a second job in one process, a notebook) failed with
+    "Group ... is not registered". DeepSpeed makes the groups it lacks again."""
+    groups = deepspeed.utils.groups
+    for name, value in list(vars(groups).items()):
+        if not (name.startswith("_") and name.endswith("GROUP")):
+            continue
+        if isinstance(value, dict):
+            for key in [key for key, group in value.items() if _is_dead(group)]:
+                del value[key]
+        elif _is_dead(value):
+            setattr(groups, name, None)
 
 
 @contextlib.contextmanager
