@@ -127,6 +127,22 @@ def test_gradient_accumulation_plugin_default_is_accelerate_s():
         .gradient_accumulation_steps == 4
 
 
+def test_gradient_state_keeps_only_the_plugin_fields_set_away_from_their_defaults():
+    """``plugin_kwargs`` is Accelerate's ``to_kwargs()``: transformers checks that an untouched
+    ``sync_each_batch`` is not in it, and reads ``num_steps`` from it."""
+    from drivetrain import Accelerator, GradientAccumulationPlugin
+
+    assert GradientAccumulationPlugin(num_steps=2, sync_each_batch=True).to_kwargs() == {
+        "num_steps": 2, "sync_each_batch": True}
+    state = Accelerator(cpu=True, gradient_accumulation_steps=3).gradient_state
+    assert state.plugin_kwargs == {"num_steps": 3}
+    assert (state.sync_each_batch, state.sync_with_dataloader, state.adjust_scheduler) == (False, True, True)
+    chosen = Accelerator(cpu=True, gradient_accumulation_plugin=GradientAccumulationPlugin(
+        num_steps=2, sync_each_batch=True, sync_with_dataloader=False)).gradient_state
+    assert chosen.plugin_kwargs == {"num_steps": 2, "sync_each_batch": True, "sync_with_dataloader": False}
+    assert chosen.sync_each_batch and not chosen.sync_with_dataloader
+
+
 def test_dynamo_plugin_reads_its_defaults_from_the_environment(monkeypatch):
     from drivetrain.utils import TorchDynamoPlugin
 

@@ -357,6 +357,23 @@ def test_iterable_prepared_loader_and_remainder():
     assert [unsized.remainder for _ in unsized if state.end_of_dataloader] == [-1]
 
 
+def test_a_dispatched_loader_s_last_batch_sets_the_remainder_gather_for_metrics_cuts_to():
+    """As Accelerate's dispatcher: the last batch's size is the remainder, padded or not, so a
+    value repeated per sample of a full batch (transformers' eval loss) is cut to the real ones."""
+    from drivetrain import Accelerator
+    from drivetrain.utils import DataLoaderConfiguration
+
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=True))
+    loader = accelerator.prepare(DataLoader(Stream(10), batch_size=4))
+    kept = []
+    for batch in loader:
+        repeated = torch.full((4,), float(len(batch)))  # one value per sample of a full batch
+        kept.append(accelerator.gather_for_metrics(repeated))
+        if accelerator.gradient_state.end_of_dataloader:
+            assert accelerator.gradient_state.remainder == 2
+    assert [len(values) for values in kept] == [4, 4, 2] and float(torch.cat(kept).sum()) == 4 * 4 * 2 + 2 * 2
+
+
 def test_loaders_without_batching_and_with_a_batch_sampler_as_sampler():
     one_by_one = [prepare_data_loader(DataLoader(list(range(5)), batch_size=None), num_processes=2, process_index=i)
                   for i in range(2)]

@@ -358,6 +358,50 @@ def test_one_process_engine_load_reads_its_model_states_once_and_reports_its_own
     assert all(torch.equal(a, p) for a, p in zip(loaded, model.parameters()))
 
 
+class _Line(__import__("torch").nn.Module):
+    """y = a * x + b with scalar (0-dimensional) parameters, as transformers' test models."""
+
+    def __init__(self):
+        import torch
+
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.tensor(0.0))
+        self.b = torch.nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x):
+        return self.a * x + self.b
+
+
+@pytest.mark.usefixtures("fresh_state", "private_group", "deepspeed_ops")
+def test_scalar_parameters_train_under_zero_and_keep_their_shape(tmp_path):
+    """DeepSpeed's start-up broadcast views each parameter as bytes, which torch refuses for a
+    0-dimensional one; the engine is built, trains and checkpoints such a model."""
+    import torch
+
+    from drivetrain import Accelerator, DeepSpeedPlugin
+
+    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+    model = _Line()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.linspace(-1, 1, 8)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, 3 * x + 1), batch_size=4)
+    model, optimizer, data = accelerator.prepare(model, optimizer, data)
+    for inputs, targets in data:
+        loss = torch.nn.functional.mse_loss(model(inputs), targets)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    trained = {name: p.detach().clone() for name, p in model.module.named_parameters()}
+    assert all(p.dim() == 0 for p in trained.values()) and float(trained["a"]) > 0  # it learned the slope
+    path = accelerator.save_state(tmp_path / "ckpt")
+    with torch.no_grad():
+        for parameter in model.module.parameters():
+            parameter.zero_()
+    accelerator.load_state(path)
+    assert {name: float(p) for name, p in model.module.named_parameters()} == {
+        name: float(p) for name, p in trained.items()}
+
+
 # ------------------------------------------------------------------ launch options and launcher
 
 

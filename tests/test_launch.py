@@ -178,7 +178,8 @@ def test_config_default_to_file_to_launch_with_env_and_test(tmp_path):
 
 def test_drivetrain_test_reports_a_failure(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\n")
+    # the platform named: a MULTI_GPU file alone runs CPU processes where no GPU is usable
+    bad.write_text("distributed_type: MULTI_GPU\nplatform: cuda\nnum_processes: 2\n")
     result = subprocess.run([sys.executable, "-m", "drivetrain", "test", "--config-file", str(bad)],
                             capture_output=True, text=True, env=clean_environ(), timeout=120)
     if "Test is a success" in result.stdout:

@@ -240,3 +240,33 @@ def test_accelerates_example_comparison_finds_what_the_complete_script_lacks(tmp
     assert clean_lines(get_function_contents_by_name(lines, "main")) == ["def main():\n", "    parse()\n"]
     with pytest.raises(ValueError, match="training_function"):
         get_function_contents_by_name(lines, "other")
+
+
+def test_enums_print_as_accelerate_s_do():
+    """Accelerate's ``(str, Enum)`` classes print ``Class.MEMBER``; those over its ``BaseEnum``
+    print the value. Both compare equal to the value, and a member survives pickling."""
+    import pickle
+
+    from drivetrain.utils import (
+        ComputeEnvironment,
+        CustomDtype,
+        DDPCommunicationHookType,
+        DistributedType,
+        DynamoBackend,
+        LoggerType,
+        PrecisionType,
+        RNGType,
+        SageMakerDistributedType,
+    )
+
+    member = DistributedType.MULTI_CPU
+    assert str(member) == f"{member}" == "%s" % member == "DistributedType.MULTI_CPU"
+    assert member == "MULTI_CPU" and member.value == "MULTI_CPU" and member.name == "MULTI_CPU"
+    assert member in DistributedType and "MULTI_CPU" in DistributedType and DistributedType(member) is member
+    assert pickle.loads(pickle.dumps(member)) is member
+    assert str(ComputeEnvironment.LOCAL_MACHINE) == "ComputeEnvironment.LOCAL_MACHINE"
+    assert str(SageMakerDistributedType.NO) == "SageMakerDistributedType.NO"
+    assert str(CustomDtype.INT4) == "CustomDtype.INT4"
+    assert f"{PrecisionType.BF16}" == str(PrecisionType.BF16) == "bf16" and str(DynamoBackend.NO) == "NO"
+    assert str(LoggerType.ALL) == "all" and str(RNGType.TORCH) == "torch"
+    assert str(DDPCommunicationHookType.FP16) == f"{DDPCommunicationHookType.FP16}" == "fp16"

@@ -221,11 +221,34 @@ def test_plugins_add_their_own_launch_options_and_fill_them_from_the_config(tmp_
     config.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\ngpu_ids: '0,1'\n")
     args = launch_args("--config-file", str(config))
     assert args.gpu_ids == "0,1" and args.platform is None
-    assert launch_cmd.requests_for(args, __import__("drivetrain").get_plugin_manager()).platform == "cuda"
-    # Without a usable GPU, --multi_gpu starts CPU processes (with a warning), as Accelerate does.
     gpus = __import__("drivetrain_cuda.plugin").plugin.probe().available
+    # Without a usable GPU, the MULTI_GPU file and --multi_gpu start CPU processes (with a
+    # warning), as Accelerate does.
+    assert launch_cmd.requests_for(args, __import__("drivetrain").get_plugin_manager()).platform == (
+        "cuda" if gpus else None)
     assert launch_args("--multi_gpu").platform == ("cuda" if gpus else None)
     assert launch_args("--gpu-ids", "3").gpu_ids == "3"
+
+
+def test_a_multi_gpu_file_without_a_usable_gpu_runs_cpu_processes(tmp_path, caplog, monkeypatch):
+    """The platform a ``distributed_type`` only implies gives way to detection where it cannot
+    run (transformers' CPU harness launches a ``MULTI_GPU`` file); one named by ``platform:``
+    is still refused."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU-only torch, on any machine
+    manager = __import__("drivetrain").get_plugin_manager()
+    config = tmp_path / "c.yaml"
+    config.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\n")
+    args = launch_args("--config-file", str(config))
+    with caplog.at_level("WARNING"):
+        requests = launch_cmd.requests_for(args, manager)
+    assert requests.platform is None and "implies platform 'cuda'" in caplog.text
+    selection = launch_cmd.resolve_choice(args, manager, requests)
+    assert (selection.platform.name, selection.distributed_type) == ("cpu", "MULTI_CPU")
+    config.write_text("distributed_type: MULTI_GPU\nplatform: cuda\nnum_processes: 2\n")
+    with pytest.raises(PluginSelectionError, match="platform 'cuda' was requested but is not usable here"):
+        launch_cmd.resolve_choice(launch_args("--config-file", str(config)), manager)
 
 
 def test_a_plugin_whose_launch_options_clash_is_left_out(capsys):

@@ -227,7 +227,7 @@ def test_enums_are_strings_and_open_to_plugins():
     assert PrecisionType("FP16") == "fp16" and RNGType.TORCH == "torch" and RNGType.CUDA == "cuda"
     assert LoggerType.ALL == "all" and LoggerType.TENSORBOARD == "tensorboard"
     assert ComputeEnvironment.LOCAL_MACHINE == "LOCAL_MACHINE"
-    assert f"{DistributedType.NO}" == "NO" and repr(DistributedType.NO) == "<DistributedType.NO: 'NO'>"
+    assert f"{DistributedType.NO}" == "DistributedType.NO" and repr(DistributedType.NO) == "<DistributedType.NO: 'NO'>"
 
 
 def test_public_names_are_exported():

@@ -108,3 +108,16 @@ def test_launch_command_and_subprocess_helpers(capsys):
     assert testing.capture_call_output(print, "x") == "x\n"
     assert testing.path_in_accelerate_package("test_utils").is_dir()
     assert testing.are_the_same_tensors(torch.arange(3))
+
+
+def test_get_backend_names_the_detected_device_as_accelerate_does(monkeypatch):
+    from drivetrain.test_utils import testing
+    from drivetrain.test_utils.testing import get_backend
+
+    device_type, count, allocated = get_backend()
+    assert (device_type, count) == (testing.torch_device, testing.device_count)
+    assert isinstance(allocated(), int) and allocated() >= 0
+    # on a machine without an accelerator: Accelerate's ("cpu", 1, <0>)
+    monkeypatch.setattr(testing, "_current_platform", lambda: "cpu")
+    device_type, count, allocated = get_backend()
+    assert (device_type, count, allocated()) == ("cpu", 1, 0)

@@ -16,6 +16,9 @@ class DDPCommunicationHookType(str, Enum):
     POWER_SGD = "power_sgd"
     BATCHED_POWER_SGD = "batched_power_sgd"
 
+    def __str__(self) -> str:  # Accelerate's BaseEnum: the value
+        return self.value
+
 
 @dataclass
 class DistributedDataParallelKwargs(KwargsHandler):

@@ -249,8 +249,10 @@ def prepare_engine(strategy: DeepSpeedStrategy, run: Any, objects: Sequence[Any]
     initialize = deepspeed.initialize
     if plugin.enable_msamp:
         initialize = _msamp_initialize(config, plugin)
+    _forget_groups_of_an_earlier_world(deepspeed)
     try:
-        engine, engine_optimizer, _loader, engine_scheduler = initialize(**kwargs)
+        with _broadcast_accepting_scalars(deepspeed):
+            engine, engine_optimizer, _loader, engine_scheduler = initialize(**kwargs)
     except (ValueError, TypeError, AssertionError) as exc:
         message = " ".join(str(exc).split())
         raise ConfigError(f"DeepSpeed refused the engine ({origin}): {message}") from exc
@@ -268,6 +270,67 @@ def prepare_engine(strategy: DeepSpeedStrategy, run: Any, objects: Sequence[Any]
             result[schedulers[0]] = DeepSpeedSchedulerWrapper(engine_scheduler or scheduler, [wrapped_optimizer],
                                                               engine)
     return with_sequence_slices(result)
+
+
+def _is_dead(group: Any) -> bool:
+    import torch.distributed as dist
+
+    if not isinstance(group, dist.ProcessGroup):
+        return False
+    try:
+        dist.get_process_group_ranks(group)
+    except (RuntimeError, ValueError, KeyError):  # "Group ... is not registered"
+        return True
+    return False
+
+
+def _forget_groups_of_an_earlier_world(deepspeed: Any) -> None:
+    """Drop the process groups DeepSpeed cached (``deepspeed.utils.groups``) that belong to a
+    default group destroyed since: DeepSpeed keeps them for the life of the process, so a second
+    engine after the group was made again (a second job in one process, a notebook) failed with
+    "Group ... is not registered". DeepSpeed makes the groups it lacks again."""
+    groups = deepspeed.utils.groups
+    for name, value in list(vars(groups).items()):
+        if not (name.startswith("_") and name.endswith("GROUP")):
+            continue
+        if isinstance(value, dict):
+            for key in [key for key, group in value.items() if _is_dead(group)]:
+                del value[key]
+        elif _is_dead(value):
+            setattr(groups, name, None)
+
+
+@contextlib.contextmanager
+def _broadcast_accepting_scalars(deepspeed: Any) -> Iterator[None]:
+    """While the engine is built, its start-up broadcast of the parameters sees a 0-dimensional
+    parameter (a model's scalar weight, as transformers' test models have) as one element.
+
+    DeepSpeed broadcasts each parameter as ``p.data.view(torch.uint8)``, which torch refuses for
+    0-dimensional tensors ("self.dim() cannot be 0 to view Float as Byte"). The broadcast writes
+    in place, so the scalar keeps the value rank 0 sent, and its shape is restored before
+    anything else (ZeRO's flat buffers, checkpoints) sees the parameter.
+    """
+    engine_class = deepspeed.runtime.engine.DeepSpeedEngine
+    original = engine_class.__dict__.get("_broadcast_model")
+    if original is None:  # another DeepSpeed: nothing to adapt
+        yield
+        return
+
+    def broadcast_model(engine: Any) -> None:
+        scalars = [(p, p.data) for p in engine.module.parameters() if torch.is_tensor(p) and p.dim() == 0]
+        for parameter, data in scalars:
+            parameter.data = data.view(1)
+        try:
+            original(engine)
+        finally:
+            for parameter, data in scalars:
+                parameter.data = data
+
+    engine_class._broadcast_model = broadcast_model
+    try:
+        yield
+    finally:
+        engine_class._broadcast_model = original
 
 
 def _msamp_initialize(config: dict[str, Any], plugin: DeepSpeedPlugin) -> Any:

@@ -39,7 +39,7 @@ line = "CLUSTER " + json.dumps({
     "local_rank": state.local_process_index,
     "world_size": state.num_processes,
     "num_machines": state.num_machines,
-    "distributed_type": str(state.distributed_type),
+    "distributed_type": state.distributed_type.value,
     "platform": selection.platform.name,
     "sum": total,
     "agent_variables": {name: os.environ.get(name) for name in AGENT_VARIABLES},

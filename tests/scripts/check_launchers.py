@@ -22,7 +22,7 @@ def report(tag):
     state = PartialState()
     total = state.collectives.all_reduce(torch.tensor([1.0]), "sum").item()
     with open(os.path.join(out, f"{tag}.{state.process_index}"), "w") as handle:
-        json.dump([state.num_processes, str(state.distributed_type), total, state.mixed_precision,
+        json.dump([state.num_processes, state.distributed_type.value, total, state.mixed_precision,
                    state.fork_launched, os.environ.get("ACCELERATE_MIXED_PRECISION")], handle)
 
 

@@ -69,7 +69,7 @@ check(os.environ["ACCELERATE_MIXED_PRECISION"] == options.expect_precision, "ACC
 check(environment.read_int("GRADIENT_ACCUMULATION_STEPS") == 3, "gradient accumulation steps not passed")
 check(sys.argv[1:] == [options.out, "--expect-precision", options.expect_precision, "--expect-debug",
                        str(options.expect_debug), "--passthrough", "x y"], f"script arguments {sys.argv[1:]}")
-views = gather((state.run.selection.platform.name, str(state.distributed_type), state.mixed_precision))
+views = gather((state.run.selection.platform.name, state.distributed_type.value, state.mixed_precision))
 check(views[0] == views[1], f"ranks disagree on the run's choice: {views}")
 
 # ------------------------------------------------------------- coordination

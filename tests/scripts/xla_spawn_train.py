@@ -27,7 +27,7 @@ def train():
             optimizer.zero_grad()
             losses.append(loss.item())
     with open(sys.argv[1], "w") as handle:
-        json.dump({"distributed_type": str(accelerator.distributed_type), "device": str(accelerator.device),
+        json.dump({"distributed_type": accelerator.distributed_type.value, "device": str(accelerator.device),
                    "num_processes": accelerator.num_processes, "losses": losses,
                    "downcast": os.environ.get("XLA_DOWNCAST_BF16"), "use_bf16": os.environ.get("XLA_USE_BF16"),
                    "mixed_precision": accelerator.mixed_precision, "pjrt_processes":

@@ -22,7 +22,7 @@ def check_processes(state) -> None:
 
     n, rank = state.num_processes, state.process_index
     views = state.collectives.all_gather_object(
-        (rank, state.local_process_index, str(state.distributed_type), state.run.selection.platform.name,
+        (rank, state.local_process_index, state.distributed_type.value, state.run.selection.platform.name,
          state.mixed_precision))
     _check([view[0] for view in views] == list(range(n)), f"ranks are {[v[0] for v in views]}, not 0..{n - 1}")
     _check(len({view[2:] for view in views}) == 1, f"processes disagree on the run's choice: {views}")
@@ -110,7 +110,7 @@ def main() -> int:
 
     state = PartialState()
     if state.is_main_process:
-        print(f"drivetrain self-test: {state.num_processes} process(es), {state.distributed_type}, "
+        print(f"drivetrain self-test: {state.num_processes} process(es), {state.distributed_type.value}, "
               f"platform {state.run.selection.platform.name}, mixed precision {state.mixed_precision}", flush=True)
     check_processes(state)
     state.print("  processes, collectives and helpers: ok", flush=True)

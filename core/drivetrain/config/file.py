@@ -27,6 +27,7 @@ from ..kernel import environment
 from ..kernel.errors import ConfigError, ConfigFileNotFoundError
 from ..kernel.plugin_manager import PluginManager, get_plugin_manager
 from ..selection.choice import CPU_PLATFORM
+from ..selection.enums import enum_text
 from .schema import CORE_FIELDS, Owner, Schema, build_schema, coerce, is_empty, suggest
 
 logger = logging.getLogger(__name__)
@@ -249,7 +250,7 @@ def config_from_dict(data: dict[str, Any], manager: PluginManager | None = None,
     schema = build_schema(manager)
     where = f"config file {path}" if path else "config"
     config = Config(path=path)
-    chosen = {str(data.get(name) or "").upper() for name in ("distributed_type", "strategy", "platform")}
+    chosen = {enum_text(data.get(name) or "").upper() for name in ("distributed_type", "strategy", "platform")}
     for key, value in data.items():
         owner = schema.owners.get(key)
         if owner is None:
@@ -357,7 +358,7 @@ def check_combinations(config: Config, schema: Schema, where: str = "config") ->
         raise ConfigError(f"{where}: mixed_precision is {config.mixed_precision!r}; installed plugins offer: "
                           f"{', '.join(schema.precisions)}")
     config.mixed_precision = precision
-    kind = str(config.distributed_type).upper()
+    kind = enum_text(config.distributed_type).upper()
     if kind not in schema.distributed_types:
         raise ConfigError(f"{where}: distributed_type is {config.distributed_type!r}{suggest(kind, schema.distributed_types)}; "
                           f"installed plugins know: {', '.join(sorted(schema.distributed_types))}")

@@ -15,6 +15,7 @@ from typing import IO, Any
 from ..kernel.errors import ConfigError
 from ..kernel.descriptors import ConfigField
 from ..kernel.plugin_manager import PluginManager, get_plugin_manager
+from ..selection.enums import enum_text
 from .schema import build_schema, coerce
 
 MAX_TRIES = 5
@@ -172,7 +173,7 @@ def run_questionnaire(asker: Asker | None = None, manager: PluginManager | None 
     data["use_cpu"] = platform_spec.name == CPU_PLATFORM and platform_name != AUTO
     if platform_name not in (AUTO, CPU_PLATFORM) and platform_for_distributed_type(manager, kind) != platform_name:
         data["platform"] = platform_name
-    active = {str(kind).upper(), platform_spec.name.upper(), *([strategy_name.upper()] if strategy_name else [])}
+    active = {enum_text(kind).upper(), platform_spec.name.upper(), *([strategy_name.upper()] if strategy_name else [])}
     for key, owner in schema.enabled_plugin_keys(active):
         section = owner.section
         if section is not None:

@@ -23,6 +23,7 @@ from ..kernel.environment import DYNAMO_MODES
 from ..kernel.errors import ConfigError
 from ..kernel.descriptors import ConfigField, ConfigSection
 from ..kernel.plugin_manager import PluginManager, PluginStatus
+from ..selection.enums import enum_text
 
 #: Keys of the core, in the order they are written.
 CORE_FIELDS: tuple[ConfigField, ...] = (
@@ -146,7 +147,7 @@ def build_schema(manager: PluginManager) -> Schema:
         if spec.distributed_type:
             schema.distributed_types.setdefault(spec.distributed_type.upper(), f"strategy {spec.name}")
     for plugin, name in manager.registrations("drivetrain_distributed_types"):
-        schema.distributed_types.setdefault(str(name).upper(), f"plugin {plugin}")
+        schema.distributed_types.setdefault(enum_text(name).upper(), f"plugin {plugin}")
     schema.distributed_types.setdefault("NO", "one process")
     return schema
 

@@ -247,7 +247,7 @@ class Accelerator:
     @property
     def multi_device(self) -> bool:
         """Several processes on accelerator devices (not CPU processes)."""
-        distributed = str(self.state.distributed_type)
+        distributed = self.state.distributed_type.value
         return distributed.startswith("MULTI_") and distributed != "MULTI_CPU"
 
     # ------------------------------------------------- composable parallelism

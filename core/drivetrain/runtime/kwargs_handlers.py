@@ -148,15 +148,14 @@ class GradientAccumulationPlugin(KwargsHandler):
     """How gradient accumulation behaves (Accelerate's ``GradientAccumulationPlugin``).
 
     ``num_steps=None`` (Accelerate's default) accumulates over one step, as ``1`` does.
+    ``to_kwargs()`` holds the fields set away from their defaults, as Accelerate's: the
+    gradient state's ``plugin_kwargs`` (which transformers reads) is that dict.
     """
 
     num_steps: int | None = None
     adjust_scheduler: bool = True
     sync_with_dataloader: bool = True
     sync_each_batch: bool = False
-
-    def to_kwargs(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass

@@ -524,8 +524,7 @@ class GradientState:
             self.sync_gradients = True
             self.active_dataloader = None
             self.dataloader_references: list[Any] = [None]
-            self.plugin_kwargs = {"num_steps": 1, "adjust_scheduler": True, "sync_with_dataloader": True,
-                                  "sync_each_batch": False}
+            self.plugin_kwargs: dict[str, Any] = {}  # what is left out has its default (the properties below)
         if gradient_accumulation_plugin is not None:
             self.plugin_kwargs = gradient_accumulation_plugin.to_kwargs()
 

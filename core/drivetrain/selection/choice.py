@@ -13,6 +13,7 @@ strategy and precision ("How a run is chosen" in docs/architecture.md).
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -29,6 +30,8 @@ from ..kernel.plugin_manager import (
     PluginManager,
     PluginStatus,
 )
+
+logger = logging.getLogger(__name__)
 
 NO_PRECISION = ("no", "none", "fp32", "")
 #: The platform ``cpu=True`` / ``--cpu`` / ``use_cpu: true`` selects.
@@ -117,13 +120,32 @@ def _composing_strategy(manager: PluginManager, named: str | None, config: Any) 
     return composing[0] if len(composing) == 1 else named
 
 
+def _implied_platform(manager: PluginManager, distributed_type: str | None) -> str | None:
+    """The platform a file's ``distributed_type`` implies, when it is usable here.
+
+    Accelerate runs a ``MULTI_GPU`` file on CPU processes where torch sees no GPU (CI
+    harnesses ship one such file for every machine), as ``--multi_gpu`` does on the command
+    line; so a platform only implied, not named by ``platform:``, that cannot run here gives
+    way to detection with one warning."""
+    implied = platform_for_distributed_type(manager, distributed_type)
+    if implied is None:
+        return None
+    candidates = probe_all(manager, "drivetrain_register_platforms", "platform", only=implied)
+    if any(candidate.available for candidate in candidates):
+        return implied
+    reason = next((candidate.reason for candidate in candidates), "it is not installed")
+    logger.warning("the config file's distributed_type %s implies platform %r, but %s; running on the "
+                   "detected platform instead", distributed_type, implied, reason)
+    return None
+
+
 def requests_from_config(manager: PluginManager, config: Any) -> Requests:
     """What a config file asks for (the weakest explicit choice: arguments and variables win)."""
     if config is None:
         return Requests()
     kind = config.distributed_type
     return Requests(
-        platform=config.platform or platform_for_distributed_type(manager, kind),
+        platform=config.platform or _implied_platform(manager, kind),
         cpu=True if config.use_cpu else None,
         strategy=config.strategy or _composing_strategy(manager, strategy_for_distributed_type(manager, kind), config),
         mixed_precision=config.mixed_precision if config.mixed_precision not in (None, "no") else None,

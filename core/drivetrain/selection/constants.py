@@ -51,7 +51,7 @@ def __getattr__(name: str) -> object:
     if name == "TORCH_DISTRIBUTED_OPERATION_TYPES":
         from .enums import DistributedType
 
-        return [str(member) for member in DistributedType if str(member).startswith("MULTI_")]
+        return [member.value for member in DistributedType if member.value.startswith("MULTI_")]
     if name == "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING":
         return supported_layers_for_upcasting()
     return _contributed(name)

@@ -27,7 +27,8 @@ class _OpenEnumMeta(type):
         return iter([cls(value) for value in cls.values()])
 
     def __contains__(cls, item: Any) -> bool:
-        return str(item) in cls.values() or str(item).upper() in cls.names()
+        text = enum_text(item)
+        return text in cls.values() or text.upper() in cls.names()
 
     def __getitem__(cls, name: str) -> Any:
         try:
@@ -42,11 +43,13 @@ class OpenStrEnum(str, metaclass=_OpenEnumMeta):
     _core: dict[str, str] = {}
     _source: Callable[[], dict[str, str]] | None = None
     _case: Callable[[str], str] = staticmethod(str.upper)
+    # Accelerate defines some of its enums as ``(str, Enum)``, whose ``str()`` and f-string
+    # give ``"DistributedType.MULTI_CPU"``, and others over its ``BaseEnum``, which give the
+    # value; a class sets this to follow the first kind. Equality with the value holds for both.
+    _str_names_member: bool = False
 
     def __new__(cls, value: Any) -> "OpenStrEnum":
-        if isinstance(value, Enum):
-            value = value.value
-        text = cls._case(str(value))
+        text = cls._case(enum_text(value))
         # One object per value, as with a real Enum: `state.distributed_type is DistributedType.NO`.
         members = cls.__dict__.get("_members")
         if members is None:
@@ -58,7 +61,7 @@ class OpenStrEnum(str, metaclass=_OpenEnumMeta):
         return member
 
     def __reduce__(self) -> tuple:
-        return (type(self), (str(self),))
+        return (type(self), (self.value,))
 
     def __copy__(self) -> "OpenStrEnum":
         return self
@@ -90,17 +93,27 @@ class OpenStrEnum(str, metaclass=_OpenEnumMeta):
 
     @property
     def value(self) -> str:
-        return str(self)
+        return str.__str__(self)
 
     @property
     def name(self) -> str:
-        return str(self).upper().replace("-", "_")
+        return self.value.upper().replace("-", "_")
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__}.{self.name}: {str(self)!r}>"
+        return f"<{type(self).__name__}.{self.name}: {self.value!r}>"
 
     def __str__(self) -> str:
-        return str.__str__(self)
+        return f"{type(self).__name__}.{self.name}" if self._str_names_member else self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+def enum_text(value: Any) -> str:
+    """The plain text of ``value``: a member's value (whatever its ``str()`` shows), else ``str(value)``."""
+    if isinstance(value, Enum):
+        value = value.value
+    return str.__str__(value) if isinstance(value, str) else str(value)
 
 
 def _enum_members(enum_name: str) -> dict[str, str]:
@@ -149,6 +162,7 @@ class DistributedType(OpenStrEnum):
     """How this run is distributed: ``NO``, ``MULTI_CPU``, or a plugin's type."""
 
     _core = {"NO": "NO", "MULTI_CPU": "MULTI_CPU"}
+    _str_names_member = True
     _source = staticmethod(_distributed_types)
 
 
@@ -181,6 +195,7 @@ class ComputeEnvironment(OpenStrEnum):
     """Where the job runs (kept for config-file compatibility)."""
 
     _core = {"LOCAL_MACHINE": "LOCAL_MACHINE", "AMAZON_SAGEMAKER": "AMAZON_SAGEMAKER"}
+    _str_names_member = True
 
 
 def _compile_backends() -> list[str]:
@@ -202,9 +217,11 @@ class CustomDtype(OpenStrEnum):
 
     _core = {"INT4": "int4", "INT2": "int2"}
     _case = staticmethod(str.lower)
+    _str_names_member = True
 
 
 class SageMakerDistributedType(OpenStrEnum):
     """Distribution of a SageMaker job (kept for config-file compatibility)."""
 
     _core = {"NO": "NO", "DATA_PARALLEL": "DATA_PARALLEL", "MODEL_PARALLEL": "MODEL_PARALLEL"}
+    _str_names_member = True

@@ -263,6 +263,16 @@ def memory_allocated_func() -> int | None:
     return resolve(candidate.spec.factory)().memory_allocated() if candidate is not None else None
 
 
+def get_backend() -> tuple[str, int, Callable[[], int]]:
+    """``(device_type, device_count, memory_allocated)`` of the detected platform, as in
+    Accelerate: ``("cpu", 1, <returns 0>)`` on a machine without an accelerator. The third item
+    takes no argument and returns the bytes allocated on the current device (0 where the
+    platform cannot tell)."""
+    if _current_platform() == "cpu":
+        return "cpu", 1, lambda: 0
+    return _device_type(), max(_accelerator_count(), 1), lambda: memory_allocated_func() or 0
+
+
 def are_the_same_tensors(tensor: Any) -> bool:
     """Whether every process holds the same ``tensor``."""
     from ..runtime.state import PartialState

@@ -86,7 +86,7 @@ def main() -> None:
         print("RESULT " + json.dumps({**extra_result, "losses": losses, "eval_loss": metrics["eval_loss"],
                                       "world_size": trainer.args.world_size,
                                       "accelerator": type(trainer.accelerator).__module__,
-                                      "distributed_type": str(trainer.accelerator.distributed_type),
+                                      "distributed_type": trainer.accelerator.distributed_type.value,
                                       "fsdp": trainer.is_fsdp_enabled, "deepspeed": trainer.is_deepspeed_enabled,
                                       "wrapped": type(trainer.model_wrapped).__name__}))
 

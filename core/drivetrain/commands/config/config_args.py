@@ -24,6 +24,7 @@ from ...config.schema import build_schema
 from ...kernel.errors import ConfigFileNotFoundError
 from ...enums import ComputeEnvironment, DistributedType, PrecisionType, SageMakerDistributedType
 from ...kernel.plugin_manager import get_plugin_manager
+from ...selection.enums import enum_text
 
 hf_cache_home = os.path.expanduser(
     os.environ.get("HF_HOME", os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")))
@@ -56,7 +57,7 @@ def load_config_from_file(config_file: str | os.PathLike | None) -> "BaseConfig"
             raise ConfigFileNotFoundError(f"config file {config_file} does not exist; pass an existing file, or "
                                           "write one with `drivetrain config --config-file PATH`")
     data = _read(config_file_path)
-    environment = str(data.get("compute_environment") or ComputeEnvironment.LOCAL_MACHINE)
+    environment = data.get("compute_environment") or ComputeEnvironment.LOCAL_MACHINE
     kind = SageMakerConfig if environment == ComputeEnvironment.AMAZON_SAGEMAKER else ClusterConfig
     return kind.from_dict(data, str(config_file_path))
 
@@ -81,12 +82,10 @@ def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
 
 def _plain(value: Any) -> Any:
     """``value`` with enum members replaced by their values, so YAML's safe dumper accepts it."""
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, str):
-        return str(value)
+    if isinstance(value, (enum.Enum, str)):
+        return enum_text(value)
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {enum_text(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value

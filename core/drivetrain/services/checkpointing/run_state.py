@@ -115,7 +115,7 @@ def _manifest(accelerator: Accelerator, prepared: PreparedObjects, files: dict[s
         "drivetrain_version": __version__,
         "plugin_api_version": PLUGIN_API_VERSION,
         "plugins": {name: accelerator.run.manager.records[name].version for name in accelerator.run.active_plugins},
-        "distributed_type": str(accelerator.distributed_type),
+        "distributed_type": accelerator.distributed_type.value,
         "mixed_precision": accelerator.mixed_precision,
         "world_size": accelerator.num_processes,
         "platform": accelerator.run.platform.name,  # names the device generator states (an export needs it)

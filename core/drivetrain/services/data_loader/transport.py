@@ -303,7 +303,10 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
 
     def _share(self, batch: Any, first: Any, is_last: bool,
                epoch_first: Callable[[], Any] | None = None) -> tuple[Any, int]:
-        """The batch to send out (``None``: drop it) and, when padded, how many samples are real.
+        """The batch to send out (``None``: drop it) and, for the last one, how many of its samples
+        are real: Accelerate's ``remainder`` of a dispatched loader is the last global batch's
+        size, padded or not, since callers (transformers' evaluation) may repeat one value per
+        sample of a full batch and count on ``gather_for_metrics`` to cut it to the real ones.
         ``first`` is the epoch's first batch, else ``epoch_first`` reads it (a resumed pass)."""
         if not is_last:
             return batch, 0
@@ -313,7 +316,7 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
         if self._drop_last and full is not None and size < full:
             return None, 0
         if size % n == 0 or not self.even_batches:
-            return batch, 0
+            return batch, size
         target = math.ceil(size / n) * n
         if first is None and epoch_first is not None:
             first = epoch_first()
@@ -365,7 +368,7 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
                                  else (None, 0))
                 if payload is None:
                     have_current = False
-                # [layout of this batch, is it the last, real samples if padded, size of the next one]
+                # [layout of this batch, is it the last, its real samples if last, size of the next one]
                 message = [get_data_structure(payload) if have_current else None, have_current and not have_upcoming,
                            real, _batch_size(upcoming) if have_upcoming else None]
             structure, is_last, real, upcoming_size = broadcast_object_list([message])[0]
