@@ -566,4 +566,4 @@ def test_one_process_under_plain_torchrun_joins_the_agents_rendezvous(deepspeed_
                              "--master-port", str(port), str(script)], capture_output=True, text=True, env=env,
                             timeout=300)
     assert_ok(result)
-    assert "ONE-PROCESS-DEEPSPEED-OK 1 DEEPSPEED" in result.stdout, result.stdout
+    assert "ONE-PROCESS-DEEPSPEED-OK 1 DistributedType.DEEPSPEED" in result.stdout, result.stdout
