@@ -15,33 +15,36 @@ from typing import Any, Callable
 
 _TIMED = ("all_gather", "all_gather_into", "all_reduce", "broadcast", "barrier", "all_gather_object",
           "broadcast_object_list")
+# the preemption check's own channel (no order with the run's collectives) and leaving the group
+_UNTIMED_OPTIONAL = ("start_flag_max", "destroy")
 
 
 class TimedCollectives:
-    """``inner``'s operations, each call's seconds handed to ``record``; anything else is ``inner``'s."""
+    """``inner``'s operations, each call's seconds handed to ``record``. Its other members
+    (``world_size``, ``rank`` and, where ``inner`` has them, the untimed ``start_flag_max`` and
+    ``destroy``) are ``inner``'s own, copied here by name."""
 
     def __init__(self, inner: Any, record: Callable[[float], None]) -> None:
         self.inner = inner
-        self._record = record
+        self.world_size, self.rank = inner.world_size, inner.rank
         for name in _TIMED:
-            setattr(self, name, self._timed(getattr(inner, name)))
+            setattr(self, name, _timed(getattr(inner, name), record))
+        for name in _UNTIMED_OPTIONAL:
+            if hasattr(inner, name):  # optional in the protocol: looked up with getattr/hasattr
+                setattr(self, name, getattr(inner, name))
 
-    def _timed(self, operation: Callable[..., Any]) -> Callable[..., Any]:
-        record, clock = self._record, time.perf_counter
 
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            start = clock()
-            try:
-                return operation(*args, **kwargs)
-            finally:
-                record(clock() - start)
+def _timed(operation: Callable[..., Any], record: Callable[[float], None]) -> Callable[..., Any]:
+    clock = time.perf_counter
 
-        return timed
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = clock()
+        try:
+            return operation(*args, **kwargs)
+        finally:
+            record(clock() - start)
 
-    def __getattr__(self, name: str) -> Any:  # world_size, rank, start_flag_max, destroy, ...
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
+    return timed
 
 
 def install(run: Any, record: Callable[[float], None]) -> TimedCollectives | None:
