@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 logger = logging.getLogger(__name__)
 
@@ -310,6 +310,24 @@ def _wait_for_peers() -> None:
     deadline = time.monotonic() + PEER_WAIT
     while time.monotonic() < deadline and len(_reports_in(errors)) < watch.world_size:
         time.sleep(0.05)
+
+
+def rank_records(errors: str, suffix: str) -> Iterator[tuple[int, Any]]:
+    """``(rank, JSON)`` of each ``<rank><suffix>`` file in ``errors`` that reads whole (the
+    launcher's failure records are ``<rank>.json``, the hang reports ``<rank>.collective.json``)."""
+    try:
+        names = os.listdir(errors)
+    except OSError:
+        return
+    for name in names:
+        rank = name[: -len(suffix)]
+        if not (name.endswith(suffix) and rank.isdigit()):
+            continue
+        try:
+            with open(os.path.join(errors, name), encoding="utf-8") as handle:
+                yield int(rank), json.load(handle)
+        except (OSError, ValueError):
+            continue
 
 
 def _reports_in(errors: str) -> list[str]:

@@ -11,11 +11,9 @@ shapes or dtypes are named too.
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any, Iterable, Mapping
 
-from ..runtime.collective_watch import REPORT_SUFFIX, one_line
+from ..runtime.collective_watch import REPORT_SUFFIX, one_line, rank_records
 
 #: Innermost frames of each rank's Python stack shown in the launcher's report.
 SHOWN_FRAMES = 6
@@ -23,21 +21,7 @@ SHOWN_FRAMES = 6
 
 def recorded_collectives(errors: str) -> dict[int, dict]:
     """Every rank's report in ``errors``: rank -> report."""
-    found: dict[int, dict] = {}
-    try:
-        names = os.listdir(errors)
-    except OSError:
-        return found
-    for name in names:
-        if not name.endswith(REPORT_SUFFIX):
-            continue
-        try:
-            with open(os.path.join(errors, name), encoding="utf-8") as handle:
-                report = json.load(handle)
-            found[int(name[: -len(REPORT_SUFFIX)])] = report
-        except (OSError, ValueError):
-            continue
-    return found
+    return dict(rank_records(errors, REPORT_SUFFIX))
 
 
 def _key(report: Mapping[str, Any]) -> tuple | None:

@@ -22,7 +22,7 @@ import uuid
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..kernel.errors import ConfigError, LaunchError
-from ..runtime.collective_watch import ERRORS_DIR_VARIABLE
+from ..runtime.collective_watch import ERRORS_DIR_VARIABLE, rank_records
 from .hang_report import recorded_collectives
 
 __all__ = ["notebook_launcher", "debug_launcher", "failure_summary", "record_failure", "recorded_failures"]
@@ -214,20 +214,13 @@ def record_failure(exc: BaseException, errors: str | None = None) -> None:
         pass
 
 
-_FAILURE_RECORD = re.compile(r"^\d+\.json$")
-
-
 def recorded_failures(errors: str) -> dict[int, tuple[float, str]]:
-    """What :func:`record_failure` wrote: rank -> (time, error)."""
+    """What :func:`record_failure` wrote (``<rank>.json``): rank -> (time, error)."""
     found = {}
-    for name in os.listdir(errors):
-        if not _FAILURE_RECORD.match(name):  # not <rank>.collective.json, a hang report
-            continue
+    for rank, data in rank_records(errors, ".json"):
         try:
-            with open(os.path.join(errors, name), encoding="utf-8") as handle:
-                data = json.load(handle)
-            found[int(name.split(".")[0])] = (float(data["time"]), " ".join(str(data["error"]).split()))
-        except (OSError, ValueError, KeyError):
+            found[rank] = (float(data["time"]), " ".join(str(data["error"]).split()))
+        except (KeyError, TypeError, ValueError):
             continue
     return found
 
