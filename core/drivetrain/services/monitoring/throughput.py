@@ -1,6 +1,7 @@
 """What a batch holds (samples, tokens) and the model FLOPs of one step, counted once.
 
-Samples are the size of a batch's first dimension (its first tensor's); tokens are the ones
+Samples are a batch's batch size (:func:`find_batch_size`: its first leaf tensor's first
+dimension); tokens are the ones
 ``attention_mask`` marks (its sum), else every position of ``input_ids`` (its number of
 elements); a batch with neither counts no tokens. A mask on a device is summed there and read
 only when a window is logged, so counting never waits for the device.
@@ -19,25 +20,13 @@ from typing import Any
 
 import torch
 
-
-def first_tensor(data: Any) -> torch.Tensor | None:
-    """The first tensor anywhere in ``data`` (mappings by their order, then sequences)."""
-    if isinstance(data, torch.Tensor):
-        return data
-    values = data.values() if isinstance(data, Mapping) else data if isinstance(data, (list, tuple)) else ()
-    for value in values:
-        found = first_tensor(value)
-        if found is not None:
-            return found
-    return None
+from ...tensors.nested import ignorant_find_batch_size
 
 
 def samples_in(batch: Any) -> int | None:
-    """The number of samples in ``batch``; ``None`` when it holds no tensor."""
-    tensor = first_tensor(batch)
-    if tensor is None:
-        return None
-    return int(tensor.shape[0]) if tensor.dim() else 1
+    """The number of samples in ``batch`` (its batch size, as ``gather_for_metrics`` and the
+    Trainer read it); ``None`` when it has none."""
+    return ignorant_find_batch_size(batch)
 
 
 def tokens_in(batch: Any) -> int | torch.Tensor | None:
