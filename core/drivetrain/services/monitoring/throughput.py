@@ -1,9 +1,8 @@
 """What a batch holds (samples, tokens) and the model FLOPs of one step, counted once.
 
 Samples are a batch's batch size (:func:`find_batch_size`: its first leaf tensor's first
-dimension); tokens are the ones
-``attention_mask`` marks (its sum), else every position of ``input_ids`` (its number of
-elements); a batch with neither counts no tokens. A mask on a device is summed there and read
+dimension); tokens are the ones ``attention_mask`` marks (its sum), else every position of
+``input_ids`` (its number of elements); a batch with neither counts no tokens. A mask on a device is summed there and read
 only when a window is logged, so counting never waits for the device.
 
 FLOPs are torch's own count (``torch.utils.flop_counter.FlopCounterMode``) of everything the
