@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 from ...kernel.errors import ConfigError
 from ...runtime.state import GradientState, PartialState
 from ..cross_process import broadcast_object_list
+from ..preemption import watched as preemption_checked
 
 from .draws import EpochDraws
 from .state_check import (check_position_state, check_same_dataset, check_stateful_state, check_within_epoch,
@@ -202,7 +203,9 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
         return max(DataLoader.__len__(self) - self.skip_batches, 0)
 
     def __iter__(self) -> Iterator[Any]:
-        batches = self._iterate()  # the loader's own pass (a generator: nothing runs yet)
+        # the loader's own pass (a generator: nothing runs yet), with the preemption check at
+        # each step boundary when the run asked for one, then the step monitor's observer
+        batches = preemption_checked(self._iterate(), self)
         observer = self.batch_observer
         return batches if observer is None else observer(batches, self)
 

@@ -25,7 +25,6 @@ from ...tensors.nested import (
     send_to_device,
     slice_tensors,
 )
-from ..preemption import watched
 from ..rng import synchronize_rng_states
 
 from .mesh import shares_batches_across_peers
@@ -166,7 +165,7 @@ class DataLoaderShard(_PreparedLoader, DataLoader):
             elif skip:
                 discard = self._resume_stream(skip)
             iterator = self._torch_iterator()
-            yield from watched(self._play(iterator, discard), self)
+            yield from self._play(iterator, discard)
         finally:
             self.end()
 
@@ -330,7 +329,7 @@ class DataLoaderDispatcher(_PreparedLoader, DataLoader):
         skip = self._begin_pass()
         self.begin()
         try:
-            yield from watched(self._play(skip), self)
+            yield from self._play(skip)
         finally:
             self.end()
 
