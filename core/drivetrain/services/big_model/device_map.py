@@ -8,8 +8,6 @@ its class may be split.
 
 from __future__ import annotations
 
-import difflib
-
 import logging
 import warnings
 from typing import Any
@@ -29,6 +27,7 @@ from .modeling import (
     get_max_layer_size,
     get_max_memory,
 )
+from ...config.schema import suggest
 from ...kernel.contributed import contributed_getattr
 
 logger = logging.getLogger("drivetrain.utils.device_map")  # its name before the layers, kept for log filters
@@ -305,12 +304,10 @@ def refuse_unknown_keys(model: nn.Module, device_map: Any) -> None:
     if not unknown:
         return
     name = unknown[0]
-    modules = [module for module, _ in model.named_modules() if module]
-    close = difflib.get_close_matches(name, modules, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    hint = suggest(name, (module for module, _ in model.named_modules() if module))
     more = f" (and {len(unknown) - 1} more key(s) naming nothing)" if len(unknown) > 1 else ""
-    raise ConfigError(f"device_map names {name!r}, which {type(model).__name__} has no module, parameter or buffer "
-                      f"of{more}: {hint}use names from model.named_modules(), or remove the key")
+    raise ConfigError(f"device_map names {name!r}{hint}, which {type(model).__name__} has no module, parameter or "
+                      f"buffer of{more}: use names from model.named_modules(), or remove the key")
 
 
 def check_devices_exist(device_map: dict[str, Any]) -> None:
