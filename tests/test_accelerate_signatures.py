@@ -136,11 +136,35 @@ def test_gradient_state_keeps_only_the_plugin_fields_set_away_from_their_default
         "num_steps": 2, "sync_each_batch": True}
     state = Accelerator(cpu=True, gradient_accumulation_steps=3).gradient_state
     assert state.plugin_kwargs == {"num_steps": 3}
-    assert (state.sync_each_batch, state.sync_with_dataloader, state.adjust_scheduler) == (False, True, True)
+    assert (state.sync_each_batch, state.sync_with_dataloader, state.adjust_scheduler) == (False, True, False)
     chosen = Accelerator(cpu=True, gradient_accumulation_plugin=GradientAccumulationPlugin(
         num_steps=2, sync_each_batch=True, sync_with_dataloader=False)).gradient_state
     assert chosen.plugin_kwargs == {"num_steps": 2, "sync_each_batch": True, "sync_with_dataloader": False}
     assert chosen.sync_each_batch and not chosen.sync_with_dataloader
+
+
+def test_scheduler_count_during_accumulation_is_accelerates():
+    """Accelerate's ``GradientState.adjust_scheduler`` reads ``plugin_kwargs``, which omits
+    defaults: an untouched plugin does not add accumulation micro-steps to the scheduler's
+    count, so a ``OneCycleLR`` sized in optimizer steps keeps stepping to its end, as there."""
+    import torch
+
+    from drivetrain import Accelerator
+
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=4)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    assert accelerator.gradient_state.adjust_scheduler is False
+    for _ in range(8):  # four optimizer steps
+        with accelerator.accumulate(model):
+            accelerator.backward(model(torch.ones(1, 2)).sum())
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    # one count at construction plus one per optimizer step; every step was taken
+    assert scheduler.scheduler._step_count == 5
 
 
 def test_dynamo_plugin_reads_its_defaults_from_the_environment(monkeypatch):

@@ -193,7 +193,7 @@ def test_resetting_only_the_partial_state_makes_the_next_accelerator_state_afres
 def test_gradient_state():
     state = GradientState()
     assert state.sync_gradients and not state.end_of_dataloader and state.remainder == -1
-    assert (state.num_steps, state.adjust_scheduler, state.sync_with_dataloader) == (1, True, True)
+    assert (state.num_steps, state.adjust_scheduler, state.sync_with_dataloader) == (1, False, True)
     assert state.active_dataloader is None and not state.in_dataloader
 
     class Loader:

@@ -172,7 +172,7 @@ check(AcceleratorState().__dict__ is accelerator_state.__dict__, "AcceleratorSta
 gradients = GradientState()
 check(gradients.sync_gradients and not gradients.end_of_dataloader and gradients.remainder == -1,
       "GradientState defaults")
-check((gradients.num_steps, gradients.adjust_scheduler, gradients.sync_with_dataloader) == (1, True, True),
+check((gradients.num_steps, gradients.adjust_scheduler, gradients.sync_with_dataloader) == (1, False, True),
       "GradientState plugin defaults")
 check(gradients.active_dataloader is None and GradientState().__dict__ is gradients.__dict__, "GradientState shared")
 

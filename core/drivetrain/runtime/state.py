@@ -538,7 +538,10 @@ class GradientState:
 
     @property
     def adjust_scheduler(self) -> bool:
-        return self.plugin_kwargs.get("adjust_scheduler", True)
+        # As Accelerate's: ``plugin_kwargs`` omits fields left at their defaults, and an absent
+        # ``adjust_scheduler`` reads False, so only a plugin built with it away from its default
+        # changes a scheduler's count during accumulation (Trainer's schedules match Accelerate's).
+        return self.plugin_kwargs.get("adjust_scheduler", False)
 
     @property
     def sync_with_dataloader(self) -> bool:
