@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import warnings
 
 import torch
 
@@ -177,6 +178,36 @@ def check_triggers_local_sgd_and_join() -> None:
             accelerator.backward(model(torch.randn(BATCH, FEATURES)).sum())
             optimizer.step()
             optimizer.zero_grad()
+    check_join_warnings(accelerator, model)
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        yield from torch.arange(6)
+
+
+def check_join_warnings(accelerator: Accelerator, model: torch.nn.Module) -> None:
+    """Overriding even_batches cannot reach an iterable dataset's loader, and Join does not
+    apply to a run reported as a sharding strategy's: a warning with Accelerate's words each."""
+    from drivetrain import DistributedType
+
+    accelerator.prepare(torch.utils.data.DataLoader(_Stream(), batch_size=1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with accelerator.join_uneven_inputs([model], even_batches=False):
+            pass
+    assert "only supported for map-style datasets" in str(caught[-1].message), [str(w.message) for w in caught]
+    assert accelerator.even_batches  # restored after the block
+    original = accelerator.state.distributed_type
+    accelerator.state.distributed_type = DistributedType.FSDP  # scripts assign it, as in Accelerate
+    assert accelerator.distributed_type == DistributedType.FSDP
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with accelerator.join_uneven_inputs([object()]):  # no Joinable: refused under data parallel
+            pass
+    assert "only supported for multi-GPU" in str(caught[-1].message), [str(w.message) for w in caught]
+    accelerator.state.distributed_type = original
+    assert accelerator.distributed_type == original
 
 
 def check_comm_hooks_and_static_graph() -> None:

@@ -42,6 +42,27 @@ def _timeout_from(value: Any) -> timedelta | None:
     return timedelta(seconds=seconds)
 
 
+class _AssignableDistributedType:
+    """``distributed_type``: the run's, unless assigned.
+
+    Accelerate keeps it as a plain attribute that scripts and tests assign to see how the API
+    answers another kind of run (``state.distributed_type = DistributedType.FSDP``); the value
+    assigned is kept in the state's shared dict until the state is reset. It changes what the
+    facade reports and decides from it, never how the run was set up.
+    """
+
+    key = "_assigned_distributed_type"
+
+    def __get__(self, state: Any, owner: type) -> Any:
+        if state is None:
+            return self
+        assigned = state._shared_state.get(self.key)
+        return assigned if assigned is not None else DistributedType(state.run.selection.distributed_type)
+
+    def __set__(self, state: Any, value: Any) -> None:
+        state._shared_state[self.key] = DistributedType(value)
+
+
 class PartialState:
     """Where this process is: device, rank, number of processes, and how to coordinate.
 
@@ -132,9 +153,7 @@ class PartialState:
             f"Device: {self.device}\n"
         )
 
-    @property
-    def distributed_type(self) -> DistributedType:
-        return DistributedType(self.run.selection.distributed_type)
+    distributed_type = _AssignableDistributedType()
 
     @property
     def num_processes(self) -> int:
@@ -499,9 +518,7 @@ class AcceleratorState:
     def mixed_precision(self) -> str:
         return self.run.selection.mixed_precision
 
-    @property
-    def distributed_type(self) -> DistributedType:
-        return DistributedType(self.run.selection.distributed_type)
+    distributed_type = _AssignableDistributedType()
 
     @classmethod
     def _reset_state(cls, reset_partial_state: bool = False) -> None:
