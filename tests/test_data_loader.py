@@ -551,6 +551,25 @@ def test_stateful_loaders_are_torchdata_loaders_with_its_state(num_workers):
     assert GradientState().active_dataloader is None
 
 
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        yield from range(12)
+
+
+@pytest.mark.parametrize("dispatch", [False, True])
+def test_a_stateful_loader_reports_the_state_it_loaded_until_it_hands_out_a_batch(dispatch):
+    """save_state after load_state, the loader untouched in between (another loader trained):
+    the loaded position is saved again, even an exhausted pass's that torchdata cannot replay."""
+    pytest.importorskip("torchdata.stateful_dataloader")
+    loader = prepare_data_loader(DataLoader(_Stream(), batch_size=4), num_processes=1, process_index=0,
+                                 put_on_device=dispatch, dispatch_batches=dispatch, use_stateful_dataloader=True)
+    assert [batch.tolist()[0] for batch in loader] == [0, 4, 8]
+    finished = loader.state_dict()
+    loader.load_state_dict(finished)
+    assert loader.state_dict() == finished
+    assert [batch.tolist()[0] for batch in loader] == [0, 4, 8]  # the next pass is a new epoch
+
+
 def test_stateful_prepared_loaders_skip_and_pickle():
     import pickle
 

@@ -329,7 +329,10 @@ class _PreparedLoader(StatefulVariants, DataLoaderStateMixin):
         base = self._stateful_base()
         if base is not None:
             base.load_state_dict(self, state_dict)
-            self._read_state = None
+            # The position until the next batch is handed out. Not torchdata's ``state_dict()``:
+            # that builds an iterator and replays the loaded state, which raises StopIteration
+            # when it is an exhausted pass's.
+            self._read_state = state_dict
             progress = self._progress
             progress.batches_yielded, progress.fresh = 0, True  # torchdata skips, not us
             return
