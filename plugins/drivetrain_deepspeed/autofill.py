@@ -41,6 +41,8 @@ class Facts:
         scheduler_params: values for ``scheduler.params`` (from ``DummyScheduler`` and the
             optimizer's learning rate).
         hidden_size: the model's ``config.hidden_size`` (or largest ``hidden_sizes``), if any.
+        model_has_config: whether the model has a ``config`` (for the message when
+            ``hidden_size`` is missing).
     """
 
     world_size: int = 1
@@ -53,6 +55,7 @@ class Facts:
     optimizer_params: dict[str, Any] = field(default_factory=dict)
     scheduler_params: dict[str, Any] = field(default_factory=dict)
     hidden_size: int | None = None
+    model_has_config: bool = True
 
 
 def auto_keys(config: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
@@ -144,17 +147,20 @@ def fill_auto_values(config: Mapping[str, Any], facts: Facts, origin: str = "Dee
 
     remaining = list(auto_keys(filled))
     if remaining:
-        problems = "; ".join(f"{key} ({_hint(key)})" for key in remaining)
+        problems = "; ".join(f"{key} ({_hint(key, facts)})" for key in remaining)
         raise ConfigError(f"{origin}: cannot fill \"auto\" for {problems}")
     return filled
 
 
-def _hint(key: str) -> str:
+def _hint(key: str, facts: Facts) -> str:
     last = key.rsplit(".", 1)[-1]
     if key in ("train_micro_batch_size_per_gpu", "train_batch_size"):
         return "pass a DataLoader to the same prepare() call, or set a number"
     if last in HIDDEN_SIZE_KEYS:
-        return "the model has no config.hidden_size or config.hidden_sizes; set a number"
+        # Accelerate's words, which scripts and tests match on
+        if not facts.model_has_config:
+            return "Can't find `model.config` entry to read hidden_size from; set a number"
+        return "Can find neither `model.config.hidden_size` nor `model.config.hidden_sizes`; set a number"
     if key.startswith("optimizer.params."):
         return f"give {last}= to DummyOptim(...), or set a number"
     if key.startswith("scheduler.params."):

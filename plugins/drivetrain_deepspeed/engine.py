@@ -203,6 +203,7 @@ def prepare_engine(strategy: DeepSpeedStrategy, run: Any, objects: Sequence[Any]
         gradient_clipping=plugin.gradient_clipping,
         save_16bit_model=bool(plugin.zero3_save_16bit_model),
         hidden_size=_hidden_size(model),
+        model_has_config=getattr(model, "config", None) is not None,
     )
     learning_rate = None
     if isinstance(optimizer, DummyOptim):
