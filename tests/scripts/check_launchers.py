@@ -44,6 +44,10 @@ if __name__ == "__main__":
     try:
         debug_launcher(fail)
     except LaunchError as error:
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+        # also torch's error, which Accelerate lets through: code written for it catches it
+        assert isinstance(error, ChildFailedError) and error.failures, type(error).__mro__
         with open(os.path.join(out, "failure.txt"), "w") as handle:
             handle.write(str(error))
     else:

@@ -289,8 +289,31 @@ def _launch(function: Callable[..., Any], args: Sequence[Any], *, num_processes:
         try:
             elastic_launch(config=config, entrypoint=_worker(function, _with_aliases(env), errors))(*args)
         except ChildFailedError as error:
-            raise LaunchError(failure_summary(error, title, recorded_failures(errors),
-                                              collectives=recorded_collectives(errors))) from error
+            summary = failure_summary(error, title, recorded_failures(errors), collectives=recorded_collectives(errors))
+            raise _workers_failed(summary, error) from error
+
+
+@functools.lru_cache(maxsize=1)
+def _workers_failed_error() -> type:
+    """``WorkersFailedError``, made on first use (torch's elastic package is imported then)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    class WorkersFailedError(LaunchError, ChildFailedError):
+        """A worker of ``notebook_launcher`` / ``debug_launcher`` failed: our ``LaunchError`` with
+        the per-rank summary, and torch's ``ChildFailedError`` (``name``, ``failures``), which
+        Accelerate's launchers let through and code written for them catches."""
+
+        def __init__(self, summary: str, name: str, failures: Any) -> None:
+            Exception.__init__(self, summary)
+            self.name, self.failures = name, failures
+
+        __str__ = Exception.__str__
+
+    return WorkersFailedError
+
+
+def _workers_failed(summary: str, error: Any) -> LaunchError:
+    return _workers_failed_error()(summary, error.name, error.failures)
 
 
 def _choice_environment(requests: Any, world_size: int) -> tuple[dict[str, str], Any]:
