@@ -219,6 +219,11 @@ def test_values_that_cannot_be_filled_are_named_in_one_error(tmp_path):
                       ("wall_clock_breakdown", "set a value")):
         assert key in message and hint in message, (key, message)
     assert "optimizer.params.lr" not in message
+    # the hidden size's hint in Accelerate's words, which scripts match on: a config without it, or no config
+    assert "Can find neither `model.config.hidden_size` nor `model.config.hidden_sizes`" in message
+    with pytest.raises(ConfigError, match="Can't find `model.config` entry"):
+        fill_auto_values(config, Facts(optimizer_params={"lr": 0.1, "betas": (0.9, 0.99)}, model_has_config=False),
+                         "ds.json")
 
 
 @pytest.mark.parametrize("content, error", [
@@ -279,6 +284,22 @@ def test_accelerator_arguments_select_deepspeed_and_expose_its_attributes(fresh_
     assert second.state.deepspeed_plugin is plugins["teacher"] and second.distributed_type == "DEEPSPEED"
     with pytest.raises(ValueError, match="no DeepSpeedPlugin named 'nope'; the run has 'student', 'teacher'"):
         state.select_deepspeed_plugin("nope")
+    # as in Accelerate: only the state switches plugins, and a later Accelerator brings no new ones
+    with pytest.raises(NotImplementedError, match="select_deepspeed_plugin"):
+        plugins["student"].selected = True
+    with pytest.raises(ValueError, match="select_deepspeed_plugin"):
+        plugins["student"].select()
+    with pytest.raises(NotImplementedError, match="give the first Accelerator every plugin"):
+        Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=1))
+    assert state.deepspeed_plugin is plugins["teacher"] and not plugins["student"].selected
+    if importlib.util.find_spec("transformers") is not None:
+        # transformers learns the active config: from_pretrained partitions under ZeRO-3 init
+        from transformers.integrations import is_deepspeed_zero3_enabled
+
+        assert is_deepspeed_zero3_enabled()  # the teacher: ZeRO-3, zero3_init_flag on by default
+        state.select_deepspeed_plugin("student")
+        assert not is_deepspeed_zero3_enabled()
+        state.select_deepspeed_plugin("teacher")
     with accelerator.autocast():  # the engine owns the precision: no autocast on top
         import torch
 

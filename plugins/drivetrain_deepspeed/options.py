@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from drivetrain.plugin_api import ConfigError, environment
+from drivetrain.plugin_api import ConfigError, DrivetrainError, environment
 
 from .option_names import DS_ACCELERATORS, OFFLOAD_DEVICES, OPTIONS
 
@@ -241,7 +241,7 @@ class DeepSpeedPlugin:
     # ---------------------------------------------------------------- resolution
 
     def _resolve(self, env: Mapping[str, str] | None) -> None:
-        self.selected = False
+        self._selected = False
         given: dict[str, str] = {}  # option -> where its value came from
         for spec in fields(self):
             if spec.init and getattr(self, spec.name) is not None and spec.name in OPTIONS:
@@ -404,6 +404,50 @@ class DeepSpeedPlugin:
         clip = config.get("gradient_clipping")
         self.gradient_clipping = clip if _is_number(clip) else None  # None: filled at prepare time
 
+    # ---------------------------------------------------------------- selection
+
+    @property
+    def selected(self) -> bool:
+        """Whether this is the plugin the next ``prepare`` uses (``select_deepspeed_plugin``)."""
+        return self._selected
+
+    @selected.setter
+    def selected(self, value: bool) -> None:
+        raise SelectionError("DeepSpeedPlugin.selected changes only through "
+                             "accelerator.state.select_deepspeed_plugin(name)")
+
+    def select(self, _from_accelerator_state: bool = False) -> None:
+        """Make this the active plugin: only ``select_deepspeed_plugin`` may (Accelerate's rule)."""
+        if not _from_accelerator_state:
+            raise ConfigError("a DeepSpeedPlugin is selected through accelerator.state.select_deepspeed_plugin(name), "
+                              "not DeepSpeedPlugin.select()")
+        self.set_deepspeed_weakref()
+        self._selected = True
+
+    def _unselect(self) -> None:
+        self._selected = False
+
+    def set_deepspeed_weakref(self) -> None:
+        """Tell transformers the DeepSpeed config in use, as Accelerate does: its
+        ``is_deepspeed_zero3_enabled()`` and ``deepspeed_config()`` answer from it, and
+        ``from_pretrained`` then builds models partitioned under ZeRO-3 init. The object is kept
+        here (``dschf``): transformers holds only a weak reference."""
+        from drivetrain.plugin_api import is_package_available
+
+        if not is_package_available("transformers"):
+            return
+        from transformers.integrations.deepspeed import HfDeepSpeedConfig, unset_hf_deepspeed_config
+
+        config = copy.deepcopy(self.deepspeed_config)
+        if self.zero3_init_flag:  # values ZeRO-3 init reads before prepare() fills the "auto" ones
+            for key in ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu"):
+                if config.get(key, AUTO) == AUTO:
+                    config[key] = 1
+            if config.get("train_batch_size") == AUTO:
+                del config["train_batch_size"]
+        unset_hf_deepspeed_config()
+        self.dschf = HfDeepSpeedConfig(config)
+
     # ---------------------------------------------------------------- queries
 
     def is_auto(self, key: str) -> bool:
@@ -443,6 +487,11 @@ class DeepSpeedPlugin:
 
         with zero3_init(self):
             yield
+
+
+class SelectionError(DrivetrainError, NotImplementedError):
+    """The active DeepSpeedPlugin was changed other than through the state (Accelerate raises
+    NotImplementedError there)."""
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from drivetrain.plugin_api import ConfigError, DrivetrainError, hookimpl
 
-from .options import DeepSpeedPlugin
+from .options import DeepSpeedPlugin, SelectionError
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,9 @@ class DeepSpeedStrategy:
             name = next(iter(self.plugins))
         chosen = self.get_deepspeed_plugin(name)
         for plugin in self.plugins.values():
-            plugin.selected = plugin is chosen
+            if plugin is not chosen:
+                plugin._unselect()
+        chosen.select(_from_accelerator_state=True)
         self.active = name
 
     def get_deepspeed_plugin(self, name: str) -> DeepSpeedPlugin:
@@ -115,6 +117,12 @@ class DeepSpeedStrategy:
         if new_single and new_several and not (
                 isinstance(single, DeepSpeedPlugin) and any(single is p for p in _plugins_of(several).values())):
             raise ConfigError("pass deepspeed_plugin or deepspeed_plugins to the Accelerator, not both")
+        if (new_several or new_single) and self.plugins and not _same_plugins(self.plugins,
+                                                                              several if new_several else single):
+            # Accelerate's rule: the state's plugins are fixed by the first Accelerator
+            raise SelectionError("a later Accelerator cannot bring other DeepSpeed plugins: give the first "
+                                 "Accelerator every plugin (deepspeed_plugin={name: plugin, ...}) and switch with "
+                                 "accelerator.state.select_deepspeed_plugin(name)")
         if new_several or new_single:
             self.plugins = _plugins_of(several if new_several else single)
             self.select_deepspeed_plugin(next(iter(self.plugins)))
@@ -293,3 +301,12 @@ def _plugins_of(given: Any) -> dict[str, DeepSpeedPlugin]:
                                   f"{name!r}: {type(plugin).__name__}")
         return dict(given)
     raise ConfigError(f"deepspeed_plugin must be a DeepSpeedPlugin (or a dict of them), not {type(given).__name__}")
+
+
+def _same_plugins(current: Mapping[str, DeepSpeedPlugin], given: Any) -> bool:
+    """Whether a later Accelerator's new argument names plugins the state already has."""
+    if isinstance(given, DeepSpeedPlugin):
+        return any(given is plugin for plugin in current.values())
+    if isinstance(given, Mapping):
+        return all(current.get(name) is plugin for name, plugin in given.items())
+    return False
