@@ -72,6 +72,7 @@ def _skipped(decorator) -> bool:
 
 
 def test_require_decorators_follow_what_is_installed(monkeypatch):
+    from drivetrain.selection.versions import is_torch_version
     from drivetrain.test_utils import testing
 
     assert not _skipped(testing.require_cpu) or testing._accelerator_count() > 0
@@ -83,6 +84,12 @@ def test_require_decorators_follow_what_is_installed(monkeypatch):
     assert not _skipped(testing.require_torch_min_version(version="2.0"))
     monkeypatch.setenv("RUN_SLOW", "0")
     assert _skipped(testing.slow)
+    # version gates of Accelerate's FSDP2 and TP suites, and "either" gates
+    assert _skipped(testing.require_fsdp2) == (not is_torch_version(">=", "2.5.0"))
+    assert not _skipped(testing.require_tp) or not is_torch_version(">=", "2.3.0")
+    assert _skipped(testing.require_multi_gpu_or_xpu) == (testing._accelerator_count() < 2)
+    assert not _skipped(testing.require_cpu_or_cuda)  # the CPU is always there
+    assert _skipped(testing.require_cuda_or_xpu) == (testing._current_platform() not in ("cuda", "xpu"))
     with pytest.raises(AttributeError, match="require_no_such_thing"):
         testing.require_no_such_thing  # noqa: B018
     from drivetrain.test_utils import require_cpu

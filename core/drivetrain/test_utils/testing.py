@@ -119,6 +119,23 @@ def require_fp16(test_case: Any) -> Any:
     return _require(is_fp16_available(), "test requires float16 support")(test_case)
 
 
+def require_fsdp2(test_case: Any) -> Any:
+    """FSDP2 (``fully_shard``) needs torch >= 2.5, as in Accelerate."""
+    from ..selection.versions import is_torch_version
+
+    return _require(is_torch_version(">=", "2.5.0"), "test requires FSDP2 (torch >= 2.5.0)")(test_case)
+
+
+def require_tp(test_case: Any) -> Any:
+    """Tensor parallelism needs torch >= 2.3 and transformers >= 4.52 (its ``tp_plan``), as in Accelerate."""
+    from ..selection.versions import compare_versions, is_torch_version
+    from ..services import availability
+
+    found = (is_torch_version(">=", "2.3.0") and availability.is_transformers_available()
+             and compare_versions("transformers", ">=", "4.52.0"))
+    return _require(found, "test requires torch >= 2.3.0 and transformers >= 4.52.0")(test_case)
+
+
 def require_trackers(test_case: Any) -> Any:
     from ..services.tracking import get_available_trackers
 
@@ -144,8 +161,21 @@ def _probe_for(library: str) -> Callable[[], bool] | None:
 
 
 def _make_require(name: str) -> _Decorator | None:
-    """The decorator ``require_<what>``, from the platforms and probes installed here."""
+    """The decorator ``require_<what>``, from the platforms and probes installed here.
+    ``require_<a>_or_<b>`` runs the test when either would (``require_multi_gpu_or_xpu``: the
+    ``multi_`` applies to both)."""
     what = name[len("require_"):]
+    if "_or_" in what:
+        first, *others = what.split("_or_")
+        prefix = next((p for p in ("single_", "multi_", "non_") if first.startswith(p)), "")
+        parts = [_make_require(f"require_{first}")] + [_make_require(f"require_{prefix}{other}") for other in others]
+        if parts[0] is None:
+            return None
+        def either(case: Any) -> Any:
+            runs = any(part is not None and not getattr(part(_probe_case()), "__unittest_skip__", False)
+                       for part in parts)
+            return _require(runs, f"test requires {what.replace('_', ' ')}")(case)
+        return either
     for prefix, test, words in (("single_", lambda n: n == 1, "exactly one"), ("multi_", lambda n: n > 1, "several")):
         if what.startswith(prefix):
             target = what[len(prefix):]
@@ -166,6 +196,11 @@ def _make_require(name: str) -> _Decorator | None:
     if probe is not None:
         return lambda case: _require(bool(probe()), f"test requires {what}")(case)
     return None
+
+
+def _probe_case() -> Any:
+    """A throwaway function a ``require_`` decorator can mark as skipped, to read its verdict."""
+    return lambda: None
 
 
 def __getattr__(name: str) -> Any:
