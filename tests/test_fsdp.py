@@ -31,9 +31,10 @@ def test_defaults_follow_accelerate(clean_env):
     assert (plugin.fsdp_version, plugin.sharding_strategy, plugin.reshard_after_forward) == (1, "FULL_SHARD", True)
     assert (plugin.auto_wrap_policy, plugin.state_dict_type, plugin.backward_prefetch) == (
         "NO_WRAP", "FULL_STATE_DICT", "BACKWARD_PRE")
-    assert plugin.use_orig_params and not plugin.sync_module_states and plugin.cpu_offload is False
+    assert plugin.use_orig_params and not plugin.sync_module_states and not plugin.cpu_offload
+    assert plugin.state_dict_config.offload_to_cpu and plugin.state_dict_config.rank0_only
     v2 = FullyShardedDataParallelPlugin(fsdp_version=2)
-    assert v2.state_dict_type == "SHARDED_STATE_DICT"
+    assert v2.state_dict_type == "SHARDED_STATE_DICT" and v2.backward_prefetch is None and v2.prefetches_in_backward
 
 
 def test_environment_variables_of_both_names(clean_env):
@@ -72,8 +73,7 @@ def test_reshard_after_forward_and_sharding_strategy_are_one_choice(clean_env):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(fsdp_version=3), "use 1 .* or 2"),
     (dict(sharding_strategy="ZERO3"), "allowed: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD"),
-    (dict(state_dict_type="LOCAL_STATE_DICT"), "use SHARDED_STATE_DICT"),
-    (dict(fsdp_version=2, backward_prefetch="BACKWARD_POST"), "FSDP1 only"),
+    (dict(fsdp_version=2, state_dict_type="LOCAL_STATE_DICT"), "FSDP2 does not have; use SHARDED_STATE_DICT"),
     (dict(cpu_ram_efficient_loading=True, sync_module_states=False), "needs sync_module_states"),
     (dict(auto_wrap_policy="LAYER_WRAP"), "allowed: TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP"),
     (dict(min_num_params="many"), "whole number"),
@@ -92,13 +92,65 @@ def test_mixed_precision_and_state_dict_type_setters(clean_env):
     from drivetrain import FullyShardedDataParallelPlugin
 
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
-    plugin.set_mixed_precision("bf16")
+    plugin.set_mixed_precision("bf16")  # FSDP2 casts the outputs, FSDP1 the buffers (as in Accelerate)
     assert plugin.mixed_precision_policy == {"param_dtype": "bfloat16", "reduce_dtype": "bfloat16",
-                                             "buffer_dtype": "bfloat16"}
+                                             "output_dtype": "bfloat16"}
     plugin.set_mixed_precision("fp16")  # an existing policy is kept unless overridden
     assert plugin.mixed_precision_policy["param_dtype"] == "bfloat16"
     plugin.set_state_dict_type("FULL_STATE_DICT")
     assert plugin.state_dict_type == "FULL_STATE_DICT"
+
+
+def test_resolved_options_equal_the_torch_objects_accelerate_holds(clean_env, caplog):
+    """Accelerate's plugin holds torch objects after construction and code compares with them;
+    ours holds names and flags (resolved without torch) that are equal to both."""
+    from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, CPUOffloadPolicy, MixedPrecision,
+                                        MixedPrecisionPolicy, OffloadPolicy, ShardingStrategy, StateDictType)
+
+    from drivetrain import FullyShardedDataParallelPlugin
+
+    plugin = FullyShardedDataParallelPlugin(sharding_strategy=3, backward_prefetch=BackwardPrefetch.BACKWARD_POST,
+                                            cpu_offload=True, mixed_precision_policy="fp16")
+    assert plugin.sharding_strategy == ShardingStrategy.NO_SHARD == plugin.sharding_strategy
+    assert plugin.sharding_strategy != ShardingStrategy.FULL_SHARD and plugin.sharding_strategy == "NO_SHARD"
+    assert plugin.backward_prefetch == BackwardPrefetch.BACKWARD_POST
+    assert plugin.cpu_offload == CPUOffload(offload_params=True) and plugin.cpu_offload != CPUOffload()
+    assert plugin.mixed_precision_policy == MixedPrecision(torch.float16, torch.float16, torch.float16)
+    assert plugin.mixed_precision_policy != MixedPrecision(torch.float16, torch.float16, torch.float32)
+    assert plugin.state_dict_type == StateDictType.FULL_STATE_DICT
+    assert FullyShardedDataParallelPlugin(sharding_strategy=5).sharding_strategy == ShardingStrategy._HYBRID_SHARD_ZERO2
+    assert FullyShardedDataParallelPlugin(backward_prefetch="NO_PREFETCH").backward_prefetch is None
+    with caplog.at_level("WARNING"):
+        local = FullyShardedDataParallelPlugin(state_dict_type="LOCAL_STATE_DICT")
+    assert local.state_dict_type == StateDictType.LOCAL_STATE_DICT and local.writes_sharded_state
+    assert "LOCAL_STATE_DICT is written as SHARDED_STATE_DICT" in caplog.text
+    v2 = FullyShardedDataParallelPlugin(fsdp_version=2, cpu_offload=False, mixed_precision_policy="bf16")
+    assert v2.cpu_offload == OffloadPolicy() and v2.cpu_offload != CPUOffloadPolicy()
+    assert FullyShardedDataParallelPlugin(fsdp_version=2, cpu_offload=True).cpu_offload == CPUOffloadPolicy()
+    assert v2.mixed_precision_policy == MixedPrecisionPolicy(torch.bfloat16, torch.bfloat16, torch.bfloat16)
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # FSDP2 always prefetches: a policy is dropped with a warning
+        post = FullyShardedDataParallelPlugin(fsdp_version=2, backward_prefetch="BACKWARD_POST")
+    assert post.backward_prefetch is None and post.prefetches_in_backward
+    assert "backward_prefetch is not supported in FSDP2" in caplog.text
+    off = FullyShardedDataParallelPlugin(fsdp_version=2, backward_prefetch="NO_PREFETCH")
+    assert off.backward_prefetch is None and not off.prefetches_in_backward
+
+
+def test_compile_regions_fsdp2_compiles_in_place_keeping_block_classes():
+    from drivetrain.utils import compile_regions_fsdp2
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleList([Block() for _ in range(3)])
+    model.head = torch.nn.Linear(4, 2)
+    assert compile_regions_fsdp2(model) is model
+    assert all(type(block) is Block and block._compiled_call_impl is not None for block in model.layers)
+    assert model.head._compiled_call_impl is not None and getattr(model, "_compiled_call_impl", None) is None
 
 
 # ------------------------------------------------------------ the kernel's names
@@ -156,6 +208,25 @@ def test_one_process_fsdp_trains_and_exposes_its_options(clean_env):
     optimizer.step()
     state = accelerator.get_state_dict(model)
     assert set(state) == {"0.weight", "0.bias", "2.weight", "2.bias"} and type(state["0.weight"]) is torch.Tensor
+
+
+@pytest.mark.usefixtures("fresh_state", "private_group")
+@pytest.mark.parametrize("mixed_precision", ["bf16", "no"])
+def test_fsdp2_keeps_fp32_master_weights_of_a_mixed_dtype_model_under_mixed_precision(clean_env, mixed_precision):
+    """FSDP2 wants one original dtype per unit; a bf16 model with fp32 norms trains under mixed
+    precision with fp32 master weights, and without mixed precision its dtypes are left alone."""
+    from drivetrain import Accelerator, FullyShardedDataParallelPlugin
+
+    accelerator = Accelerator(mixed_precision=mixed_precision, fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    model[0].to(torch.bfloat16)
+    if mixed_precision == "no":
+        model[1].to(torch.bfloat16)  # uniform, as FSDP2 needs without a policy
+    model = accelerator.prepare(model)
+    expected = {torch.float32} if mixed_precision == "bf16" else {torch.bfloat16}
+    assert {p.dtype for p in model.parameters()} == expected
+    out = model(torch.randn(2, 4, dtype=torch.float32 if mixed_precision == "bf16" else torch.bfloat16))
+    assert out.dtype == torch.bfloat16  # the compute dtype: the policy's, or the weights'
 
 
 @pytest.mark.usefixtures("fresh_state", "private_group")

@@ -248,10 +248,10 @@ def test_fsdp_helpers_from_the_fsdp_plugin(monkeypatch):
     monkeypatch.delenv("FSDP_CPU_RAM_EFFICIENT_LOADING", raising=False)
     monkeypatch.delenv("DRIVETRAIN_FSDP_CPU_RAM_EFFICIENT_LOADING", raising=False)
     enable_fsdp_ram_efficient_loading()
-    assert os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "true"
-    assert os.environ["DRIVETRAIN_FSDP_CPU_RAM_EFFICIENT_LOADING"] == "true"
+    assert os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "True"  # Accelerate's spelling
+    assert os.environ["DRIVETRAIN_FSDP_CPU_RAM_EFFICIENT_LOADING"] == "True"
     disable_fsdp_ram_efficient_loading()
-    assert os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "false"
+    assert os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "False"
     names = fsdp2_canonicalize_names({"_orig_mod.layers.0._checkpoint_wrapped_module.weight": 1})
     assert names == {"layers.0.weight": 1}
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))

@@ -280,7 +280,7 @@ def save_model(model: Any, index: int, directory: str, run: Any, safe_serializat
 
     relative = f"model_{index}"
     path = Path(directory) / relative
-    if strategy_of(run).options.state_dict_type == "SHARDED_STATE_DICT":
+    if strategy_of(run).options.writes_sharded_state:
         with quiet():
             state = get_model_state_dict(model)
         return dcp_save(state, path, relative, deferred, run)
@@ -366,7 +366,7 @@ def save_optimizer(optimizer: Any, index: int, directory: str, run: Any, deferre
     options = strategy_of(run).options
     relative = f"optimizer_{index}"
     path = Path(directory) / relative
-    if options.state_dict_type == "SHARDED_STATE_DICT":
+    if options.writes_sharded_state:
         state = _optimizer_state(model, inner)
         tensors: dict[str, torch.Tensor] = {}
         structure = _split(state, "", tensors)

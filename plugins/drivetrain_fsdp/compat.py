@@ -22,12 +22,12 @@ def _set_both(variable: str, value: str) -> None:
 def enable_fsdp_ram_efficient_loading() -> None:
     """Only the main process loads real weights (``from_pretrained`` under FSDP); the others
     receive them when the model is sharded."""
-    _set_both(_RAM_EFFICIENT, "true")
+    _set_both(_RAM_EFFICIENT, "True")  # Accelerate's spelling: str(True)
 
 
 def disable_fsdp_ram_efficient_loading() -> None:
     """Every process loads the full weights itself."""
-    _set_both(_RAM_EFFICIENT, "false")
+    _set_both(_RAM_EFFICIENT, "False")
 
 
 def fsdp2_canonicalize_names(named_params: dict[str, Any]) -> dict[str, Any]:
@@ -38,15 +38,25 @@ def fsdp2_canonicalize_names(named_params: dict[str, Any]) -> dict[str, Any]:
     return {clean_name(name): value for name, value in named_params.items()}
 
 
-def compile_regions_fsdp2(module: Any, **compile_kwargs: Any) -> None:
-    """Compile each repeated block of ``module`` in place (``Module.compile``), so that sharding
-    it afterwards keeps the compiled blocks as the units it shards."""
+def compile_regions_fsdp2(module: Any, **compile_kwargs: Any) -> Any:
+    """Compile ``module``'s regions in place (``Module.compile``) and return it: each block of a
+    repeated run, and every module with no repeated blocks below it (a leaf region, such as
+    the head) whole. Sharding afterwards keeps the compiled blocks, of their own classes, as
+    the units it shards."""
     from drivetrain.plugin_api import repeated_blocks as _repeated_blocks
 
-    for container in list(module.modules()):
-        if _repeated_blocks(container):
-            for block in container:
-                block.compile(**compile_kwargs)
+    def has_repeated_blocks(node: Any) -> bool:
+        return any(_repeated_blocks(inner) for inner in node.modules())
+
+    if _repeated_blocks(module):
+        for block in module:
+            block.compile(**compile_kwargs)
+    elif has_repeated_blocks(module):
+        for child in module.children():
+            compile_regions_fsdp2(child, **compile_kwargs)
+    else:
+        module.compile(**compile_kwargs)
+    return module
 
 
 def get_fsdp2_grad_scaler(**kwargs: Any) -> Any:
@@ -62,6 +72,11 @@ def get_fsdp2_grad_scaler(**kwargs: Any) -> Any:
 FSDP_SHARDING_STRATEGY = list(SHARDING_STRATEGIES)
 FSDP_AUTO_WRAP_POLICY = list(AUTO_WRAP_POLICIES)
 FSDP_BACKWARD_PREFETCH = list(BACKWARD_PREFETCH)
+# Every state-dict type torch's FSDP1 names (LOCAL_STATE_DICT among them, though refused here:
+# the list names torch's enum members, by index), and those FSDP2 accepts.
+FSDP_STATE_DICT_TYPE = ["FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT"]
+FSDP2_STATE_DICT_TYPE = ["SHARDED_STATE_DICT", "FULL_STATE_DICT"]
+FSDP_MODEL_NAME = "pytorch_model_fsdp"
 
 
 def get_parameters_from_modules(modules: Any, model: Any, device: Any) -> set:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 from drivetrain.plugin_api import ConfigError, environment
 
 from .option_names import AUTO_WRAP_POLICIES, BACKWARD_PREFETCH, ENV, SHARDING_STRATEGIES, STATE_DICT_TYPES
+from .option_values import CpuOffload, OptionName, PrecisionPolicy, StateDictSettings
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +65,11 @@ def _to_bool(value: Any, where: str) -> bool:
     raise ConfigError(f"{where} must be true or false, not {value!r}")
 
 
-def _choice(value: Any, allowed: Iterable[str], where: str) -> str:
+def _choice(value: Any, allowed: Iterable[str], where: str) -> OptionName:
     text = str(_enum_name(value)).strip().upper()
     for choice in allowed:
         if text == choice:
-            return choice
+            return OptionName(choice)
     raise ConfigError(f"{where} is {value!r}; allowed: {', '.join(allowed)}")
 
 
@@ -78,7 +79,7 @@ def _sharding_strategy(value: Any, where: str) -> str:
     if text.isdigit():  # Accelerate's older config files and launcher use 1..5
         number = int(text)
         if 1 <= number <= len(SHARDING_STRATEGIES):
-            return SHARDING_STRATEGIES[number - 1]
+            return OptionName(SHARDING_STRATEGIES[number - 1])
     return _choice(text, SHARDING_STRATEGIES, where)
 
 
@@ -249,7 +250,7 @@ class FullyShardedDataParallelPlugin:
                         "parameters after forward; remove one of the two options")
                 if strategy is None:
                     strategy = "FULL_SHARD" if reshard else "SHARD_GRAD_OP"
-        self.sharding_strategy = strategy or "FULL_SHARD"
+        self.sharding_strategy = strategy or OptionName("FULL_SHARD")
         self.reshard_after_forward = self.sharding_strategy not in KEEPS_PARAMETERS_AFTER_FORWARD
 
     def _resolve_wrapping(self, from_env: set[str]) -> None:
@@ -272,13 +273,29 @@ class FullyShardedDataParallelPlugin:
                               "give a whole number of parameters") from None
         if self.min_num_params < 0:
             raise ConfigError(f"min_num_params must be at least 0, not {self.min_num_params}")
+        self._resolve_prefetch(from_env)
+
+    def _resolve_prefetch(self, from_env: set[str]) -> None:
+        """As in Accelerate: ``NO_PREFETCH`` is held as ``None``; FSDP2, which always gathers the
+        next unit ahead in backward, holds ``None`` whatever was asked (with a warning when a
+        policy was named). ``prefetches_in_backward`` keeps the choice: ``NO_PREFETCH`` still
+        turns FSDP2's prefetching off."""
         prefetch = self.backward_prefetch
-        self.backward_prefetch = "BACKWARD_PRE" if prefetch is None else _choice(
+        chosen = OptionName("BACKWARD_PRE") if prefetch is None else _choice(
             prefetch, BACKWARD_PREFETCH, _where("backward_prefetch", "backward_prefetch" in from_env))
-        if self.fsdp_version == 2 and self.backward_prefetch == "BACKWARD_POST":
-            raise ConfigError("backward_prefetch BACKWARD_POST exists in FSDP1 only (FSDP2 always gathers the next "
-                              "unit before the current one's gradients are computed); use BACKWARD_PRE or "
-                              "NO_PREFETCH, or fsdp_version 1")
+        self._prefetches_in_backward = chosen != "NO_PREFETCH"
+        if self.fsdp_version == 2:
+            if prefetch is not None and chosen != "NO_PREFETCH":
+                logger.warning("backward_prefetch is not supported in FSDP2. Setting backward prefetch to None. "
+                               "(FSDP2 always gathers the next unit ahead in backward; NO_PREFETCH turns that off)")
+            self.backward_prefetch = None
+        else:
+            self.backward_prefetch = None if chosen == "NO_PREFETCH" else chosen
+
+    @property
+    def prefetches_in_backward(self) -> bool:
+        """Whether the next unit's parameters are gathered ahead of time in backward."""
+        return getattr(self, "_prefetches_in_backward", self.backward_prefetch is not None)
 
     def _resolve_flags(self, from_env: set[str]) -> None:
         for name, default in (("use_orig_params", True), ("forward_prefetch", False),
@@ -306,25 +323,42 @@ class FullyShardedDataParallelPlugin:
         if kind is None:
             kind = "FULL_STATE_DICT" if self.fsdp_version == 1 else "SHARDED_STATE_DICT"
         if str(_enum_name(kind)).strip().upper() == "LOCAL_STATE_DICT":
-            raise ConfigError(f"{where} is LOCAL_STATE_DICT, which only the same number of processes with the same "
-                              "wrapping can read; use SHARDED_STATE_DICT (as fast, and loadable on any number of "
-                              "processes) or FULL_STATE_DICT")
-        self.state_dict_type = _choice(kind, STATE_DICT_TYPES, where)
+            if self.fsdp_version == 2:
+                raise ConfigError(f"{where} is LOCAL_STATE_DICT, which FSDP2 does not have; use SHARDED_STATE_DICT "
+                                  "(each process writes its shards, loadable on any number of processes) or "
+                                  "FULL_STATE_DICT")
+            # Accelerate's per-process files, readable only by the same processes and wrapping: the
+            # sharded layout is as fast and reads anywhere, so it is what gets written.
+            logger.warning("state_dict_type LOCAL_STATE_DICT is written as SHARDED_STATE_DICT: each process writes "
+                           "its own shards, and any number of processes can load them")
+            self.state_dict_type = OptionName("LOCAL_STATE_DICT")
+        else:
+            self.state_dict_type = _choice(kind, STATE_DICT_TYPES, where)
+        full = self.state_dict_type == "FULL_STATE_DICT"
+        for name in ("state_dict_config", "optim_state_dict_config"):
+            if getattr(self, name) is None or isinstance(getattr(self, name), StateDictSettings):
+                setattr(self, name, StateDictSettings(offload_to_cpu=True, rank0_only=full))
+
+    @property
+    def writes_sharded_state(self) -> bool:
+        """Whether ``save_state`` writes each process's shards (rather than one gathered state dict)."""
+        return self.state_dict_type in ("SHARDED_STATE_DICT", "LOCAL_STATE_DICT")
 
     def _resolve_offload(self, from_env: set[str]) -> None:
         offload = self.cpu_offload
         if offload is None:
-            self.cpu_offload = False
-        elif isinstance(offload, (bool, str)):
-            self.cpu_offload = _to_bool(offload, _where("cpu_offload", "cpu_offload" in from_env))
+            self.cpu_offload = CpuOffload(False)
+        elif isinstance(offload, (bool, str, CpuOffload)):
+            self.cpu_offload = CpuOffload(offload if isinstance(offload, CpuOffload) else
+                                          _to_bool(offload, _where("cpu_offload", "cpu_offload" in from_env)))
         # else: a torch CPUOffload / CPUOffloadPolicy object, read when wrapping
 
     @property
     def offloads_parameters(self) -> bool:
         """Whether parameters live in CPU memory between uses."""
         offload = self.cpu_offload
-        if isinstance(offload, bool):
-            return offload
+        if isinstance(offload, (bool, CpuOffload)):
+            return bool(offload)
         return bool(getattr(offload, "offload_params", True))  # CPUOffloadPolicy has no field: it offloads
 
     def _resolve_ignored(self, from_env: set[str]) -> None:
@@ -336,20 +370,27 @@ class FullyShardedDataParallelPlugin:
                 raise ConfigError(f"{_where('ignored_modules', 'ignored_modules' in from_env)} is not a valid regular "
                                   f"expression ({error})") from None
 
+    def _one_dtype_policy(self, name: str, buffer_autocast: bool = False) -> PrecisionPolicy:
+        """``name`` for parameters and reductions, and for what the version casts besides: FSDP1's
+        buffers (fp32 with ``buffer_autocast``), FSDP2's forward outputs, as in Accelerate."""
+        third = ("buffer_dtype", "float32" if buffer_autocast else name) if self.fsdp_version == 1 \
+            else ("output_dtype", name)
+        return PrecisionPolicy(param_dtype=name, reduce_dtype=name, **dict([third]))
+
     def _precision_policy(self, policy: Any) -> Any:
         """A dict policy with its dtypes as names (``"bfloat16"``); torch policy objects pass."""
         if policy is None:
             return None
         if isinstance(policy, str):
-            name = dtype_name(policy, "mixed_precision_policy")
-            return {"param_dtype": name, "reduce_dtype": name, "buffer_dtype": name}
+            return self._one_dtype_policy(dtype_name(policy, "mixed_precision_policy"))
         if isinstance(policy, Mapping):
             allowed = ("param_dtype", "reduce_dtype", "buffer_dtype", "output_dtype", "cast_forward_inputs")
             unknown = sorted(set(policy) - set(allowed))
             if unknown:
                 raise ConfigError(f"mixed_precision_policy has unknown key(s) {unknown}; allowed: {', '.join(allowed)}")
-            return {key: (value if key == "cast_forward_inputs" else dtype_name(value, f"mixed_precision_policy.{key}"))
-                    for key, value in policy.items()}
+            return PrecisionPolicy({key: (value if key == "cast_forward_inputs" else
+                                          dtype_name(value, f"mixed_precision_policy.{key}"))
+                                    for key, value in policy.items()})
         return policy
 
     # ----------------------------------------------------------------- Accelerate API
@@ -362,8 +403,7 @@ class FullyShardedDataParallelPlugin:
         name = dtype_name(mixed_precision, "mixed_precision")
         if name is None or name == "float32":
             return
-        self.mixed_precision_policy = {"param_dtype": name, "reduce_dtype": name,
-                                       "buffer_dtype": "float32" if buffer_autocast else name}
+        self.mixed_precision_policy = self._one_dtype_policy(name, buffer_autocast)
 
     def set_state_dict_type(self, state_dict_type: Any = None) -> None:
         """Switch how checkpoints are written (``"FULL_STATE_DICT"``, ``"SHARDED_STATE_DICT"``)."""

@@ -163,4 +163,5 @@ def drivetrain_public_names():
                              "fsdp2_switch_optimizer_parameters", "fsdp2_apply_ac")),
                 ("merge", ("merge_fsdp_weights",))) for name in names},
             **{f"utils.constants.{name}": f"drivetrain_fsdp.compat:{name}" for name in (
-                "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREFETCH")}}
+                "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREFETCH", "FSDP_STATE_DICT_TYPE",
+                "FSDP2_STATE_DICT_TYPE", "FSDP_MODEL_NAME")}}

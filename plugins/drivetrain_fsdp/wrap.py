@@ -332,7 +332,7 @@ def _wrap_v1(model: torch.nn.Module, run: Any, options: FullyShardedDataParallel
     kwargs: dict[str, Any] = dict(
         sharding_strategy=_v1_strategy(options.sharding_strategy),
         auto_wrap_policy=_v1_policy(model, options),
-        backward_prefetch=None if options.backward_prefetch == "NO_PREFETCH" else BackwardPrefetch[options.backward_prefetch],
+        backward_prefetch=BackwardPrefetch[options.backward_prefetch] if options.prefetches_in_backward else None,
         mixed_precision=precision_policy(options, 1),
         cpu_offload=offload_policy(options, 1),
         ignored_modules=ignored_modules(model, options) or None,
@@ -368,6 +368,7 @@ def _wrap_v2(model: torch.nn.Module, run: Any, fsdp: FSDPStrategy, options: Full
                  if id(getattr(module, "_checkpoint_wrapped_module", None)) in chosen][::-1]
     ignored = ignored_modules(model, options)
     ignored_params = {p for module in ignored for p in module.parameters()}
+    _keep_fp32_master_weights(model, run.selection.mixed_precision)
     offload = offload_policy(options, 2)
     if ignored and not meta and offload is None:
         for module in ignored:
@@ -395,6 +396,23 @@ def _wrap_v2(model: torch.nn.Module, run: Any, fsdp: FSDPStrategy, options: Full
         _fill_from_main_process(model, source)
     _set_prefetching(model, units, options)
     return model
+
+
+def _keep_fp32_master_weights(model: torch.nn.Module, mixed_precision: str | None) -> None:
+    """FSDP2 needs one original dtype among a unit's parameters, and models often mix them (a
+    bf16 checkpoint with fp32 norms). Under mixed precision the policy's ``param_dtype`` casts
+    for compute, so trainable low-precision parameters become fp32 master weights, as in
+    Accelerate. Not with 4-bit quantized weights (``Params4bit``): a cast would destroy them."""
+    if mixed_precision in (None, "no") or any(type(p).__name__ == "Params4bit" for p in model.parameters()):
+        return
+    upcast = []
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad and parameter.dtype != torch.float32:
+            parameter.data = parameter.data.to(torch.float32)
+            upcast.append(name)
+    if upcast and (not dist.is_initialized() or dist.get_rank() == 0):
+        logger.info("FSDP2 with mixed precision keeps fp32 master weights: %d parameter(s) stored in lower precision "
+                    "were upcast (checkpoints hold them in fp32): %s", len(upcast), ", ".join(upcast[:8]))
 
 
 def _main_process_weights(model: torch.nn.Module) -> dict[str, Any]:
@@ -429,7 +447,7 @@ def _set_prefetching(model: torch.nn.Module, units: list[torch.nn.Module], optio
     if options.forward_prefetch:
         for current, following in zip(ordered, ordered[1:]):
             current.set_modules_to_forward_prefetch([following])
-    if options.backward_prefetch == "NO_PREFETCH":
+    if not options.prefetches_in_backward:
         for unit in ordered:
             unit.set_modules_to_backward_prefetch([])
 
