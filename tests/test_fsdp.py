@@ -137,6 +137,36 @@ def test_resolved_options_equal_the_torch_objects_accelerate_holds(clean_env, ca
     assert off.backward_prefetch is None and not off.prefetches_in_backward
 
 
+def test_set_auto_wrap_policy_makes_torchs_callable_for_the_model(clean_env):
+    import functools
+
+    from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy, transformer_auto_wrap_policy
+
+    from drivetrain import FullyShardedDataParallelPlugin
+
+    class Layer(torch.nn.Linear):
+        pass
+
+    model = torch.nn.Sequential(Layer(4, 4), Layer(4, 4))
+    model._no_split_modules = ["Layer"]
+    plugin = FullyShardedDataParallelPlugin(auto_wrap_policy="TRANSFORMER_BASED_WRAP")
+    plugin.set_auto_wrap_policy(model)
+    assert isinstance(plugin.auto_wrap_policy, functools.partial)
+    assert plugin.auto_wrap_policy.func is transformer_auto_wrap_policy
+    assert plugin.auto_wrap_policy.keywords["transformer_layer_cls"] == {Layer}
+    sized = FullyShardedDataParallelPlugin(auto_wrap_policy="SIZE_BASED_WRAP", min_num_params=2000)
+    sized.set_auto_wrap_policy(model)
+    assert sized.auto_wrap_policy.func is size_based_auto_wrap_policy
+    for kwargs in (dict(auto_wrap_policy="SIZE_BASED_WRAP", min_num_params=0), dict(auto_wrap_policy="NO_WRAP")):
+        nothing = FullyShardedDataParallelPlugin(**kwargs)
+        nothing.set_auto_wrap_policy(model)
+        assert nothing.auto_wrap_policy is None
+    missing = FullyShardedDataParallelPlugin(auto_wrap_policy="TRANSFORMER_BASED_WRAP",
+                                             transformer_cls_names_to_wrap="T5Layer")
+    with pytest.raises(ConfigError, match="Could not find the transformer layer class T5Layer in the model"):
+        missing.set_auto_wrap_policy(model)
+
+
 def test_compile_regions_fsdp2_compiles_in_place_keeping_block_classes():
     from drivetrain.utils import compile_regions_fsdp2
 

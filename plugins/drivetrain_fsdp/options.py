@@ -405,6 +405,15 @@ class FullyShardedDataParallelPlugin:
             return
         self.mixed_precision_policy = self._one_dtype_policy(name, buffer_autocast)
 
+    def set_auto_wrap_policy(self, model: Any) -> None:
+        """Turn the named ``auto_wrap_policy`` into torch's callable for ``model``, as Accelerate
+        does before wrapping: ``TRANSFORMER_BASED_WRAP`` over the classes named (else the model's
+        ``_no_split_modules``; a class the model lacks is refused), ``SIZE_BASED_WRAP`` with
+        ``min_num_params`` (0 or ``NO_WRAP``: ``None``, no units of their own)."""
+        from .wrap import torch_auto_wrap_policy
+
+        self.auto_wrap_policy = torch_auto_wrap_policy(model, self)
+
     def set_state_dict_type(self, state_dict_type: Any = None) -> None:
         """Switch how checkpoints are written (``"FULL_STATE_DICT"``, ``"SHARDED_STATE_DICT"``)."""
         self.state_dict_type = None if state_dict_type is None else state_dict_type

@@ -127,16 +127,35 @@ def _layer_classes(model: torch.nn.Module, options: FullyShardedDataParallelPlug
                           "model a _no_split_modules list")
     classes = {type(module) for module in model.modules() if type(module).__name__ in names}
     missing = sorted(set(names) - {cls.__name__ for cls in classes})
-    if missing:
-        raise ConfigError(f"transformer_cls_names_to_wrap names {missing}, but the model has no module of that class; "
+    if missing:  # Accelerate's sentence first: callers match it
+        raise ConfigError(f"Could not find the transformer layer class {missing[0]} in the model. "
+                          f"transformer_cls_names_to_wrap names {missing}, but the model has no module of that class; "
                           f"its classes include: {', '.join(sorted({type(m).__name__ for m in model.modules()})[:12])}")
     return classes
+
+
+def torch_auto_wrap_policy(model: torch.nn.Module, options: FullyShardedDataParallelPlugin) -> Callable | None:
+    """The options' policy as torch's callable for ``model`` (``None``: no units of their own), as
+    Accelerate's ``set_auto_wrap_policy`` makes it: ``transformer_auto_wrap_policy`` over the
+    layer classes found in the model, ``size_based_auto_wrap_policy`` (a threshold of 0: none)."""
+    from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy, transformer_auto_wrap_policy
+
+    policy = options.auto_wrap_policy
+    if policy is None or policy == "NO_WRAP":
+        return None
+    if policy == "TRANSFORMER_BASED_WRAP":
+        return functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=_layer_classes(model, options))
+    if policy == "SIZE_BASED_WRAP":
+        if options.min_num_params <= 0:
+            return None
+        return functools.partial(size_based_auto_wrap_policy, min_num_params=options.min_num_params)
+    return policy  # a callable already
 
 
 def units_of(model: torch.nn.Module, options: FullyShardedDataParallelPlugin) -> list[torch.nn.Module]:
     """Sub-modules that become FSDP units, each after every unit inside it (the root excluded)."""
     policy = options.auto_wrap_policy
-    if policy == "NO_WRAP":
+    if policy is None or policy == "NO_WRAP":  # None: set_auto_wrap_policy found nothing to wrap
         return []
     chosen: list[torch.nn.Module] = []
     if policy == "TRANSFORMER_BASED_WRAP":
@@ -165,7 +184,7 @@ def _v1_policy(model: torch.nn.Module, options: FullyShardedDataParallelPlugin) 
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
 
     policy = options.auto_wrap_policy
-    if policy == "NO_WRAP":
+    if policy is None or policy == "NO_WRAP":
         return None
     if policy == "TRANSFORMER_BASED_WRAP":
         return ModuleWrapPolicy(_layer_classes(model, options))
