@@ -129,7 +129,18 @@ def test_save_and_load_fsdp_model_and_optimizer(clean_env, tmp_path, state_dict_
     written = save_fsdp_model(plugin, accelerator, model, str(tmp_path))
     written += save_fsdp_optimizer(plugin, accelerator, optimizer, model, str(tmp_path))
     assert written and all((tmp_path / name).is_file() for name in written)
+    # the model's folder has Accelerate's name, which merge_fsdp_weights takes as its docs say
+    assert {name.split("/")[0] for name in written} == {"pytorch_model_fsdp_0", "optimizer_0"}
     saved_weights = _full(model)
+    if state_dict_type == "SHARDED_STATE_DICT":
+        from safetensors.torch import load_file
+
+        from drivetrain.utils import merge_fsdp_weights
+
+        accelerator.wait_for_everyone()
+        merge_fsdp_weights(str(tmp_path / "pytorch_model_fsdp_0"), str(tmp_path / "merged"))
+        merged = load_file(tmp_path / "merged" / "model.safetensors")
+        assert all(torch.equal(merged[n], w) for n, w in saved_weights.items())
     step()
     assert not all(torch.equal(saved_weights[n], w) for n, w in _full(model).items())
     load_fsdp_model(plugin, accelerator, model, str(tmp_path))

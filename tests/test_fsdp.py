@@ -119,6 +119,8 @@ def test_resolved_options_equal_the_torch_objects_accelerate_holds(clean_env, ca
     assert plugin.mixed_precision_policy != MixedPrecision(torch.float16, torch.float16, torch.float32)
     assert plugin.state_dict_type == StateDictType.FULL_STATE_DICT
     assert FullyShardedDataParallelPlugin(sharding_strategy=5).sharding_strategy == ShardingStrategy._HYBRID_SHARD_ZERO2
+    zero2 = FullyShardedDataParallelPlugin(sharding_strategy=ShardingStrategy._HYBRID_SHARD_ZERO2)
+    assert zero2.sharding_strategy == "HYBRID_SHARD_ZERO2"
     assert FullyShardedDataParallelPlugin(backward_prefetch="NO_PREFETCH").backward_prefetch is None
     with caplog.at_level("WARNING"):
         local = FullyShardedDataParallelPlugin(state_dict_type="LOCAL_STATE_DICT")

@@ -273,12 +273,14 @@ def _optimizer_state(model: Any, inner: Any, options: Any = None) -> dict[str, A
 
 
 def save_model(model: Any, index: int, directory: str, run: Any, safe_serialization: bool,
-               deferred: Any = None) -> list[str] | None:
+               deferred: Any = None, folder: str | None = None) -> list[str] | None:
+    """``model``'s state under ``directory/model_<index>`` (``folder`` names another: the
+    Accelerate helpers' ``pytorch_model_fsdp_<index>``); the files written, relative to ``directory``."""
     if not handles(model, run):
         return None
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    relative = f"model_{index}"
+    relative = folder or f"model_{index}"
     path = Path(directory) / relative
     if strategy_of(run).options.writes_sharded_state:
         with quiet():
@@ -304,12 +306,13 @@ def check_checkpoint(models: list[Any], optimizers: list[Any], directory: str, r
         check_optimizers(run, Path(directory))
 
 
-def _check_model(model: Any, index: int, directory: Path, run: Any) -> dict[str, Any] | None:
-    """Raise ``CheckpointError`` when ``model_<index>`` does not fit ``model``; returns the full
-    state dict read (a ``FULL_STATE_DICT`` checkpoint), ``None`` for a sharded one (read at load)."""
+def _check_model(model: Any, index: int, directory: Path, run: Any, folder: str | None = None
+                 ) -> dict[str, Any] | None:
+    """Raise ``CheckpointError`` when ``model_<index>`` (or ``folder``) does not fit ``model``; returns
+    the full state dict read (a ``FULL_STATE_DICT`` checkpoint), ``None`` for a sharded one (read at load)."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    path = directory / f"model_{index}"
+    path = directory / (folder or f"model_{index}")
     with quiet():
         current = get_model_state_dict(model)  # sharded: global shapes, nothing gathered
     if (path / DCP_METADATA).exists():
@@ -323,18 +326,20 @@ def _check_model(model: Any, index: int, directory: Path, run: Any) -> dict[str,
     return state
 
 
-def load_model(model: Any, index: int, directory: str, run: Any) -> bool | None:
+def load_model(model: Any, index: int, directory: str, run: Any, folder: str | None = None) -> bool | None:
+    """Read ``directory/model_<index>`` (or ``folder``) into ``model``, checked before any copy."""
     if not handles(model, run):
         return None
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
-    path = Path(directory) / f"model_{index}"
+    path = Path(directory) / (folder or f"model_{index}")
     checked = strategy_of(run).checked
-    if (directory, index) in checked:
+    if folder is None and (directory, index) in checked:
         state = checked.pop((directory, index))
     else:  # loaded without the first phase's check
-        check_optimizers(run, Path(directory))
-        state = _check_model(model, index, Path(directory), run)
+        if folder is None:
+            check_optimizers(run, Path(directory))
+        state = _check_model(model, index, Path(directory), run, folder)
     if state is None:
         with quiet():
             # read into copies: a read that fails halfway leaves the model as it was

@@ -1,9 +1,10 @@
 """Accelerate's FSDP2 preparation and checkpoint helpers at ``drivetrain.utils``, thin over
 the plugin's own sharding (``wrap.py``) and checkpoints (``checkpoint.py``).
 
-The checkpoint helpers write and read drivetrain's layout (``model_<index>/``,
-``optimizer_<index>/``: DCP shards, or safetensors and a JSON/safetensors tree), the layout
-``save_state`` uses, not Accelerate's ``pytorch_model_fsdp_<index>`` folders.
+The model helpers write and read Accelerate's folder name, ``pytorch_model_fsdp_<index>/``
+(DCP shards, or the full state's model files), so that ``merge_fsdp_weights`` and
+``accelerate merge-weights`` take the path Accelerate's documentation gives; the optimizer
+helpers write ``optimizer_<index>/`` as ``save_state`` does.
 """
 
 from __future__ import annotations
@@ -44,16 +45,23 @@ def _refuse(adapter_only: bool, use_dcp: bool) -> None:
                           "with torch.distributed.checkpoint; pass use_dcp=True")
 
 
+def _model_folder(model_index: int) -> str:
+    from .compat import FSDP_MODEL_NAME
+
+    return f"{FSDP_MODEL_NAME}_{model_index}"
+
+
 def save_fsdp_model(fsdp_plugin: Any, accelerator: Any, model: Any, output_dir: str, model_index: int = 0,
                     adapter_only: bool = False, use_dcp: bool = True) -> list[str]:
-    """Write ``model``'s state under ``output_dir/model_<model_index>`` as ``fsdp_plugin``'s
+    """Write ``model``'s state under ``output_dir/pytorch_model_fsdp_<model_index>`` as ``fsdp_plugin``'s
     ``state_dict_type`` says (DCP shards, or the full state on the main process); returns the
     files written, relative to ``output_dir``."""
     from .checkpoint import save_model
 
     _refuse(adapter_only, use_dcp)
     with _options(accelerator, fsdp_plugin) as run:
-        written = save_model(model, model_index, str(output_dir), run, safe_serialization=True)
+        written = save_model(model, model_index, str(output_dir), run, safe_serialization=True,
+                             folder=_model_folder(model_index))
     if written is None:
         raise ConfigError("save_fsdp_model needs a model prepared with FSDP (accelerator.prepare under fsdp_plugin)")
     return written
@@ -67,7 +75,7 @@ def load_fsdp_model(fsdp_plugin: Any, accelerator: Any, model: Any, input_dir: s
 
     _refuse(adapter_only, use_dcp)
     with _options(accelerator, fsdp_plugin) as run:
-        if load_model(model, model_index, str(input_dir), run) is None:
+        if load_model(model, model_index, str(input_dir), run, folder=_model_folder(model_index)) is None:
             raise ConfigError("load_fsdp_model needs a model prepared with FSDP (accelerator.prepare under "
                               "fsdp_plugin)")
 

@@ -20,12 +20,13 @@ DCP_METADATA = ".metadata"
 
 def sharded_model_directory(checkpoint: Path, model_index: int = 0) -> Path:
     """The DCP directory of a model: ``checkpoint`` itself, or its ``model_<i>`` (a ``save_state``
-    checkpoint)."""
+    checkpoint) or ``pytorch_model_fsdp_<i>`` (what ``save_fsdp_model`` writes, as in Accelerate)."""
     if (checkpoint / DCP_METADATA).exists():
         return checkpoint
+    for candidate in (checkpoint / f"pytorch_model_fsdp_{model_index}", checkpoint / f"model_{model_index}"):
+        if (candidate / DCP_METADATA).exists():
+            return candidate
     candidate = checkpoint / f"model_{model_index}"
-    if (candidate / DCP_METADATA).exists():
-        return candidate
     if not checkpoint.is_dir():
         raise CheckpointError(f"{checkpoint} does not exist or is not a directory")
     if candidate.is_dir():
@@ -61,8 +62,25 @@ def merge_fsdp_weights(checkpoint_dir: str | os.PathLike, output_path: str | os.
         safe_serialization: safetensors (default) or a torch pickle of tensors.
         remove_checkpoint_dir: delete ``checkpoint_dir`` once the weights are written.
 
+    Called by every process of a distributed run, as Accelerate's scripts do, the main process
+    merges and the others wait for it (they return no names): one writer per file.
+
     Returns the names of the files written.
     """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        written = []
+        if dist.get_rank() == 0:
+            written = _merge(checkpoint_dir, output_path, safe_serialization, remove_checkpoint_dir, model_index,
+                             max_shard_size)
+        dist.barrier()
+        return written
+    return _merge(checkpoint_dir, output_path, safe_serialization, remove_checkpoint_dir, model_index, max_shard_size)
+
+
+def _merge(checkpoint_dir: str | os.PathLike, output_path: str | os.PathLike, safe_serialization: bool,
+           remove_checkpoint_dir: bool, model_index: int, max_shard_size: int | str) -> list[str]:
     from drivetrain.plugin_api import output_write_error, write_model_files
 
     check_output(Path(checkpoint_dir), Path(output_path), remove_checkpoint_dir)

@@ -47,10 +47,11 @@ def _where(name: str, from_env: bool) -> str:
 
 
 def _enum_name(value: Any) -> Any:
-    """A torch enum member (``ShardingStrategy.FULL_SHARD``) read as its name."""
+    """A torch enum member (``ShardingStrategy.FULL_SHARD``) read as its name (torch spells one
+    ``_HYBRID_SHARD_ZERO2``)."""
     name = getattr(value, "name", None)
     if name is not None and not isinstance(value, (str, bool, int)):
-        return name
+        return name.lstrip("_")
     return value
 
 

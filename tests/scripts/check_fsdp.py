@@ -21,7 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from drivetrain import Accelerator, DistributedType, FullyShardedDataParallelPlugin, load_checkpoint_in_model
+from drivetrain import (Accelerator, DistributedType, FullyShardedDataParallelPlugin, load_checkpoint_in_model,
+                        merge_fsdp_weights)
 from drivetrain.errors import ConfigError
 from drivetrain.state import AcceleratorState, GradientState
 
@@ -332,6 +333,12 @@ def check_leaves_checkpoint_for_one_process(version: int, directory: str) -> Non
         load_checkpoint_in_model(again, os.path.join(directory, "saved_model"), strict=True)
         torch.testing.assert_close(again(ids[:, :-1]), expected["logits"], rtol=0, atol=0)
     accelerator.wait_for_everyone()
+    # merge_fsdp_weights called on every process (as Accelerate's scripts do): the main process
+    # writes, the others wait for it and return no names; the model stays usable afterwards
+    written = merge_fsdp_weights(os.path.join(directory, "sharded"), os.path.join(directory, "merged-in-run"))
+    assert written == (["model.safetensors"] if accelerator.is_main_process else []), written
+    assert os.path.exists(os.path.join(directory, "merged-in-run", "model.safetensors"))
+    accelerator.get_state_dict(model)  # a collective: every process is still in step
 
 
 def check_mixed_precision(version: int, reference) -> None:
