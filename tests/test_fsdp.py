@@ -28,7 +28,7 @@ def test_defaults_follow_accelerate(clean_env):
     from drivetrain import FullyShardedDataParallelPlugin
 
     plugin = FullyShardedDataParallelPlugin()
-    assert (plugin.fsdp_version, plugin.sharding_strategy, plugin.reshard_after_forward) == (1, "FULL_SHARD", True)
+    assert (plugin.fsdp_version, plugin.sharding_strategy, plugin.reshard_after_forward) == (1, "FULL_SHARD", None)
     assert (plugin.auto_wrap_policy, plugin.state_dict_type, plugin.backward_prefetch) == (
         "NO_WRAP", "FULL_STATE_DICT", "BACKWARD_PRE")
     assert plugin.use_orig_params and not plugin.sync_module_states and not plugin.cpu_offload
@@ -48,11 +48,12 @@ def test_environment_variables_of_both_names(clean_env):
     clean_env.setenv("FSDP_CPU_RAM_EFFICIENT_LOADING", "true")
     clean_env.setenv("FSDP_MIN_NUM_PARAMS", "2000")
     plugin = FullyShardedDataParallelPlugin()
-    assert (plugin.fsdp_version, plugin.sharding_strategy, plugin.reshard_after_forward) == (2, "SHARD_GRAD_OP", False)
+    assert (plugin.fsdp_version, plugin.sharding_strategy, plugin.reshard_after_forward) == (2, None, False)
+    assert plugin.resolved_sharding_strategy == "SHARD_GRAD_OP"
     assert plugin.auto_wrap_policy == "TRANSFORMER_BASED_WRAP" and plugin.transformer_cls_names_to_wrap == ["Block", "Layer"]
     assert plugin.cpu_ram_efficient_loading and plugin.sync_module_states and plugin.min_num_params == 2000
     # arguments win over the environment
-    assert FullyShardedDataParallelPlugin(sharding_strategy="NO_SHARD").sharding_strategy == "NO_SHARD"
+    assert FullyShardedDataParallelPlugin(sharding_strategy="NO_SHARD").resolved_sharding_strategy == "NO_SHARD"
     clean_env.setenv("DRIVETRAIN_FSDP_VERSION", "1")
     with pytest.raises(ConfigError, match="DRIVETRAIN_FSDP_VERSION='1' and FSDP_VERSION='2' disagree"):
         FullyShardedDataParallelPlugin()
@@ -61,8 +62,12 @@ def test_environment_variables_of_both_names(clean_env):
 def test_reshard_after_forward_and_sharding_strategy_are_one_choice(clean_env):
     from drivetrain import FullyShardedDataParallelPlugin
 
-    assert FullyShardedDataParallelPlugin(fsdp_version=2, reshard_after_forward=False).sharding_strategy == "SHARD_GRAD_OP"
-    assert FullyShardedDataParallelPlugin(reshard_after_forward="HYBRID_SHARD_ZERO2").reshard_after_forward is False
+    v2 = FullyShardedDataParallelPlugin(fsdp_version=2, reshard_after_forward=False)
+    assert v2.resolved_sharding_strategy == "SHARD_GRAD_OP" and v2.sharding_strategy is None  # as in Accelerate
+    v1 = FullyShardedDataParallelPlugin(reshard_after_forward="HYBRID_SHARD_ZERO2")
+    assert v1.sharding_strategy == "HYBRID_SHARD_ZERO2" and v1.reshard_after_forward is None
+    hybrid = FullyShardedDataParallelPlugin(fsdp_version=2, sharding_strategy="HYBRID_SHARD")
+    assert hybrid.resolved_sharding_strategy == "HYBRID_SHARD" and hybrid.reshard_after_forward is True
     with pytest.raises(ConfigError, match="reshard_after_forward.*is True but sharding_strategy SHARD_GRAD_OP keeps"):
         FullyShardedDataParallelPlugin(sharding_strategy="SHARD_GRAD_OP", reshard_after_forward=True)
     from torch.distributed.fsdp import ShardingStrategy

@@ -115,7 +115,10 @@ class FullyShardedDataParallelPlugin:
         reshard_after_forward: FSDP2's name for the same choice: ``True`` frees gathered
             parameters after forward (``FULL_SHARD``), ``False`` keeps them for backward
             (``SHARD_GRAD_OP``). A strategy name is accepted too (Accelerate's FSDP1 configs).
-            Given together with ``sharding_strategy``, the two must agree.
+            Given together with ``sharding_strategy``, the two must agree. After construction,
+            as in Accelerate, FSDP1 holds ``sharding_strategy`` (``reshard_after_forward`` is
+            ``None``) and FSDP2 ``reshard_after_forward`` (``sharding_strategy`` is ``None``);
+            ``resolved_sharding_strategy`` names the choice under both.
         backward_prefetch: ``BACKWARD_PRE`` (default), ``BACKWARD_POST`` (FSDP1 only) or
             ``NO_PREFETCH``: when the next unit's parameters are gathered during backward.
         mixed_precision_policy: dtypes FSDP computes, reduces and keeps buffers in: a
@@ -251,8 +254,18 @@ class FullyShardedDataParallelPlugin:
                         "parameters after forward; remove one of the two options")
                 if strategy is None:
                     strategy = "FULL_SHARD" if reshard else "SHARD_GRAD_OP"
-        self.sharding_strategy = strategy or OptionName("FULL_SHARD")
-        self.reshard_after_forward = self.sharding_strategy not in KEEPS_PARAMETERS_AFTER_FORWARD
+        self._sharding = strategy or OptionName("FULL_SHARD")
+        # Accelerate's view: FSDP1 holds the strategy (reshard_after_forward None), FSDP2 whether
+        # to free gathered parameters after forward (sharding_strategy None); the choice itself
+        # stays in resolved_sharding_strategy (FSDP2's HYBRID_SHARD needs it)
+        frees = self._sharding not in KEEPS_PARAMETERS_AFTER_FORWARD
+        self.sharding_strategy = self._sharding if self.fsdp_version == 1 else None
+        self.reshard_after_forward = frees if self.fsdp_version == 2 else None
+
+    @property
+    def resolved_sharding_strategy(self) -> OptionName:
+        """The sharding choice under either version (``FULL_SHARD``, ``SHARD_GRAD_OP``, ...)."""
+        return self._sharding
 
     def _resolve_wrapping(self, from_env: set[str]) -> None:
         policy = self.auto_wrap_policy

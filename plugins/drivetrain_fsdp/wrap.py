@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from drivetrain.plugin_api import ConfigError, DrivetrainError
 
-from .options import HYBRID_STRATEGIES, FullyShardedDataParallelPlugin
+from .options import HYBRID_STRATEGIES, KEEPS_PARAMETERS_AFTER_FORWARD, FullyShardedDataParallelPlugin
 from .strategy import FSDPStrategy, strategy_of
 
 logger = logging.getLogger(__name__)
@@ -349,7 +349,7 @@ def _wrap_v1(model: torch.nn.Module, run: Any, options: FullyShardedDataParallel
         def param_init_fn(module: torch.nn.Module) -> None:
             module.to_empty(device=device, recurse=False)
     kwargs: dict[str, Any] = dict(
-        sharding_strategy=_v1_strategy(options.sharding_strategy),
+        sharding_strategy=_v1_strategy(options.resolved_sharding_strategy),
         auto_wrap_policy=_v1_policy(model, options),
         backward_prefetch=BackwardPrefetch[options.backward_prefetch] if options.prefetches_in_backward else None,
         mixed_precision=precision_policy(options, 1),
@@ -361,8 +361,8 @@ def _wrap_v1(model: torch.nn.Module, run: Any, options: FullyShardedDataParallel
         limit_all_gathers=options.limit_all_gathers,
         use_orig_params=options.use_orig_params,
     )
-    if options.sharding_strategy in HYBRID_STRATEGIES:
-        kwargs["device_mesh"] = mesh_for(strategy_of(run), run, options.sharding_strategy, two_dims=True)
+    if options.resolved_sharding_strategy in HYBRID_STRATEGIES:
+        kwargs["device_mesh"] = mesh_for(strategy_of(run), run, options.resolved_sharding_strategy, two_dims=True)
     wrapped = FullyShardedDataParallel(model, **kwargs)
     if source is not None:
         _fill_from_main_process(wrapped, source)
@@ -396,9 +396,10 @@ def _wrap_v2(model: torch.nn.Module, run: Any, fsdp: FSDPStrategy, options: Full
     if options.sync_module_states:
         source = _main_process_weights(model)
     if mesh is None:
-        mesh = mesh_for(fsdp, run, options.sharding_strategy, two_dims=True)
+        mesh = mesh_for(fsdp, run, options.resolved_sharding_strategy, two_dims=True)
     kwargs: dict[str, Any] = {"mesh": mesh,
-                              "reshard_after_forward": options.reshard_after_forward}
+                              "reshard_after_forward": options.resolved_sharding_strategy not in
+                              KEEPS_PARAMETERS_AFTER_FORWARD}
     policy = precision_policy(options, 2)
     if policy is not None:
         kwargs["mp_policy"] = policy

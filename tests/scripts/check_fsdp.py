@@ -150,7 +150,11 @@ def check_training_matches_ddp(version: int, reference) -> None:
     for strategy, extra in variants:
         accelerator = fresh(fsdp_plugin=options(version, sharding_strategy=strategy, **extra))
         assert accelerator.distributed_type == DistributedType.FSDP == "FSDP"
-        assert accelerator.state.fsdp_plugin.sharding_strategy == strategy
+        plugin = accelerator.state.fsdp_plugin
+        assert plugin.resolved_sharding_strategy == strategy
+        # Accelerate's view: FSDP1 holds the strategy, FSDP2 reshard_after_forward
+        assert (plugin.sharding_strategy, plugin.reshard_after_forward) == (
+            (strategy, None) if version == 1 else (None, strategy == "FULL_SHARD"))
         assert accelerator.is_fsdp2 == (version == 2)
         model = make()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)  # created before prepare, as users do
@@ -477,7 +481,7 @@ def from_launch(version: int) -> None:
     accelerator = Accelerator()
     assert accelerator.distributed_type == "FSDP", accelerator.distributed_type
     plugin = accelerator.state.fsdp_plugin
-    assert (plugin.fsdp_version, plugin.sharding_strategy, plugin.auto_wrap_policy, plugin.state_dict_type) == (
+    assert (plugin.fsdp_version, plugin.resolved_sharding_strategy, plugin.auto_wrap_policy, plugin.state_dict_type) == (
         version, "SHARD_GRAD_OP", "TRANSFORMER_BASED_WRAP", "FULL_STATE_DICT"), plugin
     model = make()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
