@@ -35,7 +35,7 @@ from .option_names import DS_ACCELERATORS, OFFLOAD_DEVICES, OPTIONS
 # strategy's run hooks on its role object (1.2: drivetrain_compile_model and
 # drivetrain_clip_grad_value; 1.1: drivetrain_configure_run, the accelerator/models given to
 # prepare_objects/backward).
-PLUGIN_INFO = PluginInfo(api_version="1.7", description="DeepSpeed ZeRO stages 0-3 with CPU/NVMe offload",
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="DeepSpeed ZeRO stages 0-3 with CPU/NVMe offload",
                          requires=("deepspeed>=0.14",), extra="deepspeed")
 
 NAME = "deepspeed"
