@@ -16,8 +16,8 @@ if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
 
     from ..facade.accelerator import Accelerator
+    from ..kernel.roles import Run
     from ..runtime.kwargs_handlers import TorchDynamoPlugin
-    from ..runtime.run import Run
 
 
 @hookspec(firstresult=True)
@@ -30,7 +30,7 @@ def drivetrain_prepare_objects(
     below. A strategy that must see models, optimizers and schedulers at once answers here:
     an engine built from all three (DeepSpeed). It stands for placement and
     ``drivetrain_wrap_model`` only: the models it receives have already been through
-    ``drivetrain_convert_model`` (where the user built them: the strategy places them), and
+    the run's ``Precision.convert_model`` (where the user built them: the strategy places them), and
     each model it returns in a model's position goes through ``drivetrain_finalize_model``
     (compilation) before the user gets it (API 1.2). A model whose wrapper must be compiled
     its own way answers ``drivetrain_compile_model``. Parameters that change identity when

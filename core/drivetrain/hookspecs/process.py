@@ -13,9 +13,9 @@ if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import datetime
 
     from ..facade.accelerator import Accelerator
-    from ..runtime.collectives import Collectives
     from ..kernel.descriptors import PrecisionSpec
-    from ..runtime.run import Run
+    from ..kernel.roles import Run
+    from ..runtime.collectives import Collectives
 
 
 @hookspec(firstresult=True)

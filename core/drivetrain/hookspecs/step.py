@@ -17,8 +17,8 @@ from ..kernel.descriptors import hookspec
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
 
+    from ..kernel.roles import Run
     from ..runtime.optimizer import AcceleratedOptimizer
-    from ..runtime.run import Run
     from ..runtime.scheduler import AcceleratedScheduler
 
 
