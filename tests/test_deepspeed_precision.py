@@ -90,3 +90,31 @@ def test_msamp_asks_the_strategy_to_run_it_and_never_writes_deepspeeds_options(f
     assert other.drivetrain_adopt_precision(run=None, precision=PrecisionSpec(name="fp8", backend="te"),
                                             recipe=None) is None
     assert not other.deepspeed_plugin.enable_msamp
+
+
+class _ProcessRun:
+    """A run as a role object holds it (weakly): only its identity matters here."""
+
+
+def test_deepspeed_owns_the_runs_precision_and_its_engine_applies_fp16_and_bf16():
+    import contextlib
+
+    from drivetrain.plugin_api import Precision, PrecisionSpec
+    from drivetrain_deepspeed.strategy import DeepSpeedStrategy, EnginePrecision
+
+    class Converting(Precision):
+        def convert_model(self, model):
+            model.converted = True
+            return model
+
+        def autocast(self, kwargs):
+            raise AssertionError("under DeepSpeed the engine runs the precision: no autocast of the run's")
+
+    run = _ProcessRun()
+    strategy = DeepSpeedStrategy(run)
+    assert strategy.accumulates_gradients and strategy.make_grad_scaler({}) is None
+    for name, converted in (("bf16", False), ("fp16", False), ("fp8", True)):  # fp8 layers are still swapped
+        owned = strategy.own_precision(Converting(run, PrecisionSpec(name=name, backend="some")))
+        assert isinstance(owned, EnginePrecision) and owned.name == name and owned.run is run
+        assert isinstance(owned.autocast({}), contextlib.nullcontext) and owned.make_grad_scaler({}) is None
+        assert getattr(owned.convert_model(torch.nn.Linear(1, 1)), "converted", False) is converted

@@ -417,8 +417,8 @@ def test_sequence_parallel_mesh_sizes(clean_env):
     from drivetrain_deepspeed.sequence_parallel import MESH_DIMENSIONS, layout_of
 
     def sizes(world, **given):
-        run = SimpleNamespace(options={"parallelism_config": ParallelismConfig(**given)},
-                              state=SimpleNamespace(num_processes=world))
+        strategy = SimpleNamespace(arguments={"parallelism_config": ParallelismConfig(**given)})
+        run = SimpleNamespace(strategy=strategy, state=SimpleNamespace(num_processes=world))
         layout = layout_of(run)
         return layout.dp_replicate_size, layout.dp_shard_size, layout.sp_size
 

@@ -207,6 +207,31 @@ def test_a_runs_role_objects_are_its_typed_attributes_and_answer_only_through_it
     assert manager.hooks.get_plugin(key) is None
 
 
+class _RefusesBf16(api.Strategy):
+    def own_precision(self, precision):
+        if precision.name == "bf16":
+            raise api.ConfigError("this strategy cannot run bf16; use fp16")
+        return precision
+
+
+def test_a_strategy_owns_or_refuses_the_runs_precision_when_the_run_is_built():
+    from drivetrain.cluster import ClusterEnvironment
+    from drivetrain.run import Run
+    from drivetrain.selection import Requests, select
+
+    manager = _multi_role_manager(_RefusesBf16)
+
+    def run_with(precision):
+        selection = select(manager, Requests(strategy="conduct", mixed_precision=precision),
+                           cluster=ClusterEnvironment(name="test"))
+        return Run(manager, selection, platform=None)
+
+    with pytest.raises(api.ConfigError, match="cannot run bf16; use fp16"):
+        run_with("bf16")
+    run = run_with("fp16")
+    assert run.precision.name == "fp16" and run.precision.run is run  # kept as the precision plugin built it
+
+
 class _RegistersThings(api.Strategy):
     @api.hookimpl
     def drivetrain_register_trackers(self):
