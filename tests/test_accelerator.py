@@ -202,14 +202,14 @@ def test_clip_grad_value_is_asked_of_the_strategy_first(monkeypatch):
     before = [p.grad.clone() for p in model.parameters()]
     asked = []
 
-    def refuse(name, **kwargs):
-        asked.append((name, kwargs["clip_value"]))
+    def refuse(parameters, clip_value):
+        asked.append(("clip_grad_value", clip_value))
         raise DrivetrainError("cannot clip by value; use clip_grad_norm_")
 
-    monkeypatch.setattr(accelerator.run, "call", refuse)
+    monkeypatch.setattr(accelerator.run.strategy, "clip_grad_value", refuse)
     with pytest.raises(DrivetrainError, match="clip_grad_norm_"):
         accelerator.clip_grad_value_(model.parameters(), 1e-4)
-    assert asked == [("drivetrain_clip_grad_value", 1e-4)]
+    assert asked == [("clip_grad_value", 1e-4)]
     assert all(torch.equal(a, p.grad) for a, p in zip(before, model.parameters()))  # refused before clipping
 
 
@@ -281,7 +281,7 @@ def test_a_strategy_preparing_objects_together_still_gets_every_model_transform(
 
     accelerator = Accelerator(cpu=True, dynamo_plugin=TorchDynamoPlugin(backend="eager"))
     run, calls = accelerator.run, []
-    real_hook, real_call, real_chain = run.hook, run.call, run.chain
+    real_hook, real_call, real_convert = run.hook, run.call, run.precision.convert_model
 
     class Engine(torch.nn.Module):  # stands for an engine built from model and optimizer
         def __init__(self, module):
@@ -303,21 +303,23 @@ def test_a_strategy_preparing_objects_together_still_gets_every_model_transform(
             model, optimizer = kwargs["objects"]
             calls.append(("prepare_objects", getattr(model, "converted", False)))
             return [Engine(model), optimizer]
+        if name in ("drivetrain_transform_objects", "drivetrain_finalize_model"):
+            value = kwargs.get("objects", kwargs.get("model"))
+            calls.append((name, type(value).__name__))
         return real_call(name, **kwargs)
 
-    def chain(name, value_name, value, **kwargs):
-        calls.append((name, type(value).__name__))
-        if name == "drivetrain_convert_model":
-            value.converted = True
-        return real_chain(name, value_name, value, **kwargs)
+    def convert(model):
+        calls.append(("convert_model", type(model).__name__))
+        model.converted = True
+        return real_convert(model)
 
     monkeypatch.setattr(run, "hook", hook)
     monkeypatch.setattr(run, "call", call)
-    monkeypatch.setattr(run, "chain", chain)
+    monkeypatch.setattr(run.precision, "convert_model", convert)
     model, optimizer = make()
     prepared, same_optimizer = accelerator.prepare(model, optimizer)
     # the call's objects are transformed together first (an optimising library), then each model converted
-    assert calls == [("drivetrain_transform_objects", "list"), ("drivetrain_convert_model", "Sequential"),
+    assert calls == [("drivetrain_transform_objects", "list"), ("convert_model", "Sequential"),
                      ("prepare_objects", True),
                      ("drivetrain_finalize_model", "Engine")]
     assert type(prepared._orig_mod) is Engine and prepared._orig_mod.module is model  # compiled

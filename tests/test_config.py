@@ -178,7 +178,7 @@ def test_yaml_no_and_strings_are_read_sensibly(tmp_path):
 
 
 def plugin_with_block():
-    info = PluginInfo(api_version="1.0")
+    info = PluginInfo(api_version="2.0")
 
     @hookimpl
     def drivetrain_register_strategies():
@@ -227,7 +227,7 @@ def test_an_unknown_key_in_a_block_the_file_does_not_use_is_a_warning(caplog):
 
 
 def test_a_block_of_an_unavailable_plugin_names_the_install_command():
-    info = PluginInfo(api_version="1.0", requires=("surely-not-installed-lib>=1",), extra="shard")
+    info = PluginInfo(api_version="2.0", requires=("surely-not-installed-lib>=1",), extra="shard")
 
     @hookimpl
     def drivetrain_register_config_sections():
@@ -241,7 +241,7 @@ def test_a_block_of_an_unavailable_plugin_names_the_install_command():
 
 
 def test_a_block_of_an_unavailable_plugin_the_file_does_not_choose_is_kept_with_a_warning(caplog):
-    info = PluginInfo(api_version="1.0", requires=("surely-not-installed-lib>=1",), extra="shard")
+    info = PluginInfo(api_version="2.0", requires=("surely-not-installed-lib>=1",), extra="shard")
 
     @hookimpl
     def drivetrain_register_config_sections():
@@ -314,7 +314,7 @@ def test_the_launcher_refuses_a_bad_file_before_starting_anything(cli, tmp_path)
 
 
 def test_a_descriptive_key_of_an_unavailable_plugin_is_read(tmp_path):
-    info = PluginInfo(api_version="1.8", requires=("surely-not-installed-lib>=1",), extra="pod")
+    info = PluginInfo(api_version="2.0", requires=("surely-not-installed-lib>=1",), extra="pod")
 
     @hookimpl
     def drivetrain_register_config_sections():

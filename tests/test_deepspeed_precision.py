@@ -48,12 +48,12 @@ def test_inputs_are_cast_only_when_floating_and_only_to_the_engine_dtype():
 class _Run:
     """A run whose hooks reach the given role objects only (as ``Run.call`` does for the chosen ones)."""
 
-    def __init__(self, precision, *role_objects, recipe=None):
+    def __init__(self, precision, *roles, recipe=None):
         import types
 
         self.handler_kwargs = {"MSAMPRecipeKwargs": recipe} if recipe is not None else {}
         self.selection = types.SimpleNamespace(precision=precision)
-        self.roles = role_objects
+        self.roles = roles
 
     def call(self, name, **kwargs):
         answers = (getattr(role, name)(run=self, **kwargs) for role in self.roles if hasattr(role, name))
@@ -68,10 +68,10 @@ def test_msamp_asks_the_strategy_to_run_it_and_never_writes_deepspeeds_options(f
     from drivetrain_msamp.recipe import MSAMPRecipeKwargs
 
     spec = PrecisionSpec(name="fp8", backend="msamp")
-    strategy = DeepSpeedStrategy()
+    strategy = DeepSpeedStrategy(None)
     strategy.plugins = {"default": DeepSpeedPlugin(zero_stage=2)}
     strategy.select_deepspeed_plugin("default")
-    precision = MSAMPPrecision()
+    precision = MSAMPPrecision(None, spec)
     run = _Run(spec, strategy, recipe=MSAMPRecipeKwargs(opt_level="O1"))
     extension = precision.drivetrain_configure_run(run=run, accelerator=None)
     assert precision.adopted and extension.fp8_backend == "MSAMP"
@@ -80,13 +80,41 @@ def test_msamp_asks_the_strategy_to_run_it_and_never_writes_deepspeeds_options(f
     assert precision.drivetrain_prepare_objects(objects=[torch.nn.Linear(1, 1)], run=run, device_placement=[True],
                                                 accelerator=None) is None
     # a strategy that applies no precision (none answers): MS-AMP converts model and optimizer itself
-    alone = MSAMPPrecision()
+    alone = MSAMPPrecision(None, spec)
     alone.drivetrain_configure_run(run=_Run(spec), accelerator=None)
     assert not alone.adopted
     # DeepSpeed adopts MS-AMP only
-    other = DeepSpeedStrategy()
+    other = DeepSpeedStrategy(None)
     other.plugins = {"default": DeepSpeedPlugin(zero_stage=2)}
     other.select_deepspeed_plugin("default")
     assert other.drivetrain_adopt_precision(run=None, precision=PrecisionSpec(name="fp8", backend="te"),
                                             recipe=None) is None
     assert not other.deepspeed_plugin.enable_msamp
+
+
+class _ProcessRun:
+    """A run as a role object holds it (weakly): only its identity matters here."""
+
+
+def test_deepspeed_owns_the_runs_precision_and_its_engine_applies_fp16_and_bf16():
+    import contextlib
+
+    from drivetrain.plugin_api import Precision, PrecisionSpec
+    from drivetrain_deepspeed.strategy import DeepSpeedStrategy, EnginePrecision
+
+    class Converting(Precision):
+        def convert_model(self, model):
+            model.converted = True
+            return model
+
+        def autocast(self, kwargs):
+            raise AssertionError("under DeepSpeed the engine runs the precision: no autocast of the run's")
+
+    run = _ProcessRun()
+    strategy = DeepSpeedStrategy(run)
+    assert strategy.accumulates_gradients and strategy.make_grad_scaler({}) is None
+    for name, converted in (("bf16", False), ("fp16", False), ("fp8", True)):  # fp8 layers are still swapped
+        owned = strategy.own_precision(Converting(run, PrecisionSpec(name=name, backend="some")))
+        assert isinstance(owned, EnginePrecision) and owned.name == name and owned.run is run
+        assert isinstance(owned.autocast({}), contextlib.nullcontext) and owned.make_grad_scaler({}) is None
+        assert getattr(owned.convert_model(torch.nn.Linear(1, 1)), "converted", False) is converted

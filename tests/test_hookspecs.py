@@ -17,20 +17,48 @@ from fake_plugins import fake_plugin
 from packaging.version import Version
 
 from drivetrain import hookspecs, plugin_manager
+from drivetrain.kernel import roles
 from drivetrain.errors import PluginWarning
 from drivetrain.plugin_api import PluginInfo, hookimpl
 from importlib import metadata as importlib_metadata
 from drivetrain.plugin_manager import PluginManager, PluginStatus
 from drivetrain.version import PLUGIN_API_VERSION
 
-CONVENTION = re.compile(r"^\s*(Registration|Command-line|Run) hook, \*(firstresult|chained|collected|broadcast)\*, "
+CONVENTION = re.compile(r"^\s*(Registration|Command-line|Run) hook, \*(firstresult|collected|broadcast)\*, "
                         r"API (\d+\.\d+)\.$", re.MULTILINE)
 SPECS = sorted(name for name in dir(hookspecs) if name.startswith("drivetrain_"))
 
 
 def test_there_are_specs_to_check():
-    assert len(SPECS) >= 40
+    assert len(SPECS) >= 30
     assert all(hasattr(getattr(hookspecs, name), "drivetrain_spec") for name in SPECS)
+
+
+ROLE_METHODS = [(role, name) for role in ("Strategy", "Precision")
+                for name, member in vars(getattr(roles, role)).items()
+                if callable(member) and not name.startswith("_")]
+
+
+@pytest.mark.parametrize("role, name", ROLE_METHODS)
+def test_every_role_method_the_core_calls_directly_is_documented_and_typed(role, name):
+    # the step's methods replaced hooks: they are held to what a spec says (purpose, answer, types)
+    function = getattr(getattr(roles, role), name)
+    doc = inspect.getdoc(function) or ""
+    assert len(doc) > 40, f"{role}.{name}: say what it is for and what its answer means"
+    signature = inspect.signature(function)
+    assert signature.return_annotation is not inspect.Signature.empty, f"{role}.{name}: no return annotation"
+    assert all(p.annotation is not inspect.Parameter.empty for n, p in signature.parameters.items() if n != "self")
+
+
+def test_no_hook_is_chained_and_the_step_is_no_hook():
+    # the per-step path calls the run's role objects; pluggy is not on it
+    step = {"drivetrain_backward", "drivetrain_autocast", "drivetrain_make_grad_scaler", "drivetrain_no_sync",
+            "drivetrain_sync_in_backward", "drivetrain_clip_grad_norm", "drivetrain_clip_grad_value",
+            "drivetrain_convert_model", "drivetrain_wrap_dataloader"}
+    assert not step & set(SPECS)
+    assert "*chained*" not in (hookspecs.__doc__ or "")
+    assert set(ROLE_METHODS) >= {("Strategy", "backward"), ("Strategy", "own_precision"), ("Precision", "autocast"),
+                                 ("Precision", "convert_model"), ("Strategy", "no_sync")}
 
 
 @pytest.mark.parametrize("name", SPECS)
@@ -76,7 +104,7 @@ def test_a_plugin_implementing_a_deprecated_hook_loads_is_heard_and_is_told_what
     def drivetrain_distributed_types():
         return ["MULTI_OLDACCEL"]
 
-    fake = fake_plugin("oldaccel", PLUGIN_INFO=PluginInfo(api_version="1.0"),
+    fake = fake_plugin("oldaccel", PLUGIN_INFO=PluginInfo(api_version="2.0"),
                        drivetrain_distributed_types=drivetrain_distributed_types)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -111,9 +139,9 @@ def test_on_checkpoint_tells_an_active_plugin_of_each_save_and_load_and_a_raisin
     def raising(event, directory):
         raise OSError("the listener's disk is full")
 
-    listener = fake_plugin("listener", PLUGIN_INFO=PluginInfo(api_version="1.0", features=["listener"]),
+    listener = fake_plugin("listener", PLUGIN_INFO=PluginInfo(api_version="2.0", features=["listener"]),
                            drivetrain_on_checkpoint=drivetrain_on_checkpoint)
-    raiser = fake_plugin("raiser", PLUGIN_INFO=PluginInfo(api_version="1.0", features=["raiser"]),
+    raiser = fake_plugin("raiser", PLUGIN_INFO=PluginInfo(api_version="2.0", features=["raiser"]),
                          drivetrain_on_checkpoint=raising)
     monkeypatch.setattr(plugin_manager, "_default_manager", _manager_with(listener, raiser).load())
     monkeypatch.setenv("DRIVETRAIN_USE_LISTENER", "1")

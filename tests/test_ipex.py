@@ -53,7 +53,7 @@ def shrinking_plugin(seen):
             replaced.append(obj)
         return replaced
 
-    return fake_plugin("shrink", PLUGIN_INFO=PluginInfo(api_version="1.4", features=("shrink",)),
+    return fake_plugin("shrink", PLUGIN_INFO=PluginInfo(api_version="2.0", features=("shrink",)),
                        drivetrain_transform_objects=drivetrain_transform_objects)
 
 

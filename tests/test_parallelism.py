@@ -228,7 +228,7 @@ def test_one_process_layout_and_refused_sizes(clean_env):
 
     fsdp = FullyShardedDataParallelPlugin(fsdp_version=2, reshard_after_forward=False)
     accelerator = Accelerator(parallelism_config=ParallelismConfig(), fsdp_plugin=fsdp)
-    assert accelerator.run.selection.strategy.name == "parallelism_config" and accelerator.run.options["fsdp_plugin"] is fsdp
+    assert accelerator.run.selection.strategy.name == "parallelism_config" and accelerator.run.strategy.arguments["fsdp_plugin"] is fsdp
     model = accelerator.prepare(torch.nn.Linear(4, 2))
     assert model(torch.ones(1, 4, device=accelerator.device)).shape == (1, 2)
     AcceleratorState._reset_state()
@@ -417,8 +417,8 @@ def test_sequence_parallel_mesh_sizes(clean_env):
     from drivetrain_deepspeed.sequence_parallel import MESH_DIMENSIONS, layout_of
 
     def sizes(world, **given):
-        run = SimpleNamespace(options={"parallelism_config": ParallelismConfig(**given)},
-                              state=SimpleNamespace(num_processes=world))
+        strategy = SimpleNamespace(arguments={"parallelism_config": ParallelismConfig(**given)})
+        run = SimpleNamespace(strategy=strategy, state=SimpleNamespace(num_processes=world))
         layout = layout_of(run)
         return layout.dp_replicate_size, layout.dp_shard_size, layout.sp_size
 

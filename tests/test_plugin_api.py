@@ -122,16 +122,21 @@ def test_contributed_reaches_another_plugins_name_or_the_default():
 
 # ------------------------------------------------------------------------------ role objects
 
-class _Conducting:
-    """A strategy's role object: its run hooks answer only while the strategy is the run's."""
+class _Conducting(api.Strategy):
+    """A strategy's role object: its step methods are the run's, its run hooks answer only
+    through the run that built it."""
 
     built = 0
 
-    def __init__(self) -> None:
+    def __init__(self, run, arguments=None):
+        super().__init__(run, arguments)
         type(self).built += 1
 
+    def no_sync(self, model):
+        return ("conducting", self.run.selection.strategy.name)
+
     @api.hookimpl(tryfirst=True)
-    def drivetrain_autocast(self, run, kwargs):
+    def drivetrain_wrap_model(self, model, run, evaluation_mode):
         return ("conducting", run.selection.strategy.name)
 
 
@@ -151,7 +156,7 @@ def _multi_role_manager(role_object):
     def drivetrain_unwrap_model(model, run, keep_fp32_wrapper):
         return "module-level hooks answer whichever strategy is chosen"
 
-    plugin = fake_plugin("multi", PLUGIN_INFO=api.PluginInfo(api_version="1.3"),
+    plugin = fake_plugin("multi", PLUGIN_INFO=api.PluginInfo(api_version="2.0"),
                          drivetrain_register_strategies=drivetrain_register_strategies,
                          drivetrain_unwrap_model=drivetrain_unwrap_model)
     with warnings.catch_warnings():
@@ -169,52 +174,86 @@ def _run(manager, strategy):
     return Run(manager, selection, platform=None)
 
 
-def test_a_role_objects_hooks_answer_only_while_its_strategy_is_chosen():
+def test_a_runs_role_objects_are_its_typed_attributes_and_answer_only_through_it():
+    import gc
+
     from drivetrain.selection import Requests, select
 
     _Conducting.built = 0
     manager = _multi_role_manager(_Conducting)
     run = _run(manager, "conduct")
-    assert run.call("drivetrain_autocast", kwargs={}) == ("conducting", "conduct")
-    assert "drivetrain_autocast" in manager.records["multi"].hooks
+    assert isinstance(run.strategy, _Conducting) and run.strategy.run is run
+    assert type(run.precision) is api.Precision and run.precision.name == "no"  # full precision: the base class
+    assert run.strategy.no_sync(None) == ("conducting", "conduct")  # the step: a direct call
+    assert run.call("drivetrain_wrap_model", model=None, evaluation_mode=False) == ("conducting", "conduct")
+    assert "drivetrain_wrap_model" in manager.records["multi"].hooks
     # The same plugin, active through another strategy of its own: the module answers, the role does not.
     other = _run(manager, "plain")
-    assert "multi" in other.active_plugins
-    assert other.call("drivetrain_autocast", kwargs={}) is None
+    assert "multi" in other.active_plugins and type(other.strategy) is api.Strategy
+    assert other.call("drivetrain_wrap_model", model=None, evaluation_mode=False) is None
     assert other.call("drivetrain_unwrap_model", model=None, keep_fp32_wrapper=True) is not None
-    # Choosing again swaps the callers; each run gets its own object, which keeps that run's state.
-    other.reselect(select(manager, Requests(strategy="conduct"), cluster=run.selection.cluster))
-    assert other.call("drivetrain_autocast", kwargs={}) == ("conducting", "conduct")
-    assert _Conducting.built == 2
-    assert run.role("strategy") is not other.role("strategy")
-    assert isinstance(other.role("strategy"), _Conducting) and other.role("precision") is None
-    other.reselect(select(manager, Requests(strategy="plain"), cluster=run.selection.cluster))
-    other.reselect(select(manager, Requests(strategy="conduct"), cluster=run.selection.cluster))
-    assert _Conducting.built == 2 and other.role("strategy") is not None
-    # A run that is gone takes its role object with it.
-    key = run._roles["strategy"]
-    del run
-    import gc
-
+    # A new AcceleratorState's run chooses again and builds its own object; the old run ends.
+    following = other.successor(select(manager, Requests(strategy="conduct"), cluster=run.selection.cluster), {},
+                                accelerator_state=None)
+    assert _Conducting.built == 2 and following.strategy is not run.strategy
+    assert following.call("drivetrain_wrap_model", model=None, evaluation_mode=False) == ("conducting", "conduct")
+    # A run that ends, or is gone, takes its role object's hooks with it.
+    (key,) = run._registered
+    run.close()
+    assert manager.hooks.get_plugin(key) is None
+    (key,) = following._registered
+    del following
     gc.collect()
-    assert key not in manager.role_objects
+    assert manager.hooks.get_plugin(key) is None
 
 
-class _RegistersThings:
+class _RefusesBf16(api.Strategy):
+    def own_precision(self, precision):
+        if precision.name == "bf16":
+            raise api.ConfigError("this strategy cannot run bf16; use fp16")
+        return precision
+
+
+def test_a_strategy_owns_or_refuses_the_runs_precision_when_the_run_is_built():
+    from drivetrain.cluster import ClusterEnvironment
+    from drivetrain.run import Run
+    from drivetrain.selection import Requests, select
+
+    manager = _multi_role_manager(_RefusesBf16)
+
+    def run_with(precision):
+        selection = select(manager, Requests(strategy="conduct", mixed_precision=precision),
+                           cluster=ClusterEnvironment(name="test"))
+        return Run(manager, selection, platform=None)
+
+    with pytest.raises(api.ConfigError, match="cannot run bf16; use fp16"):
+        run_with("bf16")
+    run = run_with("fp16")
+    assert run.precision.name == "fp16" and run.precision.run is run  # kept as the precision plugin built it
+
+
+class _RegistersThings(api.Strategy):
     @api.hookimpl
     def drivetrain_register_trackers(self):
         return []
 
 
-class _WrongSignature:
+class _WrongSignature(api.Strategy):
     @api.hookimpl
-    def drivetrain_autocast(self, run, colour):
+    def drivetrain_wrap_model(self, run, colour):
+        return None
+
+
+class _NotAStrategy:
+    @api.hookimpl
+    def drivetrain_wrap_model(self, model, run, evaluation_mode):
         return None
 
 
 @pytest.mark.parametrize("role_object, reason", [
     (_RegistersThings, "'drivetrain_register_trackers' is not a run hook"),
     (_WrongSignature, "bad hook implementation"),
+    (_NotAStrategy, "not a subclass of drivetrain.plugin_api.Strategy"),
     ("no_such_module_here:Strategy", "cannot be loaded: 'no_such_module_here:Strategy' failed with ModuleNotFoundError"),
 ])
 def test_a_broken_role_object_is_refused_when_chosen_naming_the_plugin(role_object, reason):
@@ -240,7 +279,7 @@ def test_deepspeed_strategy_hooks_live_on_its_role_object():
     # `plugins info` says where the role's hooks live, without importing them.
     info = subprocess.run([sys.executable, "-m", "drivetrain", "plugins", "info", "deepspeed", "--json"],
                           capture_output=True, text=True, check=True).stdout
-    assert json.loads(info)["role_objects"] == {"deepspeed": ["drivetrain_deepspeed.strategy:DeepSpeedStrategy"]}
+    assert json.loads(info)["role_classes"] == {"deepspeed": ["drivetrain_deepspeed.strategy:DeepSpeedStrategy"]}
 
 
 def test_every_built_in_strategy_is_one_role_object_and_its_module_has_no_run_hooks():
@@ -254,12 +293,16 @@ def test_every_built_in_strategy_is_one_role_object_and_its_module_has_no_run_ho
     assert {spec.name for spec in built_in.values()} >= {"ddp", "fsdp", "parallelism_config", "deepspeed",
                                                         "megatron_lm"}
     for plugin, spec in built_in.items():
-        assert isinstance(api.resolve(spec.hooks), type), spec.name
+        assert issubclass(api.resolve(spec.hooks), api.Strategy), spec.name
         module = manager.modules[plugin]
         run_hooks = {name for name in dir(module) if name.startswith("drivetrain_") and "run" in
                      getattr(module, name).__code__.co_varnames[:getattr(module, name).__code__.co_argcount]}
         # DeepSpeed's module also serves its launcher and cluster environment: an engine unwraps whatever the strategy
         assert run_hooks <= {"drivetrain_unwrap_model"}, (plugin, run_hooks)
+    # Every built-in precision's step is a Precision subclass (run.precision), none a module hook.
+    for plugin, spec in manager.registrations("drivetrain_register_precisions"):
+        if manager.records[plugin].source == "built-in":
+            assert spec.hooks is not None and issubclass(api.resolve(spec.hooks), api.Precision), (plugin, spec.name)
 
 
 def test_descriptors_are_frozen_dataclasses_with_shared_methods():

@@ -93,26 +93,26 @@ def test_a_hook_raising_in_prepare_names_its_plugin(hostile, monkeypatch):
     assert isinstance(raised.value.__cause__, OSError)
 
 
-def test_a_chained_hook_raising_names_its_plugin_and_a_built_in_error_passes_unchanged(fresh_state, monkeypatch):
+def test_a_prepare_hook_raising_names_its_plugin_and_a_built_in_error_passes_unchanged(fresh_state, monkeypatch):
     import torch
 
     from drivetrain import Accelerator
 
     @hookimpl
-    def drivetrain_convert_model(model, run):
+    def drivetrain_transform_objects(objects, run, accelerator):
         raise ValueError("cannot convert")
 
-    info = PluginInfo(api_version="1.0", features=["converts"])
-    fake = fake_plugin("converts", PLUGIN_INFO=info, drivetrain_convert_model=drivetrain_convert_model)
+    info = PluginInfo(api_version="2.0", features=["converts"])
+    fake = fake_plugin("converts", PLUGIN_INFO=info, drivetrain_transform_objects=drivetrain_transform_objects)
     manager = PluginManager(env={}, entry_points=[*importlib_metadata.entry_points(group="drivetrain.plugins"), fake])
     monkeypatch.setattr(plugin_manager, "_default_manager", manager.load())
     monkeypatch.setenv("DRIVETRAIN_USE_CONVERTS", "1")
     accelerator = Accelerator()
     with pytest.raises(PluginHookError, match=r"^plugin 'converts' \(someone-else 1.0\) failed in "
-                                              r"drivetrain_convert_model: ValueError: cannot convert;"):
+                                              r"drivetrain_transform_objects: ValueError: cannot convert;"):
         accelerator.prepare(torch.nn.Linear(2, 2))
     # A hook of the core's own plugins raises as it always did.
-    assert manager.hook_failure("drivetrain_convert_model", [], ValueError("x")) is None
+    assert manager.hook_failure("drivetrain_transform_objects", [], ValueError("x")) is None
 
 
 def test_launch_hooks_of_a_broken_plugin_are_skipped_unless_it_is_selected(hostile, monkeypatch):

@@ -27,13 +27,12 @@ from drivetrain.plugin_manager import (
     PluginManager,
     PluginStatus,
     api_version_problem,
-    call_chain,
     installed_entry_points,
     installed_version,
     missing_requirements,
 )
 
-INFO = PluginInfo(api_version="1.0", description="test plugin")
+INFO = PluginInfo(api_version="2.0", description="test plugin")
 
 
 @hookimpl
@@ -72,7 +71,7 @@ def test_third_party_plugin_is_registered_with_its_descriptors():
     manager = load(toy_platform())
     record = manager.records["toy"]
     assert record.status is PluginStatus.AVAILABLE and record.source == "third-party"
-    assert record.kinds == ["platform"] and record.api_version == "1.0"
+    assert record.kinds == ["platform"] and record.api_version == "2.0"
     assert [(p, s.name) for p, s in manager.registrations("drivetrain_register_platforms")] == [("toy", "toy")]
 
 
@@ -121,11 +120,11 @@ def test_wrong_types_in_plugin_info_refuse_each_plugin_and_keep_the_others():
     broken = {
         "float_version": PluginInfo(api_version=1.5),
         "none_version": PluginInfo(api_version=None),
-        "string_requires": PluginInfo(api_version="1.0", requires="torch"),
-        "number_feature": PluginInfo(api_version="1.0", features=("compile", 3)),
-        "number_description": PluginInfo(api_version="1.0", description=7),
-        "list_extra": PluginInfo(api_version="1.0", extra=["x"]),
-        "two_line_description": PluginInfo(api_version="1.0", description="one\ntwo"),
+        "string_requires": PluginInfo(api_version="2.0", requires="torch"),
+        "number_feature": PluginInfo(api_version="2.0", features=("compile", 3)),
+        "number_description": PluginInfo(api_version="2.0", description=7),
+        "list_extra": PluginInfo(api_version="2.0", extra=["x"]),
+        "two_line_description": PluginInfo(api_version="2.0", description="one\ntwo"),
     }
     manager = load(*(fake_plugin(name, PLUGIN_INFO=info, drivetrain_register_platforms=_register_platforms)
                      for name, info in broken.items()), toy_platform())
@@ -395,7 +394,7 @@ def test_strict_mode_turns_a_failure_into_an_error():
 
 
 def test_missing_library_makes_a_plugin_unavailable_with_its_extra():
-    info = PluginInfo(api_version="1.0", requires=("surely-not-installed-lib>=1.0",), extra="surely")
+    info = PluginInfo(api_version="2.0", requires=("surely-not-installed-lib>=1.0",), extra="surely")
     manager = load(fake_plugin("needs", PLUGIN_INFO=info, drivetrain_register_platforms=_register_platforms))
     record = manager.records["needs"]
     assert record.status is PluginStatus.UNAVAILABLE
@@ -427,27 +426,25 @@ def test_unknown_plugin_lists_installed_names():
         manager.require("nope")
 
 
-def test_subset_caller_reaches_only_active_plugins_and_chains_in_order():
+def test_subset_caller_reaches_only_active_plugins_in_order():
     calls = []
 
     def make(tag, **opts):
         @hookimpl(**opts)
-        def drivetrain_convert_model(model, run):
+        def drivetrain_configure_run(run, accelerator):
             calls.append(tag)
-            return model + [tag]
+            return tag
 
-        return drivetrain_convert_model
+        return drivetrain_configure_run
 
     manager = load(
-        fake_plugin("a", PLUGIN_INFO=INFO, drivetrain_convert_model=make("a")),
-        fake_plugin("b", PLUGIN_INFO=INFO, drivetrain_convert_model=make("b", tryfirst=True)),
-        fake_plugin("c", PLUGIN_INFO=INFO, drivetrain_convert_model=make("c")),
+        fake_plugin("a", PLUGIN_INFO=INFO, drivetrain_configure_run=make("a")),
+        fake_plugin("b", PLUGIN_INFO=INFO, drivetrain_configure_run=make("b", tryfirst=True)),
+        fake_plugin("c", PLUGIN_INFO=INFO, drivetrain_configure_run=make("c")),
     )
-    caller = manager.subset_caller("drivetrain_convert_model", active=["a", "b"])
-    assert call_chain(caller, "model", [], run=None) == ["b", "a"]
+    caller = manager.subset_caller("drivetrain_configure_run", active=["a", "b"])
+    assert caller(run=None, accelerator=None) == ["b", "a"]
     assert calls == ["b", "a"]
-
-
 def test_trackers_of_a_third_party_plugin_are_registered():
     @hookimpl
     def drivetrain_register_trackers():

@@ -161,7 +161,7 @@ def test_its_strategy_is_one_object_per_run_that_keeps_the_runs_state(toyaccel):
 
     options = ToyAverageOptions(reduction="sum")
     accelerator = Accelerator(toyaverage_plugin=options, gradient_accumulation_steps=2)
-    strategy = accelerator.run.role("strategy")
+    strategy = accelerator.run.strategy
     assert isinstance(strategy, GradientAveraging) and accelerator.run.selection.strategy.name == "toyaverage"
     assert accelerator.toyaverage_plugin is options and accelerator.state.toyaverage_plugin is options
     assert not hasattr(accelerator, "windows")  # only what the strategy exposes
@@ -179,7 +179,9 @@ def test_its_strategy_is_one_object_per_run_that_keeps_the_runs_state(toyaccel):
     with pytest.raises(ConfigError, match=r"reduction='max'.*choose one of them"):
         Accelerator(toyaverage_plugin=ToyAverageOptions(reduction="max"))
     AcceleratorState._reset_state(reset_partial_state=True)
-    assert Accelerator().run.role("strategy") is None  # one process, nothing asked for: no strategy
+    from drivetrain.plugin_api import Strategy
+
+    assert type(Accelerator().run.strategy) is Strategy  # one process, nothing asked for: the plain strategy
 
 
 def test_ddp_training_on_two_toyaccel_processes_over_its_backend(template_site):

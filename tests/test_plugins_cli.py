@@ -126,7 +126,7 @@ def test_broken_plugins_are_reported_and_the_rest_works(cli, template_site, brok
     assert plugins["bad_signature"]["status"] == "failed"
     assert "colour" in plugins["bad_signature"]["reason"]
     assert plugins["future_api"]["status"] == "failed"
-    assert "needs plugin API 2.0" in plugins["future_api"]["reason"]
+    assert "needs plugin API 3.0" in plugins["future_api"]["reason"]
     # wrong types in PluginInfo refuse that plugin alone, with the field named
     assert plugins["float_api"]["status"] == "failed"
     assert "plugin API version 1.5 (float)" in plugins["float_api"]["reason"]

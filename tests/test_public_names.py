@@ -102,7 +102,7 @@ def test_every_utils_submodule_serves_names_contributed_to_it(monkeypatch):
         names["utils.environment.str_to_bool"] = "collections:Counter"  # cannot replace the module's own
         return names
 
-    entry = fake_plugin("contributor", PLUGIN_INFO=PluginInfo(api_version="1.0", description="names"),
+    entry = fake_plugin("contributor", PLUGIN_INFO=PluginInfo(api_version="2.0", description="names"),
                         drivetrain_public_names=drivetrain_public_names)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -59,7 +59,7 @@ def fakedev_plugin(available=True):
                              probe=lambda: Probe(available, "a fake device" if available else "none here"),
                              communication="torch_distributed")]
 
-    return fake_plugin("fakedev", PLUGIN_INFO=PluginInfo(api_version="1.3"),
+    return fake_plugin("fakedev", PLUGIN_INFO=PluginInfo(api_version="2.0"),
                        drivetrain_register_platforms=drivetrain_register_platforms)
 
 

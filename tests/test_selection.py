@@ -26,7 +26,7 @@ from drivetrain.selection import (
     strategy_for_distributed_type,
 )
 
-INFO = PluginInfo(api_version="1.0")
+INFO = PluginInfo(api_version="2.0")
 ONE = ClusterEnvironment(name="test", world_size=1)
 TWO = ClusterEnvironment(name="test", world_size=2)
 

@@ -178,9 +178,12 @@ def test_optimizer_survives_a_pickle_round_trip_with_its_skip_watch():
 
 def test_a_bf16_step_calls_no_plugin_in_backward():
     # loss scaling belongs to fp16 alone (the native fp16 precision's role object): a bf16
-    # backward is torch's own, with no hook call on every step
+    # backward is torch's own, through the run's role objects, with no hook call on the step
+    from drivetrain.plugin_api import Precision, Strategy
+
     accelerator = Accelerator(mixed_precision="bf16")
-    assert accelerator.run.hook("drivetrain_backward").get_hookimpls() == []
+    run = accelerator.run
+    assert type(run.strategy) is Strategy and type(run.precision).backward is Precision.backward
     model, optimizer = accelerator.prepare(*_make())
     x, y = _batches(accelerator.device, 1)[0]
     output = model(x)
@@ -190,6 +193,9 @@ def test_a_bf16_step_calls_no_plugin_in_backward():
 
 
 def test_an_fp16_run_scales_its_loss_through_the_precision_role():
-    accelerator = Accelerator(mixed_precision="fp16")
-    names = [impl.plugin_name for impl in accelerator.run.hook("drivetrain_backward").get_hookimpls()]
-    assert names and all(name.startswith("native_amp[precision fp16") for name in names)
+    accelerator = Accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=4.0)])
+    run = accelerator.run
+    assert run.precision.name == "fp16" and run.grad_scaler is accelerator.scaler is not None
+    weight = torch.ones(3, requires_grad=True)
+    accelerator.backward((weight * 2).sum())  # the strategy (none chosen) hands it to the precision
+    assert torch.equal(weight.grad, torch.full((3,), 2.0 * 4.0))  # scaled by the run's scaler

@@ -87,7 +87,7 @@ def tracker_plugin(plugin, *classes, requires=(), extra=None):
         return [TrackerSpec(name=c.name, factory=c, requires_logging_directory=c.requires_logging_directory)
                 for c in classes]
 
-    info = PluginInfo(api_version="1.0", description=f"{plugin} trackers", requires=requires, extra=extra)
+    info = PluginInfo(api_version="2.0", description=f"{plugin} trackers", requires=requires, extra=extra)
     return fake_plugin(plugin, PLUGIN_INFO=info, drivetrain_register_trackers=drivetrain_register_trackers)
 
 

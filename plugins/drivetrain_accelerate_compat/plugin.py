@@ -13,7 +13,7 @@ from drivetrain.plugin_api import PluginInfo, hookimpl
 from .catalogue import ENUM_MEMBERS, PROBES
 from .state_defaults import ACCELERATOR, ACCELERATOR_STATE, GRADIENT_STATE
 
-PLUGIN_INFO = PluginInfo(api_version="1.2", description="Accelerate's probes and enum members where a backend is absent")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="Accelerate's probes and enum members where a backend is absent")
 
 
 @hookimpl

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from drivetrain.plugin_api import EnvReportLine, PluginInfo, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="8-bit / 4-bit quantised loading (bitsandbytes)",
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="8-bit / 4-bit quantised loading (bitsandbytes)",
                          requires=("bitsandbytes>=0.45",), extra="bnb")
 
 _NAMES = ("BnbQuantizationConfig", "load_and_quantize_model", "has_4bit_bnb_layers", "is_bnb_available",

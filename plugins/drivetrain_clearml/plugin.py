@@ -5,7 +5,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
 
 PLUGIN_INFO = PluginInfo(
-    api_version="1.2",
+    api_version="2.0",
     description="ClearML experiment tracker",
     requires=("clearml>=1.14",),
     extra="clearml",

@@ -6,7 +6,7 @@ import os
 
 from drivetrain.plugin_api import PlatformSpec, PluginInfo, Probe, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="CPU platform (gloo between processes)")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="CPU platform (gloo between processes)")
 
 
 #: Intel OpenMP's thread placement for CPU training: one thread per core, threads sleep 1 ms

@@ -19,7 +19,7 @@ from drivetrain.plugin_api import (
     hookimpl,
 )
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="NVIDIA GPUs through torch.cuda (NCCL between processes)")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="NVIDIA GPUs through torch.cuda (NCCL between processes)")
 
 NAME = "cuda"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, StrategySpec, hookimpl
 
 # API 1.6: the run hooks on one role object per run.
-PLUGIN_INFO = PluginInfo(api_version="1.6", description="DistributedDataParallel (automatic with several processes)")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="DistributedDataParallel (automatic with several processes)")
 
 
 @hookimpl

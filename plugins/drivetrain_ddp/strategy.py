@@ -1,19 +1,20 @@
-"""The ``ddp`` strategy's role object: the run's ``DistributedDataParallelKwargs`` and the
-run hooks, called only while DDP is the run's strategy (``StrategySpec(hooks=...)``).
+"""The ``ddp`` strategy's role object (``run.strategy`` while DDP is the run's strategy,
+``StrategySpec(hooks=...)``): the run's ``DistributedDataParallelKwargs``, the step's
+synchronisation controls and the run hooks.
 
 Cheap to import (no torch): each hook imports what it needs when called.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ContextManager
 
-from drivetrain.plugin_api import hookimpl
+from drivetrain.plugin_api import Strategy, hookimpl
 
 from .options import DistributedDataParallelKwargs
 
 
-class DDPStrategy:
+class DDPStrategy(Strategy):
     """DistributedDataParallel as the run's strategy.
 
     Attributes:
@@ -21,7 +22,8 @@ class DDPStrategy:
             or the defaults), resolved for each ``Accelerator``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, run: Any, arguments: Any = None) -> None:
+        super().__init__(run, arguments)
         self.options: DistributedDataParallelKwargs | None = None
 
     def configure(self, run: Any) -> DistributedDataParallelKwargs:
@@ -41,10 +43,9 @@ class DDPStrategy:
 
         return wrap_ddp(model, run, self.options or self.configure(run))
 
-    @hookimpl
-    def drivetrain_no_sync(self, model, run):
+    def no_sync(self, model: Any) -> ContextManager[Any]:
         no_sync = getattr(model, "no_sync", None)
-        return no_sync() if no_sync is not None else None
+        return no_sync() if no_sync is not None else super().no_sync(model)
 
     @hookimpl
     def drivetrain_unwrap_model(self, model, run, keep_fp32_wrapper):
@@ -52,12 +53,11 @@ class DDPStrategy:
 
         return model.module if isinstance(model, DistributedDataParallel) else None
 
-    @hookimpl
-    def drivetrain_sync_in_backward(self, model, run):
+    def sync_in_backward(self, model: Any) -> ContextManager[Any]:
         from torch.nn.parallel import DistributedDataParallel
 
         if not isinstance(model, DistributedDataParallel):
-            return None
+            return super().sync_in_backward(model)
         from .wrap import sync_next_backward
 
         return sync_next_backward(model)

@@ -31,11 +31,12 @@ from .environment import probe_deepspeed_launcher
 from .launcher import MULTINODE_LAUNCHERS, applies
 from .option_names import DS_ACCELERATORS, OFFLOAD_DEVICES, OPTIONS
 
-# API 1.6: the strategy is one role object per run, asked for MS-AMP (drivetrain_adopt_precision); 1.3: the
+# API 2.0: the strategy is a plugin_api.Strategy whose step methods are called directly and which
+# owns the run's precision (EnginePrecision); 1.6: the strategy is one role object per run, asked for MS-AMP (drivetrain_adopt_precision); 1.3: the
 # strategy's run hooks on its role object (1.2: drivetrain_compile_model and
 # drivetrain_clip_grad_value; 1.1: drivetrain_configure_run, the accelerator/models given to
 # prepare_objects/backward).
-PLUGIN_INFO = PluginInfo(api_version="1.7", description="DeepSpeed ZeRO stages 0-3 with CPU/NVMe offload",
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="DeepSpeed ZeRO stages 0-3 with CPU/NVMe offload",
                          requires=("deepspeed>=0.14",), extra="deepspeed")
 
 NAME = "deepspeed"

@@ -116,7 +116,7 @@ def layout_of(run: Any) -> SequenceParallelLayout | None:
 
     From the ``parallelism_config=`` the Accelerator was given, else from the variables.
     """
-    config = run.options.get("parallelism_config")
+    config = run.strategy.arguments.get("parallelism_config")
     if config is None:
         size = environment.read_pair(environment.own_name("PARALLELISM_CONFIG_SP_SIZE"), "PARALLELISM_CONFIG_SP_SIZE")
         if not size or int(size) <= 1:

@@ -4,24 +4,44 @@ Accelerate's DeepSpeed attributes, and implements the strategy's run hooks.
 The plugin also offers a launcher and a cluster environment, so its module is active in runs
 that use another strategy (a job started by DeepSpeed's launcher running DDP); keeping the
 strategy's hooks on this role object (``StrategySpec(hooks=...)``) means none of them has to
-check which strategy the run chose. Cheap to import: the engine is imported by each hook.
+check which strategy the run chose. The strategy owns the run's precision: the engine applies
+fp16 and bf16 from its config (:class:`EnginePrecision`). Cheap to import: the engine is
+imported by each hook.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import weakref
 from typing import Any, Mapping, Sequence
 
-from drivetrain.plugin_api import ConfigError, DrivetrainError, hookimpl
+from drivetrain.plugin_api import ConfigError, DrivetrainError, Precision, Strategy, hookimpl
 
 from .options import DeepSpeedPlugin, SelectionError
 
 logger = logging.getLogger(__name__)
 
 
-class DeepSpeedStrategy:
+class EnginePrecision(Precision):
+    """The run's precision as DeepSpeed's engine runs it: the engine casts the model and scales
+    the loss from its config (``fp16``/``bf16``), so there is no autocast, no grad scaler and no
+    ``forward`` of our own. A precision that converts layers (fp8) still converts them first."""
+
+    #: The precisions the engine applies from its config; others convert the model themselves.
+    ENGINE_PRECISIONS = ("fp16", "bf16")
+
+    def __init__(self, chosen: Precision) -> None:
+        super().__init__(chosen.run, chosen.spec)
+        self.chosen = chosen
+
+    def convert_model(self, model: Any) -> Any:
+        return model if self.name in self.ENGINE_PRECISIONS else self.chosen.convert_model(model)
+
+    def finalize_model(self, model: Any) -> Any:
+        return model if self.name in self.ENGINE_PRECISIONS else self.chosen.finalize_model(model)
+
+
+class DeepSpeedStrategy(Strategy):
     """DeepSpeed's engine as the run's strategy: it prepares all objects of a ``prepare`` call
     at once, steps inside ``backward``, and saves engine checkpoints.
 
@@ -37,14 +57,17 @@ class DeepSpeedStrategy:
     exposes = ("deepspeed_plugin", "deepspeed_plugins", "select_deepspeed_plugin", "get_deepspeed_plugin",
                "torch_device_mesh", "device_mesh", "parallelism_config")
 
-    def __init__(self) -> None:
+    #: The engine counts the accumulation window (its config's gradient_accumulation_steps).
+    accumulates_gradients = True
+
+    def __init__(self, run: Any, arguments: Any = None) -> None:
+        super().__init__(run, arguments)
         self.plugins: dict[str, DeepSpeedPlugin] = {}
         self.active: str | None = None
         self.engines: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.sequence_mesh: Any = None
         self.checked: "weakref.WeakKeyDictionary[Any, tuple[str, int, Any, Any]]" = weakref.WeakKeyDictionary()
         self._given: tuple[Any, Any] = (None, None)  # the deepspeed_plugin(s) arguments last seen
-        self._state: Any = None  # (a weak reference to) the AcceleratorState configured for
         self._warned_clip = False
 
     # ------------------------------------------------------------ Accelerate's attributes
@@ -103,13 +126,9 @@ class DeepSpeedStrategy:
 
     @hookimpl
     def drivetrain_configure_run(self, run, accelerator):
-        if self._state is None or self._state() is not run.accelerator_state:
-            # a new AcceleratorState (first Accelerator, or after _reset_state): start afresh
-            self._state = weakref.ref(run.accelerator_state)
-            self.plugins, self.active, self._given = {}, None, (None, None)
-            self.sequence_mesh = None
-        # run.options keeps every Accelerator's arguments: only those that changed are new.
-        single, several = run.options.get("deepspeed_plugin"), run.options.get("deepspeed_plugins")
+        # The arguments keep every Accelerator's of this run (one AcceleratorState): only those
+        # that changed are new.
+        single, several = self.arguments.get("deepspeed_plugin"), self.arguments.get("deepspeed_plugins")
         seen_single, seen_several = self._given
         new_single = single is not None and single is not seen_single
         new_several = several is not None and several is not seen_several
@@ -132,7 +151,6 @@ class DeepSpeedStrategy:
         precision = run.selection.mixed_precision
         for plugin in self.plugins.values():
             plugin.set_mixed_precision(precision)
-        run.options["strategy_accumulates"] = True
         steps = self.deepspeed_plugin.gradient_accumulation_steps
         if isinstance(steps, int) and steps != accelerator.gradient_accumulation_steps:
             if accelerator.gradient_accumulation_steps != 1:
@@ -211,30 +229,26 @@ class DeepSpeedStrategy:
         raise ConfigError("with DeepSpeed, pass the scheduler to accelerator.prepare() together with its model and "
                           "optimizer")
 
-    @hookimpl(tryfirst=True)
-    def drivetrain_make_grad_scaler(self, run, kwargs):
-        # DeepSpeed scales fp16 losses in its engine: the run must have no scaler of its own.
-        return False
+    def own_precision(self, precision: Precision) -> Precision:
+        # The engine runs the model in the config's precision and scales fp16 losses itself:
+        # autocast or a grad scaler of the run's own on top would change it.
+        return EnginePrecision(precision)
 
-    @hookimpl(tryfirst=True)
-    def drivetrain_autocast(self, run, kwargs):
-        # The engine runs the model in the config's precision; autocast on top would change it.
-        return contextlib.nullcontext()
+    def make_grad_scaler(self, kwargs: Any) -> None:
+        return None  # the engine scales fp16 losses
 
-    @hookimpl(tryfirst=True)
-    def drivetrain_backward(self, loss, run, kwargs, models):
+    def backward(self, loss: Any, kwargs: Any, models: Sequence[Any]) -> None:
         from .engine import backward
 
-        return backward(models, loss, kwargs)
+        if not backward(models, loss, kwargs):
+            super().backward(loss, kwargs, models)  # no engine among the models: plain backward (no scaler)
 
-    @hookimpl(tryfirst=True)
-    def drivetrain_clip_grad_norm(self, parameters, max_norm, norm_type, run):
+    def clip_grad_norm(self, parameters: Any, max_norm: float, norm_type: float) -> Any:
         from .engine import clip_grad_norm
 
         return clip_grad_norm(self, list(parameters), max_norm)
 
-    @hookimpl(tryfirst=True)
-    def drivetrain_clip_grad_value(self, parameters, clip_value, run):
+    def clip_grad_value(self, parameters: Any, clip_value: float) -> bool:
         # The engine stepped (and cleared the gradients) inside accelerator.backward, as in Accelerate.
         raise DrivetrainError("DeepSpeed cannot clip gradients by value: its engine steps inside "
                               "accelerator.backward; use accelerator.clip_grad_norm_ (gradient_clipping in the "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
 
 PLUGIN_INFO = PluginInfo(
-    api_version="1.2",
+    api_version="2.0",
     description="DVCLive experiment tracker",
     requires=("dvclive>=3.40",),
     extra="dvclive",

@@ -5,13 +5,13 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, hookimpl
 
 # API 1.2: asks drivetrain_compile_model first, so a strategy's wrapper compiles its own way.
-PLUGIN_INFO = PluginInfo(api_version="1.2", description="torch.compile of prepared models (dynamo_backend)",
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="torch.compile of prepared models (dynamo_backend)",
                          features=("compile",))
 
 
 @hookimpl(trylast=True)
 def drivetrain_finalize_model(model, run):
-    options = run.options.get("dynamo_plugin")
+    options = run.compile_options
     if options is None or options.backend in ("no", "none") or options.disable:
         return None
     # A wrapper that owns forward and backward (an engine) is compiled through itself.

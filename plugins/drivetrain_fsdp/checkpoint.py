@@ -33,7 +33,6 @@ import torch.distributed as dist
 
 from drivetrain.plugin_api import CheckpointError, load_tree, read_model_files, save_tree, write_model_files
 
-from .strategy import strategy_of
 from .wrap import quiet, version_of
 
 DCP_METADATA = ".metadata"
@@ -49,7 +48,7 @@ def _rank() -> int:
 def handles(model: Any, run: Any) -> bool:
     """Whether ``model`` is this run's to save: sharded by FSDP, or filed in the run's FSDP strategy
     by a strategy that composes it (a model split by tensor parallelism alone)."""
-    return version_of(model) is not None or any(known is model for known in strategy_of(run).models)
+    return version_of(model) is not None or any(known is model for known in run.strategy.models)
 
 
 # ------------------------------------------------------------------ reading DCP safely
@@ -173,7 +172,7 @@ def dcp_save(state: dict[str, Any], path: Path, relative: str, deferred: Any = N
         return _dcp_names(path, relative)
     # One group per saved object: each async_save runs its collectives on a thread of its
     # own, and two saves sharing a group could meet each other's collectives on another rank.
-    groups = strategy_of(run).checkpoint_groups
+    groups = run.strategy.checkpoint_groups
     if relative not in groups:
         groups[relative] = dist.new_group(backend="gloo")  # made in the same order on every rank
     with quiet():
@@ -215,7 +214,7 @@ def full_model_state_dict(model: Any, run: Any) -> dict[str, Any] | None:
         return None
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    options = strategy_of(run).options
+    options = run.strategy.options
     with quiet():
         state = get_model_state_dict(model, options=_gather_options(run, model, options.state_dict_config))
     return {key: value.detach() for key, value in state.items()} if isinstance(state, dict) else state
@@ -224,7 +223,7 @@ def full_model_state_dict(model: Any, run: Any) -> dict[str, Any] | None:
 def _model_of(optimizer: Any, run: Any) -> Any:
     inner = getattr(optimizer, "optimizer", optimizer)
     ids = {id(p) for group in inner.param_groups for p in group["params"]}
-    for model in strategy_of(run).models:
+    for model in run.strategy.models:
         if any(id(p) in ids for p in model.parameters()):
             return model
     raise CheckpointError("an optimizer's parameters belong to no model prepared with FSDP; pass the model and its "
@@ -282,7 +281,7 @@ def save_model(model: Any, index: int, directory: str, run: Any, safe_serializat
 
     relative = folder or f"model_{index}"
     path = Path(directory) / relative
-    if strategy_of(run).options.writes_sharded_state:
+    if run.strategy.options.writes_sharded_state:
         with quiet():
             state = get_model_state_dict(model)
         return dcp_save(state, path, relative, deferred, run)
@@ -297,7 +296,7 @@ def save_model(model: Any, index: int, directory: str, run: Any, safe_serializat
 def check_checkpoint(models: list[Any], optimizers: list[Any], directory: str, run: Any) -> None:
     """Check every model this run sharded and every optimizer against the checkpoint, before
     any of them loads: a load that fails must leave all of them as they were."""
-    fsdp = strategy_of(run)
+    fsdp = run.strategy
     fsdp.checked.clear()
     ours = [index for index, model in enumerate(models) if handles(model, run)]
     for index in ours:
@@ -333,7 +332,7 @@ def load_model(model: Any, index: int, directory: str, run: Any, folder: str | N
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
     path = Path(directory) / (folder or f"model_{index}")
-    checked = strategy_of(run).checked
+    checked = run.strategy.checked
     if folder is None and (directory, index) in checked:
         state = checked.pop((directory, index))
     else:  # loaded without the first phase's check
@@ -368,7 +367,7 @@ def _check_shapes(stored: dict[str, tuple[tuple[int, ...], Any]], current: dict[
 def save_optimizer(optimizer: Any, index: int, directory: str, run: Any, deferred: Any = None) -> list[str] | None:
     model = _model_of(optimizer, run)
     inner = getattr(optimizer, "optimizer", optimizer)
-    options = strategy_of(run).options
+    options = run.strategy.options
     relative = f"optimizer_{index}"
     path = Path(directory) / relative
     if options.writes_sharded_state:
@@ -457,7 +456,7 @@ def _check_structure(structure: dict[str, Any], model: Any, inner: Any, path: Pa
 def check_optimizers(run: Any, directory: Path) -> None:
     """Check every prepared optimizer against the checkpoint's sharded optimizer state, before a
     model is loaded: a load that fails must leave models and optimizers as they were."""
-    for index, optimizer in enumerate(strategy_of(run).optimizers):
+    for index, optimizer in enumerate(run.strategy.optimizers):
         path = directory / f"optimizer_{index}"
         if not (path / f"{STRUCTURE}.json").exists():
             continue  # not a sharded state: checked where it is read

@@ -14,17 +14,32 @@ from typing import Any, Iterator
 
 import torch
 
-from drivetrain.plugin_api import ConfigError
+from drivetrain.plugin_api import ConfigError, DrivetrainError
 
 from .options import FullyShardedDataParallelPlugin
-from .strategy import strategy_of
+from .strategy import FSDPStrategy
+
+
+def _sharding_strategy(run: Any) -> FSDPStrategy:
+    """The run's strategy, which must shard with FSDP (fsdp, or one that composes it such as
+    ``parallelism_config``): these helpers are Accelerate's, called by the user on any run.
+    Configured here when no ``Accelerator`` did it."""
+    strategy = run.strategy
+    if not isinstance(strategy, FSDPStrategy):
+        chosen = run.selection.strategy.name if run.selection.strategy is not None else None
+        raise DrivetrainError(f"this run's strategy is {chosen!r}, not fsdp; FSDP's helpers work on a run that shards "
+                              "with FSDP: pass fsdp_plugin=FullyShardedDataParallelPlugin(...) to the Accelerator "
+                              "or launch with --use-fsdp")
+    if strategy.options is None:
+        strategy.configure_unprepared(run)
+    return strategy
 
 
 @contextlib.contextmanager
 def _options(accelerator: Any, fsdp_plugin: FullyShardedDataParallelPlugin | None) -> Iterator[Any]:
     """The accelerator's run, with ``fsdp_plugin``'s options in force for the block."""
     run = accelerator.run
-    fsdp = strategy_of(run)
+    fsdp = _sharding_strategy(run)
     previous = fsdp.options
     if fsdp_plugin is not None:
         if not isinstance(fsdp_plugin, FullyShardedDataParallelPlugin):
@@ -107,7 +122,7 @@ def fsdp2_prepare_model(accelerator: Any, model: torch.nn.Module) -> torch.nn.Mo
     A model already sharded is returned as it is."""
     from .wrap import wrap_model
 
-    options = strategy_of(accelerator.run).options
+    options = _sharding_strategy(accelerator.run).options
     if options.fsdp_version != 2:
         raise ConfigError("fsdp2_prepare_model needs fsdp_version=2 in the accelerator's FullyShardedDataParallelPlugin")
     return wrap_model(model, accelerator.run)
@@ -145,7 +160,7 @@ def fsdp2_apply_ac(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module:
     activation checkpointing (non-reentrant), before sharding; returns ``model``."""
     from .wrap import _apply_checkpointing, units_of
 
-    options = strategy_of(accelerator.run).options
+    options = _sharding_strategy(accelerator.run).options
     if options.auto_wrap_policy == "NO_WRAP":
         raise ConfigError("activation checkpointing recomputes each unit's activations, but auto_wrap_policy "
                           "NO_WRAP makes no units; use TRANSFORMER_BASED_WRAP or SIZE_BASED_WRAP")

@@ -19,7 +19,7 @@ from drivetrain.plugin_api import BackendFlag, ConfigField, ConfigSection, Plugi
 from .option_names import AUTO_WRAP_POLICIES, BACKWARD_PREFETCH, ENV, SHARDING_STRATEGIES, STATE_DICT_TYPES
 
 # API 1.6: the strategy's run hooks and state on one role object per run (strategy.py).
-PLUGIN_INFO = PluginInfo(api_version="1.8", description="Fully Sharded Data Parallel (torch FSDP1 and FSDP2)")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="Fully Sharded Data Parallel (torch FSDP1 and FSDP2)")
 
 NAME = "fsdp"
 OPTIONS_ARGUMENT = "fsdp_plugin"

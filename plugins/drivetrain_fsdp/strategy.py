@@ -1,6 +1,6 @@
-"""The ``fsdp`` strategy: one object per run that holds the run's FSDP state, offers
-Accelerate's FSDP attributes, and implements the strategy's run hooks
-(``StrategySpec(hooks=...)``: they are called only while FSDP is the run's strategy).
+"""The ``fsdp`` strategy: one object per run (``run.strategy``, ``StrategySpec(hooks=...)``)
+that holds the run's FSDP state, offers Accelerate's FSDP attributes, does the step's FSDP
+parts (sharded grad scaler, ``no_sync``, clipping) and implements the strategy's run hooks.
 
 Cheap to import (no torch): each hook imports what it needs when called.
 """
@@ -8,9 +8,9 @@ Cheap to import (no torch): each hook imports what it needs when called.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, ContextManager
 
-from drivetrain.plugin_api import ConfigError, DrivetrainError, hookimpl
+from drivetrain.plugin_api import ConfigError, DrivetrainError, Strategy, hookimpl
 
 from .options import FullyShardedDataParallelPlugin
 
@@ -18,7 +18,7 @@ NAME = "fsdp"
 OPTIONS_ARGUMENT = "fsdp_plugin"
 
 
-class FSDPStrategy:
+class FSDPStrategy(Strategy):
     """Fully Sharded Data Parallel as the run's strategy.
 
     Attributes:
@@ -38,7 +38,8 @@ class FSDPStrategy:
     #: What ``AcceleratorState``, ``GradientState`` and the ``Accelerator`` offer of this object.
     exposes: tuple[str, ...] = ("fsdp_plugin", "is_fsdp2", "is_xla_gradients_synced")
 
-    def __init__(self) -> None:
+    def __init__(self, run: Any, arguments: Any = None) -> None:
+        super().__init__(run, arguments)
         self.options: FullyShardedDataParallelPlugin | None = None
         self._models: list[weakref.ref] = []
         self._optimizers: list[weakref.ref] = []
@@ -85,7 +86,7 @@ class FSDPStrategy:
     def configure(self, run: Any) -> None:
         """Resolve this run's options and check them against the run (once per ``Accelerator``;
         a later one may bring other options)."""
-        options = run.options.get(OPTIONS_ARGUMENT)
+        options = self.arguments.get(OPTIONS_ARGUMENT)
         if options is None:
             options = FullyShardedDataParallelPlugin()
         elif not isinstance(options, FullyShardedDataParallelPlugin):
@@ -110,7 +111,7 @@ class FSDPStrategy:
 
                 raise ConfigError(f"fsdp_version 2 needs torch.distributed.fsdp.fully_shard (torch 2.6 or newer; "
                                   f"this is torch {torch.__version__}); upgrade torch or set fsdp_version to 1")
-        run.options[OPTIONS_ARGUMENT] = options
+        self.arguments[OPTIONS_ARGUMENT] = options  # resolved once: a later Accelerator keeps it unless it brings its own
         if self.replaced is None:
             from torch.utils.weak import WeakIdKeyDictionary
 
@@ -146,40 +147,41 @@ class FSDPStrategy:
         from .wrap import point_optimizer_at_sharded_parameters
 
         point_optimizer_at_sharded_parameters(optimizer, run)
-        strategy_of(run).add_optimizer(optimizer)  # a checkpoint load checks every optimizer before changing any
+        self.add_optimizer(optimizer)  # a checkpoint load checks every optimizer before changing any
         return None  # the default wrapper suits FSDP
 
-    @hookimpl(tryfirst=True)
-    def drivetrain_make_grad_scaler(self, run, kwargs):
-        if run.selection.mixed_precision != "fp16":
-            return None
+    # ------------------------------------------------------------ the step
+
+    def make_grad_scaler(self, kwargs: Any) -> Any:
+        if self.run.precision.name != "fp16":
+            return super().make_grad_scaler(kwargs)
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
         # Finds inf/nan in every process's shard and agrees across processes on skipping a step.
-        return ShardedGradScaler(run.platform.device_type, **kwargs)
+        return ShardedGradScaler(self.run.platform.device_type, **kwargs)
 
-    @hookimpl
-    def drivetrain_no_sync(self, model, run):
+    def no_sync(self, model: Any) -> ContextManager[Any]:
         from .wrap import no_sync
 
-        return no_sync(model)
+        context = no_sync(model)
+        return super().no_sync(model) if context is None else context
 
-    @hookimpl
-    def drivetrain_sync_in_backward(self, model, run):
+    def sync_in_backward(self, model: Any) -> ContextManager[Any]:
         from .wrap import sync_in_backward
 
-        return sync_in_backward(model)
+        context = sync_in_backward(model)
+        return super().sync_in_backward(model) if context is None else context
 
-    @hookimpl
-    def drivetrain_clip_grad_norm(self, parameters, max_norm, norm_type, run):
+    def clip_grad_norm(self, parameters: Any, max_norm: float, norm_type: float) -> Any:
         from .wrap import clip_grad_norm
 
-        return clip_grad_norm(parameters, max_norm, norm_type, run)
+        return clip_grad_norm(parameters, max_norm, norm_type, self.run)
 
-    @hookimpl
-    def drivetrain_clip_grad_value(self, parameters, clip_value, run):
+    def clip_grad_value(self, parameters: Any, clip_value: float) -> bool:
         # As in Accelerate: clipping by value is refused with sharded gradients; the norm is global.
         raise DrivetrainError("FSDP cannot clip gradients by value; use accelerator.clip_grad_norm_ instead")
+
+    # ------------------------------------------------------------ checkpoints
 
     @hookimpl
     def drivetrain_get_state_dict(self, model, run, unwrap):
@@ -216,17 +218,3 @@ class FSDPStrategy:
         from .checkpoint import load_optimizer
 
         return load_optimizer(optimizer, index, directory, run)
-
-
-def strategy_of(run: Any) -> FSDPStrategy:
-    """The run's FSDP strategy object (also a strategy that composes FSDP, such as
-    ``parallelism_config``), configured on first use when no ``Accelerator`` did it."""
-    strategy = run.role("strategy")
-    if not isinstance(strategy, FSDPStrategy):
-        chosen = run.selection.strategy.name if run.selection.strategy is not None else None
-        raise DrivetrainError(f"this run's strategy is {chosen!r}, not fsdp; FSDP's helpers work on a run that shards "
-                              "with FSDP: pass fsdp_plugin=FullyShardedDataParallelPlugin(...) to the Accelerator "
-                              "or launch with --use-fsdp")
-    if strategy.options is None:
-        strategy.configure_unprepared(run)
-    return strategy

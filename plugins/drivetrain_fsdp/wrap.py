@@ -12,7 +12,7 @@ import math
 import re
 import warnings
 import weakref
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -20,7 +20,9 @@ import torch.distributed as dist
 from drivetrain.plugin_api import ConfigError, DrivetrainError
 
 from .options import HYBRID_STRATEGIES, KEEPS_PARAMETERS_AFTER_FORWARD, FullyShardedDataParallelPlugin
-from .strategy import FSDPStrategy, strategy_of
+
+if TYPE_CHECKING:  # pragma: no cover - the strategy imports this module in its methods, never the reverse
+    from .strategy import FSDPStrategy
 
 logger = logging.getLogger(__name__)
 
@@ -287,7 +289,7 @@ def wrap_model(model: torch.nn.Module, run: Any, mesh: Any = None,
     """
     if version_of(model) is not None:
         return model  # prepared twice
-    fsdp = strategy_of(run)
+    fsdp = run.strategy
     options = fsdp.options
     ensure_process_group(run)
     before = parameters_by_name(model) if before is None else before
@@ -306,7 +308,7 @@ def wrap_model(model: torch.nn.Module, run: Any, mesh: Any = None,
 def adopt(model: torch.nn.Module, run: Any, before: list[tuple[str, Any]]) -> None:
     """File a model another strategy transformed without sharding it (tensor parallelism
     alone): optimizers created earlier are pointed at its new parameters, checkpoints save it."""
-    fsdp = strategy_of(run)
+    fsdp = run.strategy
     _remember_replacements(fsdp, model, before, fsdp.options)
     fsdp.add_model(model)
 
@@ -362,7 +364,7 @@ def _wrap_v1(model: torch.nn.Module, run: Any, options: FullyShardedDataParallel
         use_orig_params=options.use_orig_params,
     )
     if options.resolved_sharding_strategy in HYBRID_STRATEGIES:
-        kwargs["device_mesh"] = mesh_for(strategy_of(run), run, options.resolved_sharding_strategy, two_dims=True)
+        kwargs["device_mesh"] = mesh_for(run.strategy, run, options.resolved_sharding_strategy, two_dims=True)
     wrapped = FullyShardedDataParallel(model, **kwargs)
     if source is not None:
         _fill_from_main_process(wrapped, source)
@@ -493,7 +495,7 @@ def point_optimizer_at_sharded_parameters(optimizer: Any, run: Any) -> None:
 
     Called after every model of the same ``prepare`` call was wrapped.
     """
-    fsdp = strategy_of(run)
+    fsdp = run.strategy
     if not len(fsdp.replaced):
         return
     inner = getattr(optimizer, "optimizer", optimizer)
@@ -576,7 +578,7 @@ def clip_grad_norm(parameters: list[Any], max_norm: float, norm_type: float, run
     from torch.distributed.tensor import DTensor
 
     wanted = {id(p) for p in parameters}
-    for model in strategy_of(run).models:
+    for model in run.strategy.models:
         if version_of(model) == 1 and {id(p) for p in model.parameters()} == wanted:
             with quiet():
                 return model.clip_grad_norm_(max_norm, norm_type)
@@ -585,7 +587,7 @@ def clip_grad_norm(parameters: list[Any], max_norm: float, norm_type: float, run
             norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
             return norm.full_tensor() if isinstance(norm, DTensor) else norm
         return _clip_mixed(parameters, max_norm, norm_type)
-    if any(version_of(model) == 1 for model in strategy_of(run).models):
+    if any(version_of(model) == 1 for model in run.strategy.models):
         raise DrivetrainError("with FSDP1, clip_grad_norm_ needs all parameters of one prepared model "
                               "(accelerator.clip_grad_norm_(model.parameters(), ...)); clip a subset with fsdp_version 2")
     return None

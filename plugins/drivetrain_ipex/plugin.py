@@ -23,7 +23,7 @@ from drivetrain.plugin_api import (
     hookimpl,
 )
 
-PLUGIN_INFO = PluginInfo(api_version="1.4", description="Intel Extension for PyTorch: ipex.optimize at prepare (CPU, XPU)",
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="Intel Extension for PyTorch: ipex.optimize at prepare (CPU, XPU)",
                          requires=("intel-extension-for-pytorch>=2.3",), extra="ipex", features=("ipex",))
 
 #: Platforms IPEX optimises for.

@@ -6,7 +6,7 @@ import os
 
 from drivetrain.plugin_api import ClusterEnvironmentSpec, PluginInfo, Probe, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="Kubernetes PyTorchJob pods")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="Kubernetes PyTorchJob pods")
 
 
 def probe(env=None) -> Probe:

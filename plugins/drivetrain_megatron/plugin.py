@@ -19,7 +19,7 @@ from drivetrain.plugin_api import BackendFlag, ConfigField, ConfigSection, Plugi
 from .option_names import ENV
 
 # API 1.6: the run hooks on one role object per run (strategy.py).
-PLUGIN_INFO = PluginInfo(api_version="1.6", description="Megatron-LM tensor/pipeline/sequence parallelism",
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="Megatron-LM tensor/pipeline/sequence parallelism",
                          requires=("megatron-core>=0.8",), extra="megatron")
 
 NAME = "megatron_lm"

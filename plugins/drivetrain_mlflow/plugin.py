@@ -5,7 +5,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
 
 PLUGIN_INFO = PluginInfo(
-    api_version="1.2",
+    api_version="2.0",
     description="MLflow experiment tracker",
     requires=("mlflow>=2.10",),
     extra="mlflow",

@@ -14,7 +14,7 @@ from drivetrain.plugin_api import (
     hookimpl,
 )
 
-PLUGIN_INFO = PluginInfo(api_version="1.8", description="MPI launchers (Open MPI, MPICH, Intel MPI)")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="MPI launchers (Open MPI, MPICH, Intel MPI)")
 
 FLAVOURS = {
     "Open MPI": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),

@@ -13,7 +13,7 @@ from drivetrain.plugin_api import BackendFlag, EnvReportLine, PlatformSpec, Plug
 
 from .support import BF16_MACOS, macos_version, precisions
 
-PLUGIN_INFO = PluginInfo(api_version="1.3", description="Apple silicon GPUs through torch.mps (one process)")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="Apple silicon GPUs through torch.mps (one process)")
 
 NAME = "mps"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, PrecisionSpec, Probe, hookimpl
 
 # API 1.3: the precision's run hooks on its role object; 1.6: it asks the strategy (drivetrain_adopt_precision).
-PLUGIN_INFO = PluginInfo(api_version="1.6", description="fp8 with MS-AMP (O1/O2)", requires=("msamp",),
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="fp8 with MS-AMP (O1/O2)", requires=("msamp",),
                          install_hint="install MS-AMP from its source tree (github.com/Azure/MS-AMP); "
                                       "it is not on the package index")
 

@@ -1,12 +1,11 @@
-"""The run hooks of the ``fp8``/``msamp`` precision, called only while it is the run's precision
-(``PrecisionSpec(hooks=...)``). Cheap to import: MS-AMP is imported by the hooks that use it.
+"""The ``fp8``/``msamp`` precision's role object (``PrecisionSpec(hooks=...)``) and its run hooks. Cheap to import: MS-AMP is imported by the hooks that use it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from drivetrain.plugin_api import hookimpl
+from drivetrain.plugin_api import Precision, hookimpl
 
 
 def recipe_of(run: Any) -> Any:
@@ -16,7 +15,7 @@ def recipe_of(run: Any) -> Any:
     return run.handler_kwargs.get("MSAMPRecipeKwargs") or MSAMPRecipeKwargs()
 
 
-class MSAMPPrecision:
+class MSAMPPrecision(Precision):
     """fp8 through MS-AMP as the run's precision: the run's recipe, and model and optimizer
     converted together, unless the strategy's engine applies MS-AMP itself.
 
@@ -25,7 +24,8 @@ class MSAMPPrecision:
         adopted: whether the run's strategy applies MS-AMP in its engine (DeepSpeed does).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, run: Any, spec: Any = None) -> None:
+        super().__init__(run, spec)
         self.recipe: Any = None
         self.adopted = False
 

@@ -6,7 +6,7 @@ import os
 
 from drivetrain.plugin_api import ClusterEnvironmentSpec, PluginInfo, Probe, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="SLURM tasks (srun) as processes")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="SLURM tasks (srun) as processes")
 
 
 def probe(env=None) -> Probe:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from drivetrain.plugin_api import EnvReportLine, PluginInfo, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.10", description="process groups and collectives over torch.distributed")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="process groups and collectives over torch.distributed")
 
 
 @hookimpl

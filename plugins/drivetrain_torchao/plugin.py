@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, PrecisionSpec, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="fp8 training with torchao's Float8Linear",
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="fp8 training with torchao's Float8Linear",
                          requires=("torchao>=0.6",), extra="torchao")
 
 BACKENDS = ("ao", "te", "msamp")
@@ -24,6 +24,7 @@ def _probe():
 @hookimpl
 def drivetrain_register_precisions():
     return [PrecisionSpec(name="fp8", backend="ao", probe=_probe, priority=10,
+                          hooks="drivetrain_torchao.precision:AOFloat8",
                           description="float8 linear layers (torchao); emulated on the CPU")]
 
 
@@ -36,24 +37,6 @@ def drivetrain_configure_run(run, accelerator):
 
     given = run.handler_kwargs.get("AORecipeKwargs")
     return FP8Members("AO", given or AORecipeKwargs(), given is not None)
-
-
-@hookimpl
-def drivetrain_convert_model(model, run):
-    if run.selection.precision is None or run.selection.precision.backend != "ao":
-        return None
-    from .convert import convert_model_to_fp8_ao, has_ao_layers
-    from .recipe import AORecipeKwargs
-
-    if has_ao_layers(model):
-        return None  # prepared twice, or converted by the user
-    recipe = run.handler_kwargs.get("AORecipeKwargs") or AORecipeKwargs()
-    converted = convert_model_to_fp8_ao(model, recipe.float8_config(), recipe.module_filter_fn)
-    if not has_ao_layers(converted):
-        from .convert import warn_nothing_converted
-
-        warn_nothing_converted(converted, custom_filter=recipe.module_filter_fn is not None)
-    return converted
 
 
 @hookimpl

@@ -7,7 +7,7 @@ import os
 
 from drivetrain.plugin_api import ClusterEnvironmentSpec, PluginInfo, Probe, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="torchrun / torchelastic and plain env:// variables")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="torchrun / torchelastic and plain env:// variables")
 
 _ENV_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR")
 

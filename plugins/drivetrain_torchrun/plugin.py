@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from drivetrain.plugin_api import LauncherSpec, PluginInfo, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="launch processes: on one machine directly, else through torchrun")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="launch processes: on one machine directly, else through torchrun")
 
 
 def _multi(args) -> bool:

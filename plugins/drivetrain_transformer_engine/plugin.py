@@ -10,7 +10,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, PrecisionSpec, Probe, hookimpl
 
 # API 1.3: the precision's run hooks on its role object.
-PLUGIN_INFO = PluginInfo(api_version="1.3", description="fp8 with NVIDIA Transformer Engine",
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="fp8 with NVIDIA Transformer Engine",
                          requires=("transformer-engine>=1.8",), extra="te")
 
 

@@ -1,12 +1,13 @@
-"""The run hooks of the ``fp8``/``te`` precision, called only while it is the run's precision
-(``PrecisionSpec(hooks=...)``). Cheap to import: Transformer Engine is imported by the hooks.
+"""The ``fp8``/``te`` precision's role object (``run.precision``, ``PrecisionSpec(hooks=...)``):
+TE layers swapped in before wrapping, ``fp8_autocast`` around forward after. Cheap to import:
+Transformer Engine is imported by the methods that use it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from drivetrain.plugin_api import hookimpl
+from drivetrain.plugin_api import Precision, hookimpl
 
 
 def recipe_of(run: Any) -> Any:
@@ -16,7 +17,7 @@ def recipe_of(run: Any) -> Any:
     return run.handler_kwargs.get("TERecipeKwargs") or run.handler_kwargs.get("FP8RecipeKwargs") or TERecipeKwargs()
 
 
-class TransformerEnginePrecision:
+class TransformerEnginePrecision(Precision):
     """fp8 through Transformer Engine as the run's precision: TE layers swapped in, then fp8_autocast around forward."""
 
     @hookimpl
@@ -29,8 +30,7 @@ class TransformerEnginePrecision:
                                      te_recipe_handler=recipe, fp8_recipe_handler=recipe, ao_recipe_handler=None,
                                      msamp_recipe_handler=None, delayed_fp8_autocast=False)
 
-    @hookimpl
-    def drivetrain_convert_model(self, model, run):
+    def convert_model(self, model: Any) -> Any:
         from .layers import convert_model, has_transformer_engine_layers
 
         if not has_transformer_engine_layers(model):
@@ -40,8 +40,7 @@ class TransformerEnginePrecision:
                 convert_model(model)
         return model
 
-    @hookimpl
-    def drivetrain_finalize_model(self, model, run):
+    def finalize_model(self, model: Any) -> Any:
         from .layers import apply_fp8_autowrap
 
-        return apply_fp8_autowrap(model, recipe_of(run))
+        return apply_fp8_autowrap(model, recipe_of(self.run))

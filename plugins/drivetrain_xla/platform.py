@@ -50,6 +50,17 @@ class XlaPlatform(Platform):
     def is_initialized(self) -> bool:
         return runtime_started()
 
+    def wrap_dataloader(self, dataloader: Any, device: torch.device) -> Any:
+        from .loader import wrap_dataloader
+
+        wrapped = wrap_dataloader(dataloader, device)
+        return dataloader if wrapped is None else wrapped
+
+    def clip_grad_norm(self, parameters: Any, max_norm: float, norm_type: float) -> torch.Tensor:
+        from .optimizer import clip_grad_norm
+
+        return clip_grad_norm(parameters, max_norm, norm_type)
+
     def device_count(self) -> int:
         # Counting through the runtime would open the devices in the launcher, and the
         # processes it starts could not open them again: count without it until it runs.

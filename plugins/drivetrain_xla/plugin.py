@@ -30,7 +30,7 @@ from drivetrain.plugin_api import (
     hookimpl,
 )
 
-PLUGIN_INFO = PluginInfo(api_version="1.8", description="TPUs and other PJRT devices through torch_xla",
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="TPUs and other PJRT devices through torch_xla",
                          requires=("torch-xla>=2.4",), extra="xla")
 
 NAME = "xla"
@@ -255,15 +255,3 @@ def drivetrain_wrap_optimizer(optimizer, run):
     return XlaOptimizer(optimizer, device=run.state.device)
 
 
-@hookimpl
-def drivetrain_wrap_dataloader(dataloader, run):
-    from .loader import wrap_dataloader
-
-    return wrap_dataloader(dataloader, run.state.device)
-
-
-@hookimpl(tryfirst=True)
-def drivetrain_clip_grad_norm(parameters, max_norm, norm_type, run):
-    from .optimizer import clip_grad_norm
-
-    return clip_grad_norm(parameters, max_norm, norm_type)

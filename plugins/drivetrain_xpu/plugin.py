@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from drivetrain.plugin_api import BackendFlag, EnvReportLine, PlatformSpec, PluginInfo, Probe, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.3", description="Intel GPUs through torch.xpu (XCCL or oneCCL between processes)")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="Intel GPUs through torch.xpu (XCCL or oneCCL between processes)")
 
 NAME = "xpu"
 

@@ -144,13 +144,13 @@ def run_info(args: argparse.Namespace) -> int:
         )
         if pairs
     }
-    # Role objects are imported only when their item is chosen: show where their hooks live.
+    # Role classes are imported only when their item is chosen: show where they live.
     roles = {" ".join(dict.fromkeys(filter(None, (item.name, getattr(item, "backend", None))))):
              [item.hooks if isinstance(item.hooks, str) else repr(item.hooks)]
              for hook in ("drivetrain_register_strategies", "drivetrain_register_precisions")
              for plugin, item in manager.registrations(hook) if plugin == record.name and item.hooks is not None}
     if roles:
-        data["role_objects"] = roles
+        data["role_classes"] = roles
     if args.json:
         emit(data)
         return 0

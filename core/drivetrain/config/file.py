@@ -374,7 +374,7 @@ def check_combinations(config: Config, schema: Schema, where: str = "config") ->
     if config.use_cpu and platform is not None and platform.name != CPU_PLATFORM:
         raise ConfigError(f"{where}: use_cpu is true but distributed_type {kind} / platform {platform.name!r} "
                           "needs another device; remove one of them")
-    strategy = _strategy_of(config, schema)
+    strategy = _configured_strategy(config, schema)
     if strategy is not None:
         plugin, spec = strategy
         if platform is not None and spec.platforms is not None and platform.name not in spec.platforms:
@@ -399,7 +399,7 @@ def _platform_of(config: Config, schema: Schema) -> Any:
     return None
 
 
-def _strategy_of(config: Config, schema: Schema) -> Any:
+def _configured_strategy(config: Config, schema: Schema) -> Any:
     if config.strategy and config.strategy.lower() not in ("none", "no"):
         return next((pair for n, pair in schema.strategies.items() if n.lower() == config.strategy.lower()), None)
     kind = config.distributed_type.upper()

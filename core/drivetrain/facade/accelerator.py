@@ -91,11 +91,12 @@ class Accelerator:
         strategy = strategy_for_options(strategy_options)
         self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, strategy=strategy,
                                       dynamo_plugin=dynamo_plugin, _from_accelerator=True,
+                                      strategy_arguments=strategy_options,
                                       **init_arguments.state_arguments(handlers))
         self.run = self.state.run
         self.state._accelerator = weakref.ref(self)  # the state's newest Accelerator (checkpointing's functions)
         self.run.handler_kwargs.update(handlers)
-        self.run.options.update(strategy_options)
+        self.run.add_strategy_arguments(strategy_options)  # a further Accelerator on the same state brings its own
 
         self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
         if project_dir is not None and project_config is not None:
@@ -111,11 +112,10 @@ class Accelerator:
 
         compile_with = init_arguments.dynamo_plugin(dynamo_backend, dynamo_plugin)
         if compile_with is not None:
-            self.run.options["dynamo_plugin"] = self.state.dynamo_plugin = compile_with
+            self.run.compile_options = self.state.dynamo_plugin = compile_with
             self.run.activate_feature("compile")
         scaler_kwargs = handlers.get("GradScalerKwargs", GradScalerKwargs()).to_kwargs()
-        # `False` from a strategy whose engine scales the loss itself means: no scaler at all
-        self.run.grad_scaler = self.run.call("drivetrain_make_grad_scaler", kwargs=scaler_kwargs) or None
+        self.run.grad_scaler = self.run.strategy.make_grad_scaler(scaler_kwargs)
         self.scaler = self.run.grad_scaler
 
         # What prepare() recorded, by kind (checkpointing and the step read them).
@@ -434,8 +434,7 @@ class Accelerator:
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
         """Run backward without synchronising gradients across processes."""
-        context = self.run.call("drivetrain_no_sync", model=model)
-        with context if context is not None else contextlib.nullcontext():
+        with self.run.strategy.no_sync(model):
             yield
 
     @contextlib.contextmanager
@@ -447,8 +446,7 @@ class Accelerator:
     @contextlib.contextmanager
     def trigger_sync_in_backward(self, model: torch.nn.Module) -> Iterator[None]:
         """Synchronise in the next backward even inside ``no_sync``."""
-        context = self.run.call("drivetrain_sync_in_backward", model=model)
-        with context if context is not None else contextlib.nullcontext():
+        with self.run.strategy.sync_in_backward(model):
             yield
 
     def unscale_gradients(self, optimizer: Any = None) -> None:
@@ -483,8 +481,7 @@ class Accelerator:
     def autocast(self, autocast_handler: AutocastKwargs | None = None) -> Iterator[None]:
         """Run the block in the run's mixed precision."""
         handler = autocast_handler or self.run.handler_kwargs.get("AutocastKwargs") or AutocastKwargs()
-        context = self.run.call("drivetrain_autocast", kwargs=handler.to_kwargs())
-        with context if context is not None else contextlib.nullcontext():
+        with self.run.precision.autocast(handler.to_kwargs()):
             yield
 
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,

@@ -37,7 +37,8 @@ def prepare(accelerator: Any, objects: Sequence[Any], device_placement: Sequence
     placement = [accelerator.device_placement if p is None else p for p in device_placement]
     # Data loaders first: a strategy preparing the rest together may need their batch size.
     items = [_prepare_if_dataloader(accelerator, obj, placement[index]) for index, obj in enumerate(objects)]
-    transformed = run.chain("drivetrain_transform_objects", "objects", items, accelerator=accelerator)
+    transformed = run.call("drivetrain_transform_objects", objects=items, accelerator=accelerator)
+    transformed = items if transformed is None else transformed
     if len(transformed) != len(items):
         raise DrivetrainError(f"a plugin transformed the {len(items)} objects of prepare into {len(transformed)}")
     items = list(transformed)
@@ -49,7 +50,7 @@ def prepare(accelerator: Any, objects: Sequence[Any], device_placement: Sequence
         # before and the finalisation (compilation) after, as with any other strategy.
         converted = [index for index, obj in enumerate(items) if _is_new_model(accelerator, obj)]
         for index in converted:
-            items[index] = run.chain("drivetrain_convert_model", "model", items[index])
+            items[index] = run.precision.convert_model(items[index])
         prepared = run.call("drivetrain_prepare_objects", objects=items, device_placement=placement,
                             accelerator=accelerator)
     if prepared is None:
@@ -60,7 +61,7 @@ def prepare(accelerator: Any, objects: Sequence[Any], device_placement: Sequence
             raise DrivetrainError(f"the strategy prepared {len(prepared)} objects for the {len(items)} given")
         for index in converted:
             if isinstance(prepared[index], torch.nn.Module):
-                prepared[index] = run.chain("drivetrain_finalize_model", "model", prepared[index])
+                prepared[index] = _finalize(run, prepared[index])
         _record_prepared(accelerator, prepared)
     return prepared[0] if len(prepared) == 1 else tuple(prepared)
 
@@ -162,11 +163,18 @@ def prepare_model(accelerator: Any, model: torch.nn.Module, device_placement: bo
     if device_placement and not (strategy is not None and strategy.places_models):
         model = model.to(accelerator.device)
     if not converted:
-        model = run.chain("drivetrain_convert_model", "model", model)
+        model = run.precision.convert_model(model)
     wrapped = run.call("drivetrain_wrap_model", model=model, evaluation_mode=evaluation_mode)
-    model = run.chain("drivetrain_finalize_model", "model", model if wrapped is None else wrapped)
+    model = _finalize(run, model if wrapped is None else wrapped)
     accelerator._prepared.models.append(watched(accelerator, mark_prepared(model)))
     return model
+
+
+def _finalize(run: Any, model: torch.nn.Module) -> torch.nn.Module:
+    """The precision's last change to a wrapped model, then a feature's (compilation)."""
+    model = run.precision.finalize_model(model)
+    finalized = run.call("drivetrain_finalize_model", model=model)
+    return model if finalized is None else finalized
 
 
 def prepare_optimizer(accelerator: Any, optimizer: torch.optim.Optimizer, device_placement: bool | None) -> Any:
@@ -216,6 +224,6 @@ def prepare_data_loader(accelerator: Any, data_loader: Any, device_placement: bo
         data_seed=config.data_seed, non_blocking=config.non_blocking,
         use_stateful_dataloader=config.use_stateful_dataloader,
     )
-    prepared = run.chain("drivetrain_wrap_dataloader", "dataloader", prepared)
+    prepared = run.platform.wrap_dataloader(prepared, accelerator.device)
     accelerator._prepared.dataloaders.append(watched(accelerator, mark_prepared(prepared)))
     return prepared

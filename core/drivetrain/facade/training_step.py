@@ -19,10 +19,10 @@ from ..services.other import remove_mixed_precision_forward
 def backward(accelerator: Any, loss: torch.Tensor, kwargs: dict[str, Any]) -> None:
     """Backward for ``loss``, divided for gradient accumulation unless the strategy accumulates."""
     steps = accelerator.gradient_accumulation_steps
-    if steps > 1 and not accelerator.run.options.get("strategy_accumulates", False):
+    strategy = accelerator.run.strategy
+    if steps > 1 and not strategy.accumulates_gradients:
         loss = loss / steps
-    if not accelerator.run.call("drivetrain_backward", loss=loss, kwargs=kwargs, models=list(accelerator._prepared.models)):
-        loss.backward(**kwargs)
+    strategy.backward(loss, kwargs, accelerator._prepared.models)
 
 
 def count_micro_batch(accelerator: Any) -> None:
@@ -71,8 +71,7 @@ def clip_grad_norm(accelerator: Any, parameters: Any, max_norm: float, norm_type
     """Clip the gradient norm after unscaling, through the strategy or torch; the total norm."""
     parameters = _parameter_list(parameters)
     accelerator.unscale_gradients()
-    norm = accelerator.run.call("drivetrain_clip_grad_norm", parameters=parameters, max_norm=max_norm,
-                                norm_type=norm_type)
+    norm = accelerator.run.strategy.clip_grad_norm(parameters, max_norm, norm_type)
     if norm is None:
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
     return None if norm is False else norm  # False: the strategy clipped but measured no norm
@@ -81,7 +80,7 @@ def clip_grad_norm(accelerator: Any, parameters: Any, max_norm: float, norm_type
 def clip_grad_value(accelerator: Any, parameters: Any, clip_value: float) -> None:
     """Clip each gradient after unscaling, unless the strategy clipped (or refused) itself."""
     parameters = _parameter_list(parameters)
-    if accelerator.run.call("drivetrain_clip_grad_value", parameters=parameters, clip_value=clip_value):
+    if accelerator.run.strategy.clip_grad_value(parameters, clip_value):
         return
     accelerator.unscale_gradients()
     torch.nn.utils.clip_grad_value_(parameters, clip_value)

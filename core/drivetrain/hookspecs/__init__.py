@@ -25,13 +25,16 @@ selected.
 **Run hooks** (every hook taking ``run``) are called only on the plugins active in this run:
 the chosen platform, cluster environment, strategy, precision, trackers, and the plugins
 those declare. They are resolved once, when the ``Accelerator`` is built, so a training step
-pays no discovery cost. ``run`` is the :class:`drivetrain.run.Run` of this process: the
-process state, the names chosen for each role, the plugin-owned config sections and the
-user's kwargs handlers. A strategy's or precision's run hooks may instead be methods of a
-role object its descriptor names (``StrategySpec.hooks``, API 1.3): those are called only
-while that item is the run's, so a plugin with several roles needs no check of the run's
-choice in each hook. The object is built for each run and keeps that run's state (API 1.6);
-``run.role("strategy")`` reaches it from plugin code outside a hook.
+pays no discovery cost. ``run`` is the run of this ``AcceleratorState``
+(:class:`drivetrain.plugin_api.Run`): the process state, the choice for each role, its role
+objects, the user's kwargs handlers. A strategy's or precision's descriptor names a class
+(``StrategySpec.hooks``, ``PrecisionSpec.hooks``: a subclass of
+:class:`drivetrain.plugin_api.Strategy` or :class:`~drivetrain.plugin_api.Precision`); the run
+builds one object of it (``run.strategy``, ``run.precision``) and keeps it for its lifetime. What
+happens at every step (backward, clipping, autocast, the grad scaler, ``no_sync``) and the
+precision's conversion of a model are methods of those objects, called directly: they are no
+hooks. The object's ``@hookimpl`` methods are run hooks answered only through its run, so a
+plugin with several roles needs no check of the run's choice in each hook.
 
 The calling conventions:
 
@@ -39,8 +42,6 @@ The calling conventions:
   ``None``; that answer wins and the rest are not called. ``None`` means "not mine, ask the
   next"; where a hook gives ``False`` a meaning of its own (the grad scaler, the clipped
   norm), ``False`` is an answer that stops the call.
-- *chained*: every implementation is called with the value the previous one returned
-  (``None`` keeps the value unchanged); the last value is used.
 - *collected*: every implementation is called; each non-``None`` answer is used (merged or
   listed, as the hook says).
 - *broadcast*: every implementation is called; the return value is ignored.
@@ -51,10 +52,11 @@ therefore stated by the marks plus the *firstresult* rule: a strategy that takes
 (DeepSpeed's engine runs backward itself) marks its implementation ``tryfirst`` and answers;
 a plugin that only fills in a default marks it ``trylast``.
 
-The order in which the model is transformed is fixed: device placement (platform) ->
-``drivetrain_convert_model`` (precision conversions such as FP8 layers) ->
-``drivetrain_wrap_model`` (the parallel wrapper of the strategy) ->
-``drivetrain_finalize_model`` (compilation). A strategy whose
+The order in which the model is transformed is fixed: ``drivetrain_transform_objects`` (a
+library rewriting a model with its optimizer) -> device placement (platform) ->
+``run.precision.convert_model`` (precision conversions such as FP8 layers, autocast of
+``forward``) -> ``drivetrain_wrap_model`` (the parallel wrapper of the strategy) ->
+``run.precision.finalize_model`` -> ``drivetrain_finalize_model`` (compilation). A strategy whose
 ``StrategySpec.places_models`` is true places the model itself, in ``drivetrain_wrap_model``
 (a sharding strategy shards first), and the core skips its own placement. A strategy that
 answers ``drivetrain_prepare_objects`` takes the place of placement and wrapping: the core
@@ -97,23 +99,14 @@ from .process import (
 from .model import (
     drivetrain_prepare_objects,
     drivetrain_transform_objects,
-    drivetrain_convert_model,
     drivetrain_wrap_model,
     drivetrain_finalize_model,
     drivetrain_compile_model,
     drivetrain_unwrap_model,
-    drivetrain_no_sync,
-    drivetrain_sync_in_backward,
 )
 from .step import (
     drivetrain_wrap_optimizer,
     drivetrain_wrap_scheduler,
-    drivetrain_wrap_dataloader,
-    drivetrain_make_grad_scaler,
-    drivetrain_autocast,
-    drivetrain_backward,
-    drivetrain_clip_grad_norm,
-    drivetrain_clip_grad_value,
 )
 from .checkpoint import (
     drivetrain_get_state_dict,
@@ -159,21 +152,12 @@ __all__ = [
     "drivetrain_adopt_precision",
     "drivetrain_prepare_objects",
     "drivetrain_transform_objects",
-    "drivetrain_convert_model",
     "drivetrain_wrap_model",
     "drivetrain_finalize_model",
     "drivetrain_compile_model",
     "drivetrain_unwrap_model",
-    "drivetrain_no_sync",
-    "drivetrain_sync_in_backward",
     "drivetrain_wrap_optimizer",
     "drivetrain_wrap_scheduler",
-    "drivetrain_wrap_dataloader",
-    "drivetrain_make_grad_scaler",
-    "drivetrain_autocast",
-    "drivetrain_backward",
-    "drivetrain_clip_grad_norm",
-    "drivetrain_clip_grad_value",
     "drivetrain_get_state_dict",
     "drivetrain_save_model_state",
     "drivetrain_load_model_state",

@@ -1,11 +1,14 @@
-"""Run hooks of ``prepare``: the objects of a call, and each model's convert, wrap, compile, unwrap.
+"""Run hooks of ``prepare``: the objects of a call, and each model's wrap, compile, unwrap.
+
+A model's precision conversion is no hook: the core calls ``run.precision.convert_model``
+(:mod:`drivetrain.kernel.roles`) before the strategy wraps it.
 
 Part of :mod:`drivetrain.hookspecs`, which collects every family; read its docstring for the
 kinds of hook and the calling conventions."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ContextManager, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..kernel.descriptors import hookspec
 
@@ -13,8 +16,8 @@ if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
 
     from ..facade.accelerator import Accelerator
+    from ..kernel.roles import Run
     from ..runtime.kwargs_handlers import TorchDynamoPlugin
-    from ..runtime.run import Run
 
 
 @hookspec(firstresult=True)
@@ -27,7 +30,7 @@ def drivetrain_prepare_objects(
     below. A strategy that must see models, optimizers and schedulers at once answers here:
     an engine built from all three (DeepSpeed). It stands for placement and
     ``drivetrain_wrap_model`` only: the models it receives have already been through
-    ``drivetrain_convert_model`` (where the user built them: the strategy places them), and
+    the run's ``Precision.convert_model`` (where the user built them: the strategy places them), and
     each model it returns in a model's position goes through ``drivetrain_finalize_model``
     (compilation) before the user gets it (API 1.2). A model whose wrapper must be compiled
     its own way answers ``drivetrain_compile_model``. Parameters that change identity when
@@ -54,7 +57,7 @@ def drivetrain_prepare_objects(
     """
 
 
-@hookspec
+@hookspec(firstresult=True)
 def drivetrain_transform_objects(
     objects: Sequence[Any], run: Run, accelerator: Accelerator
 ) -> Sequence[Any] | None:
@@ -69,34 +72,15 @@ def drivetrain_transform_objects(
 
     :param objects: What the user passed, in order (flattened; any object, hence ``Any``);
         data loaders already prepared, models and optimizers as given (a model prepared
-        earlier may be among them). Each implementation receives the previous one's list.
+        earlier may be among them).
     :param run: This process's run.
     :param accelerator: The ``Accelerator`` whose ``prepare`` this is.
     :return: A list of the same length, each replacement in the position of what it
-        replaces, or ``None`` to keep the objects.
+        replaces, or ``None`` to keep the objects (not yours: the next plugin is asked).
 
-    Run hook, *chained*, API 1.4.
-    """
+    Arrived in API 1.4 as a *chained* hook; *firstresult* since 2.0.
 
-
-@hookspec
-def drivetrain_convert_model(model: torch.nn.Module, run: Run) -> torch.nn.Module | None:
-    """Convert a model's layers or dtypes for the chosen precision, before wrapping.
-
-    FP8 plugins swap linear layers here; the parallel wrapper comes afterwards. A strategy
-    whose engine runs the model in its own precision answers ``drivetrain_autocast`` first
-    (``tryfirst``, with a context that does nothing): a precision plugin that would wrap
-    ``forward`` in autocast asks the run's ``drivetrain_autocast`` here and leaves the model
-    alone unless the answer is its own autocast (that question is the contract between a
-    precision and a strategy).
-
-    :param model: The module, as the previous implementation left it: on the run's device,
-        unless the strategy places models itself (``StrategySpec.places_models``, or a
-        strategy answering ``drivetrain_prepare_objects``): then where the user built it.
-    :param run: This process's run.
-    :return: The converted module, or ``None`` to keep it.
-
-    Run hook, *chained*, API 1.0.
+    Run hook, *firstresult*, API 2.0.
     """
 
 
@@ -116,18 +100,21 @@ def drivetrain_wrap_model(model: torch.nn.Module, run: Run, evaluation_mode: boo
     """
 
 
-@hookspec
+@hookspec(firstresult=True)
 def drivetrain_finalize_model(model: torch.nn.Module, run: Run) -> torch.nn.Module | None:
-    """Last changes to a prepared model: compilation.
+    """Last change to a prepared model: compilation (a feature such as ``compile``).
 
     Called for every prepared model, whichever hook wrapped it (``drivetrain_wrap_model`` or
-    ``drivetrain_prepare_objects``).
+    ``drivetrain_prepare_objects``), after the run's precision finished it
+    (``Precision.finalize_model``).
 
-    :param model: The wrapped model, as the previous implementation left it.
+    :param model: The wrapped model.
     :param run: This process's run.
-    :return: The model to use from now on, or ``None`` to keep it.
+    :return: The model to use from now on, or ``None`` to keep it (the next plugin is asked).
 
-    Run hook, *chained*, API 1.0.
+    *Chained* before API 2.0 (the precision's part is now ``Precision.finalize_model``).
+
+    Run hook, *firstresult*, API 2.0.
     """
 
 
@@ -165,34 +152,6 @@ def drivetrain_unwrap_model(model: torch.nn.Module, run: Run, keep_fp32_wrapper:
     :param keep_fp32_wrapper: Keep the precision's forward wrapper (autocast, fp32 outputs)
         in place; ``False`` asks for the bare module.
     :return: The module inside, or ``None`` when the model is not wrapped by you.
-
-    Run hook, *firstresult*, API 1.0.
-    """
-
-
-@hookspec(firstresult=True)
-def drivetrain_no_sync(model: torch.nn.Module, run: Run) -> ContextManager[None] | None:
-    """Return a context manager under which backward does not synchronise gradients.
-
-    Used by ``accumulate`` and ``no_sync``.
-
-    :param model: A prepared model.
-    :param run: This process's run.
-    :return: The context manager, or ``None`` when the model needs nothing (one process, or
-        not yours).
-
-    Run hook, *firstresult*, API 1.0.
-    """
-
-
-@hookspec(firstresult=True)
-def drivetrain_sync_in_backward(model: torch.nn.Module, run: Run) -> ContextManager[None] | None:
-    """Return a context manager under which the next backward synchronises gradients even
-    inside ``no_sync`` (``accelerator.trigger_sync_in_backward``).
-
-    :param model: A prepared model.
-    :param run: This process's run.
-    :return: The context manager, or ``None`` when the model needs nothing.
 
     Run hook, *firstresult*, API 1.0.
     """

@@ -13,9 +13,9 @@ if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import datetime
 
     from ..facade.accelerator import Accelerator
-    from ..runtime.collectives import Collectives
     from ..kernel.descriptors import PrecisionSpec
-    from ..runtime.run import Run
+    from ..kernel.roles import Run
+    from ..runtime.collectives import Collectives
 
 
 @hookspec(firstresult=True)
@@ -64,14 +64,14 @@ def drivetrain_collectives(run: Run) -> Collectives | None:
 def drivetrain_configure_run(run: Run, accelerator: Accelerator) -> object | None:
     """Configure the run for an ``Accelerator`` that was just built.
 
-    Called at the end of ``Accelerator.__init__``, once the user's strategy arguments are in
-    ``run.options`` and the kwargs handlers in ``run.handler_kwargs``; again for each further
-    ``Accelerator`` of the process. A strategy resolves and checks its options here (building
-    its option object from environment variables when the user gave none), may set
-    ``run.options["strategy_accumulates"]`` and the accelerator's
+    Called at the end of ``Accelerator.__init__``, once the user's strategy arguments are the
+    strategy object's ``arguments`` and the kwargs handlers in ``run.handler_kwargs``; again
+    for each further ``Accelerator`` of the same ``AcceleratorState`` (same run, its arguments
+    added). A strategy resolves and checks its options here (building its option object from
+    environment variables when the user gave none), may set the accelerator's
     ``gradient_accumulation_steps``, and fails early on a bad combination.
 
-    :param run: This process's run.
+    :param run: The run of the accelerator's ``AcceleratorState``.
     :param accelerator: The new ``Accelerator``.
     :return: ``None``, or an object (of any class: only its public attributes matter) that
         ``AcceleratorState``, ``GradientState`` and the ``Accelerator`` consult for an

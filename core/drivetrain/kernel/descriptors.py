@@ -161,23 +161,24 @@ class StrategySpec(FrozenRecord):
             multi-process run (DDP). Sharding strategies are never automatic.
         config_section: the config-file block that configures it (``"fsdp_config"``).
         accelerator_arguments: keyword arguments of ``Accelerator(...)`` that carry this
-            strategy's options (``"fsdp_plugin"``); giving one selects the strategy and
-            files the value in ``run.options`` under the same name.
+            strategy's options (``"fsdp_plugin"``); giving one selects the strategy, and the
+            strategy object gets the value in its ``arguments`` under the same name.
         composes_arguments: ``accelerator_arguments`` of other strategies this one uses when
             they are given together with its own (a device-mesh strategy that shards with
-            FSDP takes ``fsdp_plugin`` beside ``parallelism_config``); they are filed in
-            ``run.options`` too, and the strategy that declares them is not selected. When
+            FSDP takes ``fsdp_plugin`` beside ``parallelism_config``); they reach its
+            ``arguments`` too, and the strategy that declares them is not selected. When
             this strategy is the requested one (launcher, config file, variables), they may
             also be given alone and this strategy stays.
         places_models: ``True`` when the strategy puts models on the run's device itself, in
             ``drivetrain_wrap_model``, so the core does not move them first. A sharding
             strategy shards a model before moving it (a model larger than one device then
             fits, and weights on the meta device are filled instead of copied).
-        hooks: lazy reference to this strategy's role object (API 1.3): a class (built for
-            each run that chooses the strategy, without arguments, and keeping that run's
-            state as attributes: API 1.6) or an object (shared) whose ``@hookimpl`` methods
-            are run hooks called only while this strategy is the run's. Plugin code outside
-            a hook reaches it with ``run.role("strategy")``; no hook checks the run's choice.
+        hooks: lazy reference to this strategy's class, a subclass of
+            :class:`drivetrain.plugin_api.Strategy` (API 2.0): each run that chooses the
+            strategy builds one object, ``cls(run, arguments)`` (``run.strategy``), keeping that
+            run's state as attributes; the core calls its step methods directly, and its
+            ``@hookimpl`` methods are run hooks of that run only. ``None``: the plain
+            ``Strategy`` (nothing wrapped, the step left to the precision).
     """
 
     name: str
@@ -206,8 +207,11 @@ class PrecisionSpec(FrozenRecord):
         backend: which implementation this is; users may pin it (``fp8_backend: te``).
         platforms: platform names it works on, or ``None`` for any.
         probe: checks that the implementation can run here (a library, a device feature).
-        hooks: lazy reference to this precision's role object, as ``StrategySpec.hooks``:
-            its run hooks are called only while this precision and backend are the run's.
+        hooks: lazy reference to this precision's class, a subclass of
+            :class:`drivetrain.plugin_api.Precision` (API 2.0): each run that chooses it builds
+            one object, ``cls(run, spec)``, which the strategy owns or replaces
+            (``Strategy.own_precision``) before it is ``run.precision``. ``None``: the plain
+            ``Precision`` (nothing converted, no autocast).
     """
 
     name: str

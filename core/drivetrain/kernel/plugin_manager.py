@@ -196,8 +196,6 @@ class PluginManager:
         self.hooks.add_hookspecs(hookspecs)
         self.records: dict[str, PluginRecord] = {}
         self.modules: dict[str, Any] = {}
-        # "plugin[role name]" -> a role object (``StrategySpec.hooks``) registered with pluggy
-        self.role_objects: dict[str, Any] = {}
         self.infos: dict[str, PluginInfo] = {}
         self._entry_points = entry_points
         self._registrations: dict[str, dict[str, list[Any]]] = {}
@@ -678,41 +676,46 @@ class PluginManager:
             f"{BLOCK_VARIABLE}={record.name}"
         )
 
-    def role_hooks(self, plugin_name: str, spec: Any, role: str, owner: str = "") -> str | None:
-        """The pluggy name of the role object ``spec.hooks`` names for ``owner`` (a run),
-        built and registered on first use; ``None`` when the descriptor has none.
-
-        A role object's run hooks answer only while its name is among a run's callers, which
-        the run includes while ``spec`` is its chosen ``role`` (``"strategy"``, ``"precision"``).
-        A class gives each owner its own object, which keeps that run's state
-        (``forget_role_object`` drops it with its run).
-        """
+    def role_class(self, plugin_name: str, spec: Any, role: str, base: type) -> type | None:
+        """The class ``spec.hooks`` names for the run's ``role`` (``"strategy"``, ``"precision"``),
+        checked to be a subclass of ``base``; ``None`` when the descriptor names none."""
         if getattr(spec, "hooks", None) is None:
             return None
-        label = " ".join(dict.fromkeys(filter(None, (spec.name, getattr(spec, "backend", None)))))
-        what = f"the hooks of {role} {label!r}"
+        what = f"the {role} class of {self._role_label(role, spec)}"
         target = self.resolve_factory(plugin_name, spec, what, attribute="hooks")
-        # A class gives each run its own object; an object named directly is shared by all.
-        key = f"{plugin_name}[{role} {label}]{owner if isinstance(target, type) else ''}"
-        if key not in self.role_objects:
-            role_object = target() if isinstance(target, type) else target
-            problem = self._hook_problem(role_object) or self._not_run_hooks(role_object)
-            if problem:
-                raise PluginSelectionError(f"{what} of plugin {plugin_name!r} ({self._distribution(plugin_name)}): "
-                                           f"{problem}; {self._fix(plugin_name)}")
-            self.hooks.register(role_object, name=key)
-            self.role_objects[key] = role_object
-            record = self.records.get(plugin_name)
-            if record is not None:
-                names = (n for n in dir(role_object) if self.hooks.parse_hookimpl_opts(role_object, n))
-                record.hooks = sorted({*record.hooks, *names})
+        if not (isinstance(target, type) and issubclass(target, base)):
+            raise PluginSelectionError(
+                f"{what} of plugin {plugin_name!r} ({self._distribution(plugin_name)}) is {target!r}, not a subclass "
+                f"of drivetrain.plugin_api.{base.__name__} (API 2.0); {self._fix(plugin_name)}")
+        return target
+
+    def register_role_object(self, plugin_name: str, spec: Any, role: str, role_object: Any, owner: str) -> str | None:
+        """Register the run hooks of a run's role object with pluggy, as ``"<plugin>[<role> <name>]<owner>"``;
+        ``None`` (nothing registered) when it implements none. The run that owns the object
+        unregisters it (:meth:`unregister_role_object`) when it ends.
+        """
+        if not any(self.hooks.parse_hookimpl_opts(role_object, n) for n in dir(role_object)):
+            return None
+        problem = self._hook_problem(role_object) or self._not_run_hooks(role_object)
+        if problem:
+            raise PluginSelectionError(f"the {role} class of {self._role_label(role, spec)} of plugin {plugin_name!r} "
+                                       f"({self._distribution(plugin_name)}): {problem}; {self._fix(plugin_name)}")
+        key = f"{plugin_name}[{self._role_label(role, spec)}]{owner}"
+        self.hooks.register(role_object, name=key)
+        record = self.records.get(plugin_name)
+        if record is not None:
+            names = (n for n in dir(role_object) if self.hooks.parse_hookimpl_opts(role_object, n))
+            record.hooks = sorted({*record.hooks, *names})
         return key
 
-    def forget_role_object(self, key: str) -> None:
-        """Unregister the role object ``key`` (its run is gone)."""
-        role_object = self.role_objects.pop(key, None)
-        if role_object is not None:
+    def unregister_role_object(self, key: str) -> None:
+        """Take a role object's hooks back (its run has ended)."""
+        if self.hooks.get_plugin(key) is not None:
             self.hooks.unregister(name=key)
+
+    @staticmethod
+    def _role_label(role: str, spec: Any) -> str:
+        return " ".join(dict.fromkeys(filter(None, (role, spec.name, getattr(spec, "backend", None)))))
 
     def mark_active(self, names: Iterable[str]) -> None:
         for name in names:
@@ -723,7 +726,7 @@ class PluginManager:
     def subset_caller(self, hook_name: str, active: Iterable[str]) -> pluggy.HookCaller:
         """A caller of ``hook_name`` that reaches only the plugins named in ``active``."""
         keep = set(active)
-        others = [plugin for name, plugin in (*self.modules.items(), *self.role_objects.items()) if name not in keep]
+        others = [plugin for name, plugin in self.hooks.list_name_plugin() if plugin is not None and name not in keep]
         return self.hooks.subset_hook_caller(hook_name, others)
 
 
@@ -763,30 +766,6 @@ def reset_plugin_manager(manager: PluginManager | None = None) -> None:
     global _default_manager
     _default_manager = manager
     forget_versions()  # what was installed since is seen by the next manager
-
-
-def call_chain(caller: pluggy.HookCaller, value_name: str, value: Any, manager: PluginManager | None = None,
-               **kwargs: Any) -> Any:
-    """Call a *chained* hook: each implementation gets the previous one's result.
-
-    Implementations run in pluggy's order (tryfirst first); ``None`` keeps the value. With
-    ``manager``, an exception a third-party implementation raises names its plugin
-    (:meth:`PluginManager.hook_failure`).
-    """
-    for impl in reversed(caller.get_hookimpls()):
-        wanted = {name: arg for name, arg in kwargs.items() if name in impl.argnames}
-        if value_name in impl.argnames:
-            wanted[value_name] = value
-        try:
-            result = impl.function(**wanted)
-        except Exception as exc:
-            failure = manager.hook_failure(caller.name, [impl], exc) if manager is not None else None
-            if failure is None:
-                raise
-            raise failure from exc
-        if result is not None:
-            value = result
-    return value
 
 
 def _unknown_hook(callers: Any) -> str | None:

@@ -28,4 +28,16 @@ __version__ = "0.1.0"
 #: reports for a platform's devices; ``watch_module_functions`` and ``watched``: a communication
 #: plugin notes its library's collectives while they run, for hang reports; ``recorded_collectives``,
 #: the ranks' reports.
-PLUGIN_API_VERSION = "1.10"
+#: 2.0: one run per ``AcceleratorState`` holding its role objects as typed attributes
+#: (``run.strategy``, ``run.precision``: subclasses of ``plugin_api.Strategy`` and
+#: ``plugin_api.Precision`` that ``StrategySpec.hooks``/``PrecisionSpec.hooks`` name, built as
+#: ``cls(run, arguments)``/``cls(run, spec)``); a strategy owns or refuses its precision
+#: (``Strategy.own_precision``). The step is their methods, called directly: the hooks
+#: ``drivetrain_backward``, ``drivetrain_clip_grad_norm``, ``drivetrain_clip_grad_value``,
+#: ``drivetrain_autocast``, ``drivetrain_make_grad_scaler``, ``drivetrain_no_sync``,
+#: ``drivetrain_sync_in_backward`` and ``drivetrain_convert_model`` are gone, and
+#: ``drivetrain_wrap_dataloader`` is ``Platform.wrap_dataloader``. No hook is *chained* any
+#: more: ``drivetrain_transform_objects`` and ``drivetrain_finalize_model`` are *firstresult*.
+#: ``run.options`` and ``Run.role()`` are gone: a strategy's ``Accelerator`` keywords are its
+#: ``arguments``, the compile options ``run.compile_options``.
+PLUGIN_API_VERSION = "2.0"

@@ -7,6 +7,8 @@ available from this package; the submodules group it by role:
 - ``descriptors``: ``hookimpl``, ``PluginInfo``, ``Probe`` and the descriptors registration
   hooks return (``PlatformSpec``, ``StrategySpec``, ``PrecisionSpec``, ...), ``resolve``;
 - ``errors``: the exception types plugins raise;
+- ``roles``: ``Run``, and ``Strategy`` and ``Precision``, the base classes of a run's role
+  objects (what a strategy and a precision do at each step);
 - ``environment``, ``options``: environment variables (with Accelerate's aliases), launch
   options, kwargs handlers, the config file's place;
 - ``config_file``: a config file's keys as written, read and written by a command that works on the file;
@@ -31,6 +33,7 @@ from ..kernel.version import PLUGIN_API_VERSION
 from . import descriptors, errors
 from .descriptors import *  # noqa: F403 (the descriptors are this package's own names)
 from .errors import *  # noqa: F403
+from .roles import Precision, Run, Strategy
 from .options import BackendFlag, bool_argument
 
 # Names resolved on first use, by the submodule that offers them (their modules are heavier or
@@ -71,4 +74,5 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 
-__all__ = ["PLUGIN_API_VERSION", *descriptors.__all__, *errors.__all__, "BackendFlag", "bool_argument", *_LAZY]
+__all__ = ["PLUGIN_API_VERSION", *descriptors.__all__, *errors.__all__, "BackendFlag", "Precision", "Run", "Strategy",
+           "bool_argument", *_LAZY]

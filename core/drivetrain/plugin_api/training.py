@@ -1,7 +1,8 @@
 """The run's objects a strategy or precision plugin works with (imports torch).
 
-The ``run`` argument of every run hook is the rest: ``run.platform``, ``run.options``,
-``run.collectives`` (the run's all_gather, all_reduce, broadcast, barrier), ``run.state``.
+The ``run`` argument of every run hook is the rest (``plugin_api.Run``): ``run.platform``,
+``run.strategy``, ``run.precision``, ``run.collectives`` (the run's all_gather, all_reduce,
+broadcast, barrier), ``run.state``.
 What the accelerator a hook is given has prepared: ``prepared_objects(accelerator)``.
 A communication plugin notes the collectives of its library with ``watch_module_functions``
 (or one with ``watched``), so a hung job's report names them (``docs/monitoring.md, "Reading a hang report"``).

@@ -5,7 +5,7 @@ The core talks to devices only through this interface, so it never names one.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -77,6 +77,18 @@ class Platform:
         """Bytes free on device ``index`` of this platform, for device maps
         (``get_max_memory``); ``None`` when its devices are the host's memory (the CPU)."""
         return None
+
+    def clip_grad_norm(self, parameters: Sequence[torch.Tensor], max_norm: float,
+                       norm_type: float) -> torch.Tensor | None:
+        """Clip the gradients' total norm the platform's way (replicas that average their
+        gradients in the step average them first); ``None``: torch's clipping is right here.
+        A strategy with gradients of its own (sharded, in an engine) clips before asking."""
+        return None
+
+    def wrap_dataloader(self, dataloader: Any, device: torch.device) -> Any:
+        """The prepared data loader as ``device`` (this process's) reads it: a loader that
+        copies batches to the device ahead in the platform's own way; the loader itself by default."""
+        return dataloader
 
     def supports_autocast(self, dtype: torch.dtype) -> bool:
         """Whether ``torch.autocast(self.device_type, dtype)`` works here."""

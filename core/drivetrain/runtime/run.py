@@ -1,19 +1,25 @@
-"""The run of this process: the chosen plugins and the hooks that reach only them.
+"""The run of one ``AcceleratorState``: the chosen plugins, its role objects, and the hooks
+that reach only them.
 
-A :class:`Run` is created once per process by :class:`drivetrain.state.PartialState`. The
-``run`` argument of every run hook is this object. Hook callers are built once per set of
-active plugins and cached, so calling a hook in a training step costs one pluggy call.
+The process's first :class:`Run` is created by :class:`drivetrain.state.PartialState`; every
+``AcceleratorState`` then creates its own (:meth:`Run.successor`), which replaces it as the
+process's run. A run holds its platform, strategy and precision as typed attributes
+(``run.platform``, ``run.strategy``, ``run.precision``: :mod:`drivetrain.kernel.roles`), built
+when it is; the core calls those objects directly on the per-step path. The ``run`` argument of
+every run hook is this object. Hook callers are built once per set of active plugins and
+cached, so calling a hook costs one pluggy call.
 """
 
 from __future__ import annotations
 
 import itertools
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pluggy
 
-from ..kernel.plugin_manager import BLOCK_VARIABLE, PluginManager, call_chain
+from ..kernel.plugin_manager import BLOCK_VARIABLE, PluginManager
+from ..kernel.roles import Precision, Strategy
 
 _BLOCK_HINT = f"that {BLOCK_VARIABLE} does not block the platform's communication plugin"
 
@@ -27,16 +33,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Run:
-    """The chosen plugins of this process and what they were configured with.
+    """The chosen plugins of one ``AcceleratorState`` (or of the process, before one) and its
+    role objects. Plugins read it through :class:`drivetrain.plugin_api.Run`.
 
     Attributes:
         manager: the plugin manager.
         selection: the choice of platform, cluster environment, strategy and precision.
         platform: the platform object built by the chosen platform's factory.
+        strategy: the chosen strategy's object (``StrategySpec.hooks``), or a plain
+            :class:`~drivetrain.kernel.roles.Strategy` when none is chosen or it names none.
+        precision: the precision object the strategy owns (``Strategy.own_precision`` of the
+            chosen ``PrecisionSpec.hooks`` object, or of a plain ``Precision``).
         handler_kwargs: the user's kwargs handlers by class name
             (``{"DistributedDataParallelKwargs": {...}}``), filled by the ``Accelerator``.
-        options: values a plugin needs from the facade (``{"fsdp_plugin": ...}``); a plugin
-            reads its own keys only.
+        grad_scaler: the gradient scaler the ``Accelerator`` made (``None``: no loss scaling).
+        compile_options: the ``TorchDynamoPlugin`` the ``Accelerator`` compiles with, or ``None``.
         state: the :class:`~drivetrain.state.PartialState` (and, once built, the
             ``AcceleratorState`` in ``accelerator_state``).
         extensions: objects returned by ``drivetrain_configure_run`` whose public
@@ -47,25 +58,73 @@ class Run:
             (tensor- or context-parallel peers); ``None``: every process reads its own.
     """
 
-    def __init__(self, manager: PluginManager, selection: Selection, platform: Platform) -> None:
+    def __init__(self, manager: PluginManager, selection: Selection, platform: Platform,
+                 strategy_arguments: Mapping[str, Any] | None = None, *, previous: Run | None = None,
+                 accelerator_state: Any = None) -> None:
         self.manager = manager
         self.selection = selection
         self.platform = platform
-        self.handler_kwargs: dict[str, dict[str, Any]] = {}
-        self.options: dict[str, Any] = {}
-        self.state: Any = None
-        self.accelerator_state: Any = None
+        self.handler_kwargs: dict[str, Any] = {}
+        self.grad_scaler: Any = None
+        self.compile_options: Any = None
+        self.state: Any = previous.state if previous is not None else None
+        self.accelerator_state: Any = accelerator_state
         self.extensions: list[Any] = []
         self.data_parallel: tuple[int, int] | None = None
-        self._extra: list[str] = []
+        # the process's parts a new AcceleratorState's run keeps: activated features, the process group
+        self._extra: list[str] = list(previous._extra) if previous is not None else []
+        self._collectives: Collectives | None = previous._collectives if previous is not None else None
         self._owner = f"#{next(_RUN_NUMBERS)}"
-        # Every role object built for this run, dropped from the manager with the run.
-        self._owned: set[str] = set()
-        weakref.finalize(self, _forget_role_objects, manager, self._owned)
-        self._roles: dict[str, str] = {}
-        self._roles = self._role_objects()
         self._callers: dict[str, pluggy.HookCaller] = {}
-        self._collectives: Collectives | None = None
+        # The pluggy names of this run's role objects that implement run hooks; taken back
+        # from the manager when the run ends (close(), or when it is collected).
+        self._registered: list[str] = []
+        weakref.finalize(self, _unregister, manager, self._registered)
+        self.strategy, self.precision = self._build_roles(strategy_arguments or {})
+
+    def successor(self, selection: Selection, strategy_arguments: Mapping[str, Any] | None,
+                  accelerator_state: Any) -> Run:
+        """The run of a new ``AcceleratorState``: the same process (platform, collectives,
+        activated features), the state's own strategy and precision choice and role objects.
+        This run ends: its role objects' hooks answer no more."""
+        run = Run(self.manager, selection, self.platform, strategy_arguments, previous=self,
+                  accelerator_state=accelerator_state)
+        self.close()
+        run.manager.mark_active(run.active_plugins)
+        return run
+
+    def close(self) -> None:
+        """End this run: its role objects' hooks answer no more."""
+        _unregister(self.manager, self._registered)
+        self._callers.clear()
+
+    def _build_roles(self, arguments: Mapping[str, Any]) -> tuple[Strategy, Precision]:
+        """The chosen strategy's and precision's objects; the strategy owns the precision."""
+        selection = self.selection
+        strategy_spec, precision_spec = selection.strategy, selection.precision
+        strategy_class = (self.manager.role_class(selection.strategy_plugin, strategy_spec, "strategy", Strategy)
+                          if strategy_spec is not None else None) or Strategy
+        precision_class = (self.manager.role_class(selection.precision_plugin, precision_spec, "precision", Precision)
+                           if precision_spec is not None else None) or Precision
+        strategy = strategy_class(self, self._strategy_arguments(arguments))
+        precision = precision_class(self, precision_spec)
+        for plugin, spec, role, role_object in ((selection.strategy_plugin, strategy_spec, "strategy", strategy),
+                                                (selection.precision_plugin, precision_spec, "precision", precision)):
+            if spec is not None and type(role_object) not in (Strategy, Precision):
+                key = self.manager.register_role_object(plugin, spec, role, role_object, self._owner)
+                if key is not None:
+                    self._registered.append(key)
+        return strategy, strategy.own_precision(precision)
+
+    def add_strategy_arguments(self, arguments: Mapping[str, Any]) -> None:
+        """Give the strategy the arguments of a further ``Accelerator`` built on this run's state."""
+        self.strategy.add_arguments(self._strategy_arguments(arguments))
+
+    def _strategy_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Those of ``arguments`` the chosen strategy declares as its own or composes."""
+        spec = self.selection.strategy
+        own = (*spec.accelerator_arguments, *spec.composes_arguments) if spec is not None else ()
+        return {name: value for name, value in arguments.items() if name in own}
 
     @property
     def data_parallel_rank(self) -> int:
@@ -117,33 +176,7 @@ class Run:
                     continue
         raise AttributeError(name)
 
-    def role(self, role: str) -> Any:
-        """The role object of the run's chosen ``role`` (``"strategy"``, ``"precision"``), or
-        ``None`` when the chosen item has none (or nothing is chosen).
-
-        Built for this run, it keeps the run's state of that strategy or precision; plugin code
-        outside a hook (a helper the user calls) reaches the strategy through it.
-        """
-        key = self._roles.get(role)
-        return self.manager.role_objects.get(key) if key is not None else None
-
-    def reselect(self, selection: Selection) -> None:
-        """Replace the strategy and precision choice (the ``Accelerator``'s arguments win)."""
-        self.selection = selection
-        self._refresh()
-
-    def _role_objects(self) -> dict[str, str]:
-        """Pluggy names of the chosen strategy's and precision's role objects (``hooks=``), by role."""
-        chosen = (("strategy", self.selection.strategy_plugin, self.selection.strategy),
-                  ("precision", self.selection.precision_plugin, self.selection.precision))
-        keys = {role: self.manager.role_hooks(plugin, spec, role, owner=self._owner)
-                for role, plugin, spec in chosen if spec is not None}
-        roles = {role: key for role, key in keys.items() if key}
-        self._owned.update(key for key in roles.values() if key.endswith(self._owner))
-        return roles
-
     def _refresh(self) -> None:
-        self._roles = self._role_objects()
         self._callers.clear()
         self.manager.mark_active(self.active_plugins)
 
@@ -151,7 +184,7 @@ class Run:
         """The caller of run hook ``name`` restricted to the active plugins."""
         caller = self._callers.get(name)
         if caller is None:
-            caller = self._callers[name] = self.manager.subset_caller(name, [*self.active_plugins, *self._roles.values()])
+            caller = self._callers[name] = self.manager.subset_caller(name, [*self.active_plugins, *self._registered])
         return caller
 
     def call(self, name: str, **kwargs: Any) -> Any:
@@ -173,10 +206,6 @@ class Run:
             if failure is None:
                 raise
             raise failure from exc
-
-    def chain(self, name: str, value_name: str, value: Any, **kwargs: Any) -> Any:
-        """Call a *chained* run hook: each active implementation transforms ``value``."""
-        return call_chain(self.hook(name), value_name, value, self.manager, run=self, **kwargs)
 
     @property
     def collectives(self) -> Collectives:
@@ -206,6 +235,6 @@ class Run:
         self._collectives = wrap(self.collectives)
 
 
-def _forget_role_objects(manager: PluginManager, keys: set[str]) -> None:
-    for key in keys:
-        manager.forget_role_object(key)
+def _unregister(manager: PluginManager, keys: list[str]) -> None:
+    while keys:
+        manager.unregister_role_object(keys.pop())

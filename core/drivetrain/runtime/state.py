@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 from datetime import timedelta
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from ..kernel import environment
 from ..selection.backend_arguments import positional_options, slot_names, strategy_option_attributes
@@ -424,7 +424,8 @@ class AcceleratorState:
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, dynamo_plugin: Any = None,
                  _strategy_slot_1: Any = None, _strategy_slot_2: Any = None, _strategy_slot_3: Any = None,
                  _strategy_slot_4: Any = None, _strategy_slot_5: Any = None, _from_accelerator: bool = False, *,
-                 strategy: str | None = None, precision_backend: str | None = None, **kwargs: Any) -> None:
+                 strategy: str | None = None, precision_backend: str | None = None,
+                 strategy_arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self.__dict__ = self._shared_state
         # Accelerate's five backend arguments by position (named by `state.ACCELERATOR_STATE_SLOTS`)
         slots = (_strategy_slot_1, _strategy_slot_2, _strategy_slot_3, _strategy_slot_4, _strategy_slot_5)
@@ -456,13 +457,12 @@ class AcceleratorState:
         previous = run.selection
         selection = select(run.manager, requests.merged_over(env_requests), cluster=previous.cluster)
         selection.cluster_plugin, selection.reasons["cluster"] = previous.cluster_plugin, previous.reasons.get("cluster", "")
-        run.reselect(selection)
-        # What the previous Accelerator gave its plugins (strategy options, attributes such as
-        # `state.deepspeed_plugin`) belongs to that state, not to this one.
-        run.options.clear()
-        run.extensions.clear()
-        run.data_parallel = None
-        run.accelerator_state = self
+        # One run per AcceleratorState, with its own strategy and precision objects: what the
+        # previous Accelerator gave its plugins belongs to that state's run, not to this one.
+        arguments = {**{key: value for key, value in backend_plugins.items() if value is not None},
+                     **(strategy_arguments or {})}
+        run = run.successor(selection, arguments, accelerator_state=self)
+        partial.run = run
         self.dynamo_plugin = dynamo_plugin
         self.plugins: dict[str, Any] = {key: value for key, value in backend_plugins.items() if value is not None}
         self._run = run

@@ -8,7 +8,7 @@ lazily, so it is imported only when a user asks for this tracker.
 from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
 
 PLUGIN_INFO = PluginInfo(
-    api_version="1.3",
+    api_version="2.0",
     description="writes metrics to <logging_dir>/<run>/metrics.jsonl",
 )
 

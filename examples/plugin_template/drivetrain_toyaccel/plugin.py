@@ -13,7 +13,7 @@ import os
 from drivetrain.plugin_api import EnvReportLine, PlatformSpec, PluginInfo, Probe, StrategySpec, hookimpl
 
 PLUGIN_INFO = PluginInfo(
-    api_version="1.6",  # strategies as one role object per run
+    api_version="2.0",  # strategies as one role object per run
     description="toyaccel devices (a pretend accelerator on CPU tensors; toyccl between processes)",
     install_hint="pip install drivetrain-toyaccel",
 )

@@ -5,25 +5,28 @@ averaged over the processes, one all-reduce per gradient, through the run's coll
 it works on whatever platform and communication plugin the run chose). A real vendor would
 overlap communication with backward; the shape is what matters here:
 
-- one class, named by ``StrategySpec(hooks=...)``. drivetrain builds one object for each run
-  that chooses the strategy and calls its run hooks only while it is the run's choice, so no
-  hook checks which strategy the run uses and nothing is kept in module-level variables;
+- one subclass of ``drivetrain.plugin_api.Strategy``, named by ``StrategySpec(hooks=...)``.
+  drivetrain builds one object for each run that chooses the strategy (``run.strategy``), with
+  the ``Accelerator`` keywords the strategy declares (``self.arguments``), and calls its step
+  methods (``backward``, ``no_sync``, ...) directly; its ``@hookimpl`` methods are run hooks of
+  that run only, so no hook checks which strategy the run uses and nothing is kept in
+  module-level variables;
 - the object keeps the run's state as attributes (its options, how many windows it averaged);
 - ``drivetrain_configure_run`` resolves the options once per ``Accelerator`` and returns the
   object itself: the names in ``exposes`` become attributes of the ``Accelerator`` and its
   state (``accelerator.toyaverage_plugin``);
-- plugin code outside a hook reaches the object through ``run.role("strategy")``.
+- plugin code outside a hook reaches the object as ``run.strategy``.
 
-Cheap to import: torch is imported by the hooks that use it.
+Cheap to import: torch is imported by the methods that use it.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ContextManager, Mapping, Sequence
 
-from drivetrain.plugin_api import ConfigError, hookimpl
+from drivetrain.plugin_api import ConfigError, Strategy, hookimpl
 
 NAME = "toyaverage"
 OPTIONS_ARGUMENT = "toyaverage_plugin"
@@ -41,7 +44,7 @@ class ToyAverageOptions:
     reduction: str = "mean"
 
 
-class GradientAveraging:
+class GradientAveraging(Strategy):
     """The ``toyaverage`` strategy of one run.
 
     Attributes:
@@ -51,7 +54,8 @@ class GradientAveraging:
 
     exposes = (OPTIONS_ARGUMENT,)
 
-    def __init__(self) -> None:
+    def __init__(self, run: Any, arguments: Mapping[str, Any] | None = None) -> None:
+        super().__init__(run, arguments)
         self.options: ToyAverageOptions | None = None
         self.windows = 0
 
@@ -63,7 +67,7 @@ class GradientAveraging:
 
     @hookimpl
     def drivetrain_configure_run(self, run, accelerator):
-        options = run.options.get(OPTIONS_ARGUMENT) or ToyAverageOptions()
+        options = self.arguments.get(OPTIONS_ARGUMENT) or ToyAverageOptions()
         if not isinstance(options, ToyAverageOptions):
             raise ConfigError(f"{OPTIONS_ARGUMENT} must be a ToyAverageOptions, not {type(options).__name__}")
         if options.reduction not in REDUCTIONS:
@@ -72,22 +76,20 @@ class GradientAveraging:
         self.options = options
         return self
 
-    @hookimpl
-    def drivetrain_no_sync(self, model, run):
+    def no_sync(self, model: Any) -> ContextManager[Any]:
         # Gradients are combined only when a window ends (in backward): nothing to switch off.
         return contextlib.nullcontext()
 
-    @hookimpl
-    def drivetrain_backward(self, loss, run, kwargs, models):
+    def backward(self, loss: Any, kwargs: Mapping[str, Any], models: Sequence[Any]) -> None:
         from drivetrain.plugin_api import GradientState
 
-        loss.backward(**kwargs)
+        self.run.precision.backward(loss, kwargs)
         if not GradientState().sync_gradients:
-            return True
+            return
+        run = self.run
         if run.state.num_processes > 1:
             for model in models:
                 for parameter in model.parameters():
                     if parameter.grad is not None:
                         parameter.grad.copy_(run.collectives.all_reduce(parameter.grad, self.options.reduction))
         self.windows += 1
-        return True

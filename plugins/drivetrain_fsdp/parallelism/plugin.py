@@ -22,7 +22,7 @@ from drivetrain.plugin_api import ConfigField, ConfigSection, PluginInfo, Strate
 
 from .option_names import CP_COMM_STRATEGIES, ENV, SP_BACKENDS, SP_HANDLER_FIELDS
 
-PLUGIN_INFO = PluginInfo(api_version="1.6", description="ND parallelism: data × sharded data × tensor × context "
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="ND parallelism: data × sharded data × tensor × context "
                                                         "(ParallelismConfig)")
 
 NAME = "parallelism_config"

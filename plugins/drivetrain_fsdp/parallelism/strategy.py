@@ -1,6 +1,6 @@
 """The ``parallelism_config`` strategy: one object per run that holds the layout, its device
 mesh and the FSDP state of the data-parallel dimensions, offers Accelerate's ND-parallel
-attributes, and implements the run hooks (``StrategySpec(hooks=...)``).
+attributes, clips over the mesh and implements the run hooks (``run.strategy``, ``StrategySpec(hooks=...)``).
 
 It is FSDP2 composed with tensor and context parallelism, so it *is* an FSDP strategy: the
 fsdp plugin's hooks for optimizers, accumulation and checkpoints (DCP) serve its models as
@@ -21,9 +21,9 @@ NAME = "parallelism_config"
 ARGUMENTS = ("parallelism_config", "torch_tp_plugin")
 
 
-def _config_from_options(run: Any) -> ParallelismConfig:
-    config = run.options.get("parallelism_config")
-    tp_plugin = run.options.get("torch_tp_plugin")
+def _config_from_arguments(run: Any, arguments: dict[str, Any]) -> ParallelismConfig:
+    config = arguments.get("parallelism_config")
+    tp_plugin = arguments.get("torch_tp_plugin")
     if config is not None and tp_plugin is not None:
         raise ConfigError("pass parallelism_config or torch_tp_plugin, not both (ParallelismConfig(tp_size=...) "
                           "covers tensor parallelism)")
@@ -59,8 +59,8 @@ class ParallelismStrategy(FSDPStrategy):
                "data_parallel_rank", "data_parallel_shard_rank", "tensor_parallel_rank", "context_parallel_rank",
                "pipeline_parallel_rank", "maybe_context_parallel")
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, run: Any, arguments: Any = None) -> None:
+        super().__init__(run, arguments)
         self.config: ParallelismConfig | None = None
         self.mesh: Any = None
 
@@ -126,14 +126,14 @@ class ParallelismStrategy(FSDPStrategy):
 
     def configure(self, run: Any) -> None:
         """Resolve the layout, check it against the run, build the mesh (once per ``Accelerator``)."""
-        config = _config_from_options(run)
+        config = _config_from_arguments(run, self.arguments)
         world = run.state.num_processes
         config.validate(world)
         device_type = run.platform.device_type
         check_platform(config, device_type)
         from ..wrap import ensure_process_group
 
-        if run.options.get("fsdp_plugin") is None:
+        if self.arguments.get("fsdp_plugin") is None:
             from drivetrain.plugin_api import environment
 
             from ..options import ENV as FSDP_ENV
@@ -143,7 +143,7 @@ class ParallelismStrategy(FSDPStrategy):
             chosen = environment.read_pair(environment.own_name(variable), variable)
             # FSDP options come from the environment (fsdp_config:, FSDP_* variables); the version
             # defaults to 2 here, since only FSDP2 composes with the other dimensions.
-            run.options["fsdp_plugin"] = FullyShardedDataParallelPlugin(**({} if chosen else {"fsdp_version": 2}))
+            self.arguments["fsdp_plugin"] = FullyShardedDataParallelPlugin(**({} if chosen else {"fsdp_version": 2}))
         super().configure(run)
         if self.options.fsdp_version != 2:
             raise ConfigError("ParallelismConfig shards with FSDP2; set fsdp_version to 2 (FSDP_VERSION=2)")
@@ -176,14 +176,12 @@ class ParallelismStrategy(FSDPStrategy):
 
         return wrap_model(model, run)
 
-    @hookimpl
-    def drivetrain_clip_grad_norm(self, parameters, max_norm, norm_type, run):
+    def clip_grad_norm(self, parameters: Any, max_norm: float, norm_type: float) -> Any:
         from .wrap import clip_grad_norm
 
         return clip_grad_norm(parameters, max_norm, norm_type)
 
-    @hookimpl
-    def drivetrain_clip_grad_value(self, parameters, clip_value, run):
+    def clip_grad_value(self, parameters: Any, clip_value: float) -> bool:
         raise DrivetrainError("gradients split over a device mesh cannot be clipped by value; use "
                               "accelerator.clip_grad_norm_ instead")
 

@@ -12,7 +12,6 @@ import torch
 
 from drivetrain.plugin_api import ConfigError
 
-from ..strategy import strategy_of
 from .strategy import ParallelismStrategy
 
 #: transformers' names of tensor-parallel styles that torch's ``parallelize_module`` can apply.
@@ -119,7 +118,7 @@ def fsdp_mesh(strategy: ParallelismStrategy) -> Any:
 def wrap_model(model: torch.nn.Module, run: Any) -> torch.nn.Module:
     from .. import wrap as fsdp_wrap
 
-    strategy = strategy_of(run)
+    strategy = run.strategy
     if getattr(model, "_drivetrain_parallelized", False) or fsdp_wrap.version_of(model) is not None:
         return model  # prepared twice
     config = strategy.config

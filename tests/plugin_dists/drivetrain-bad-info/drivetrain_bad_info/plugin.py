@@ -2,7 +2,7 @@
 
 from drivetrain.plugin_api import PlatformSpec, PluginInfo, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", requires="torch", features=[3], description="requires is a string")
+PLUGIN_INFO = PluginInfo(api_version="2.0", requires="torch", features=[3], description="requires is a string")
 
 
 @hookimpl

@@ -2,7 +2,7 @@
 
 from drivetrain.plugin_api import PlatformSpec, PluginInfo, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="2.0", description="from the future")
+PLUGIN_INFO = PluginInfo(api_version="3.0", description="from the future")
 
 
 @hookimpl

@@ -2,7 +2,7 @@
 
 from drivetrain.plugin_api import LauncherSpec, PluginInfo, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="raises while a job is launched")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="raises while a job is launched")
 
 
 def applies(args):

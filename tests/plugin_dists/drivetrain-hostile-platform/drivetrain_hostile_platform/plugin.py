@@ -2,7 +2,7 @@
 
 from drivetrain.plugin_api import PlatformSpec, PluginInfo, Probe, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="a platform that cannot start")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="a platform that cannot start")
 
 
 class BrokenPlatform:

@@ -2,7 +2,7 @@
 
 from drivetrain.plugin_api import PluginInfo, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="raises inside prepare", features=["hostile"])
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="raises inside prepare", features=["hostile"])
 
 
 @hookimpl

@@ -4,7 +4,7 @@ from drivetrain.plugin_api import EnvReportLine, PluginInfo, TrackerSpec, hookim
 
 print("hostile_print: imported")
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="prints to stdout")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="prints to stdout")
 
 
 @hookimpl

@@ -4,7 +4,7 @@ import threading
 
 from drivetrain.plugin_api import PlatformSpec, PluginInfo, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="a probe that never answers")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="a probe that never answers")
 
 
 def probe():

@@ -2,7 +2,7 @@
 
 from drivetrain.plugin_api import PluginInfo, TrackerSpec, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="a tracker that cannot be imported")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="a tracker that cannot be imported")
 
 
 @hookimpl

@@ -6,7 +6,7 @@ Installed under two entry points: ``shadow_builtin`` (its platform must be refus
 
 from drivetrain.plugin_api import PlatformSpec, PluginInfo, TrackerSpec, hookimpl
 
-PLUGIN_INFO = PluginInfo(api_version="1.0", description="tries to shadow built-in names")
+PLUGIN_INFO = PluginInfo(api_version="2.0", description="tries to shadow built-in names")
 
 
 @hookimpl
