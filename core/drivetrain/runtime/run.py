@@ -66,6 +66,21 @@ class Run:
         self._roles = self._role_objects()
         self._callers: dict[str, pluggy.HookCaller] = {}
         self._collectives: Collectives | None = None
+        # ---- services' view of the newest Accelerator (issue 43, services) --------------------
+        # Its Session (runtime/session.py), held weakly: the run outlives the Accelerators sharing it.
+        self._session: Callable[[], Any] = _no_session
+        # ---- end of the services' block ---------------------------------------------------------
+
+    @property
+    def session(self) -> Any:
+        """The newest ``Accelerator``'s :class:`~drivetrain.runtime.session.Session` on this run
+        (what it prepared, its project configuration, counters), or ``None``: services and
+        Accelerate's module functions read it, never the ``Accelerator``."""
+        return self._session()
+
+    @session.setter
+    def session(self, session: Any) -> None:
+        self._session = weakref.ref(session) if session is not None else _no_session
 
     @property
     def data_parallel_rank(self) -> int:
@@ -204,6 +219,10 @@ class Run:
         """Put ``wrap(collectives)`` in place of the run's collectives (a layer that watches every
         call, such as the step monitor's timer; ``wrap`` may also take such a layer off again)."""
         self._collectives = wrap(self.collectives)
+
+
+def _no_session() -> None:
+    return None
 
 
 def _forget_role_objects(manager: PluginManager, keys: set[str]) -> None:
