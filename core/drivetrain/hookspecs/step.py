@@ -13,9 +13,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
     from torch.utils.data import DataLoader
 
-    from ..runtime.optimizer import AcceleratedOptimizer
-    from ..runtime.run import Run
-    from ..runtime.scheduler import AcceleratedScheduler
+    from ..kernel.hook_types import AcceleratedOptimizer, AcceleratedScheduler, Run
 
 
 @hookspec(firstresult=True)
