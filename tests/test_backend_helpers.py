@@ -268,6 +268,27 @@ def test_accelerator_state_functions_need_an_accelerator(tmp_path):
         save_accelerator_state(tmp_path, [], [], [], [], 0, step=0)
 
 
+@pytest.mark.usefixtures("fresh_state")
+def test_the_run_carries_the_newest_accelerators_session_weakly():
+    # save/load_accelerator_state find the objects through the run's session; the run outlives
+    # the Accelerators sharing it and must not keep what they prepared alive
+    import gc
+    import weakref
+
+    from drivetrain import Accelerator
+
+    first = Accelerator()
+    second = Accelerator()
+    assert first.session is not second.session and second.run.session is second.session
+    assert second._prepared is second.session.prepared and first.step == 0
+    second.step = 7
+    assert second.session.step == 7 and first.session.step == 0
+    session, run = weakref.ref(second.session), second.run
+    del second
+    gc.collect()
+    assert session() is None and run.session is None
+
+
 def test_sagemaker_launch_is_refused_with_what_to_do():
     import argparse
 

@@ -290,9 +290,9 @@ def test_every_wait_on_a_peer_is_bounded_by_the_runs_collective_timeout(monkeypa
 
     accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=15))])
     # the commit's wait for the other processes' files: the run's timeout, not a half-hour of its own
-    assert run_state._publication(accelerator, accelerator._prepared, [({}, None, 0)]).timeout == 15
+    assert run_state._publication(accelerator.session, [({}, None, 0)]).timeout == 15
     monkeypatch.setenv("DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT", "600")  # slow disks: the commit alone waits longer
-    assert run_state._publication(accelerator, accelerator._prepared, [({}, None, 0)]).timeout == 600
+    assert run_state._publication(accelerator.session, [({}, None, 0)]).timeout == 600
 
     # a collective of a save or load that a peer never answers: one line with the timeout and the fix
     def timed_out(obj):

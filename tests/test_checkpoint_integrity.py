@@ -256,9 +256,10 @@ def test_save_and_save_model_honour_save_on_each_node(tmp_path, monkeypatch):
 
     accelerator = Accelerator(project_config=ProjectConfiguration(save_on_each_node=True))
     model = accelerator.prepare(Net())
-    # a node's first process that is not the main one: it writes with save_on_each_node, not without
-    monkeypatch.setattr(type(accelerator), "is_main_process", property(lambda self: False))
-    monkeypatch.setattr(type(accelerator), "is_local_main_process", property(lambda self: True))
+    # a node's first process that is not the main one (as the session the saving reads says): it writes with
+    # save_on_each_node, not without
+    monkeypatch.setattr(type(accelerator.session), "is_main_process", property(lambda self: False))
+    monkeypatch.setattr(type(accelerator.session), "is_local_main_process", property(lambda self: True))
     accelerator.save({"x": torch.ones(1)}, tmp_path / "obj.pt")
     accelerator.save_model(model, tmp_path / "model")
     assert (tmp_path / "obj.pt").exists() and (tmp_path / "model" / "model.safetensors").exists()

@@ -33,7 +33,7 @@ _export("runtime.kwargs_handlers", "AutocastKwargs", "GradScalerKwargs", "InitPr
         "MonitorKwargs")
 _export("runtime.optimizer", "AcceleratedOptimizer")
 _export("runtime.scheduler", "AcceleratedScheduler")
-_export("services.local_sgd", "LocalSGD")
+_export("facade.local_sgd", "LocalSGD")
 _export("services.memory", "find_executable_batch_size", "release_memory")
 _export("runtime.process_logging", "get_logger")
 _export("utils", "rich", "is_rich_available")

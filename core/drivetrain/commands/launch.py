@@ -30,7 +30,7 @@ def _validate_launch_command(args: argparse.Namespace) -> tuple[argparse.Namespa
     filled), the config file's contents (``None`` without one), and whether ``mixed_precision``
     came from the file."""
     from ..config.file import find_config_path
-    from ..utils.launch import _resolved
+    from ..cli.launch_environment import _resolved
     from .config.config_args import load_config_from_file
 
     given_precision = getattr(args, "mixed_precision", None)

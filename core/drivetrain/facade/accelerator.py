@@ -8,22 +8,21 @@ Accelerate's attributes of a backend, which the core does not name: those come t
 Collaborators, each with one job: :mod:`.init_arguments` (the constructor's general
 arguments), :mod:`.backend_arguments` (its backend arguments), :mod:`.preparation` (what
 ``prepare`` does per object), :mod:`.training_step` (backward, accumulation, clipping,
-unwrapping), :mod:`.checkpoint_calls` (saving, loading and telling of checkpoints),
+unwrapping), :mod:`drivetrain.services.checkpointing.calls` (saving, loading and telling of
+checkpoints, given the accelerator's :class:`~drivetrain.runtime.session.Session`),
 :mod:`.uneven_inputs`, and the process state (:mod:`.state`) and collectives
 (:mod:`.utils.operations`).
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
-import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from . import checkpoint_calls, init_arguments, preparation, training_step, uneven_inputs
+from . import init_arguments, preparation, training_step, uneven_inputs
 from ..selection.backend_arguments import positional_options, strategy_for_options, strategy_option_attributes
 from ..runtime.backend_attributes import backend_attribute
 from ..kernel.contributed import resolve_module_name
@@ -38,9 +37,12 @@ from ..runtime.kwargs_handlers import (
     ProjectConfiguration,
     TorchDynamoPlugin,
 )
-from ..runtime.prepared import PreparedObjects
+from ..runtime.session import Session
 from ..runtime.state import AcceleratorState, GradientState
 from ..services import monitoring, preemption
+from ..services.checkpointing import calls as checkpoint_calls
+from ..services.checkpointing.full_state import full_state_dict
+from ..services.other import unwrap_prepared_model
 from ..services.other import remove_mixed_precision_forward  # noqa: F401  (its old home)
 
 
@@ -94,19 +96,21 @@ class Accelerator:
                                       strategy_arguments=strategy_options,
                                       **init_arguments.state_arguments(handlers))
         self.run = self.state.run
-        self.state._accelerator = weakref.ref(self)  # the state's newest Accelerator (checkpointing's functions)
         self.run.handler_kwargs.update(handlers)
         self.run.add_strategy_arguments(strategy_options)  # a further Accelerator on the same state brings its own
 
-        self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
+        project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
         if project_dir is not None and project_config is not None:
-            self.project_configuration.set_directories(project_dir)
+            project_configuration.set_directories(project_dir)
         self.device_placement = device_placement
         self.dataloader_config = dataloader_config or DataLoaderConfiguration(split_batches=split_batches)
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
         self.gradient_state = GradientState(init_arguments.accumulation_plugin(gradient_accumulation_steps,
                                                                                 gradient_accumulation_plugin))
+        # What the services read and change (what prepare() recorded, step, scaler, trackers):
+        # they are given this, never the Accelerator; the run carries the newest one.
+        self.session = Session(self.run, self.state, self.gradient_state, project_configuration)
         self.step = 0
         self.flag_tensor: torch.Tensor | None = None
 
@@ -118,18 +122,26 @@ class Accelerator:
         self.run.grad_scaler = self.run.strategy.make_grad_scaler(scaler_kwargs)
         self.scaler = self.run.grad_scaler
 
-        # What prepare() recorded, by kind (checkpointing and the step read them).
-        self._prepared = PreparedObjects()
-        # Checkpoints the commit thread put in place, told to plugins and trackers on this thread.
-        self._published_checkpoints: collections.deque[str] = collections.deque()
+        # What prepare() recorded, by kind (checkpointing and the step read them): the session's record.
+        self._prepared = self.session.prepared
         self.trackers = self._build_trackers(log_with)
         self._configure_run()
         # save_on_preemption: the signals caught and the processes' agreement on the step to stop at
-        self._preemption = preemption.arm(self)
+        self.session.preemption = preemption.arm(self.session)
         # MonitorKwargs: the step monitor watching what prepare() returns (None: nothing watched)
-        self._monitor = monitoring.start(self, handlers.get("MonitorKwargs"))
+        self.session.monitor = monitoring.start(self.session, handlers.get("MonitorKwargs"))
 
     _strategy_for_options = staticmethod(strategy_for_options)
+
+    # The session's counters and objects, which the services change too (a load restores `step`).
+    project_configuration = property(lambda self: self.session.project_configuration,
+                                     lambda self, value: setattr(self.session, "project_configuration", value))
+    step = property(lambda self: self.session.step, lambda self, value: setattr(self.session, "step", value))
+    scaler = property(lambda self: self.session.scaler, lambda self, value: setattr(self.session, "scaler", value))
+    trackers = property(lambda self: self.session.trackers,
+                        lambda self, value: setattr(self.session, "trackers", value))
+    _preemption = property(lambda self: self.session.preemption)
+    _monitor = property(lambda self: self.session.monitor)
 
     # Accelerate's private names of the prepared lists, read by scripts and tests; the record is ``_prepared``.
     _models = property(lambda self: self._prepared.models)
@@ -178,7 +190,6 @@ class Accelerator:
         # pickled, and an unpickled Accelerator takes the run of the process that loads it.
         state = dict(self.__dict__)
         state.pop("run", None)
-        state["_monitor"] = None  # the monitor watches this process's objects
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -487,13 +498,13 @@ class Accelerator:
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
                      keep_torch_compile: bool = True) -> torch.nn.Module:
         """The user's module from inside a prepared one."""
-        return training_step.unwrap_model(self.run, model, keep_fp32_wrapper, keep_torch_compile)
+        return unwrap_prepared_model(self.run, model, keep_fp32_wrapper, keep_torch_compile)
 
     # --------------------------------------------- process control and collectives
 
     def wait_for_everyone(self) -> None:
         """Barrier; also waits until the last ``save_state`` checkpoint is on disk, raising if it failed."""
-        checkpoint_calls.wait_for_everyone(self)
+        checkpoint_calls.wait_for_everyone(self.session)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         self.state.print(*args, **kwargs)
@@ -564,7 +575,7 @@ class Accelerator:
 
     def save(self, obj: Any, f: str | os.PathLike, safe_serialization: bool = False) -> None:
         """Save ``obj`` on the main process (on each node's main one with ``save_on_each_node``)."""
-        checkpoint_calls.save(self, obj, f, safe_serialization)
+        checkpoint_calls.save(self.session, obj, f, safe_serialization)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and load these objects (anything with ``state_dict``/``load_state_dict``) with the state."""
@@ -588,16 +599,13 @@ class Accelerator:
         background. Either way, :meth:`wait_for_checkpoint`, ``load_state``, the next
         ``save_state``, ``wait_for_everyone``, ``end_training`` and the process's exit wait for it.
         """
-        directory = checkpoint_calls.save_state(self, output_dir, safe_serialization, save_model_func_kwargs,
-                                                blocking)
-        if self._preemption is not None and output_dir is None:
-            self._preemption.saved = True  # a preemption right after this step keeps this checkpoint
-        return directory
+        return checkpoint_calls.save_state(self.session, output_dir, safe_serialization, save_model_func_kwargs,
+                                           blocking)
 
     def wait_for_checkpoint(self) -> None:
         """Wait until the last ``save_state`` checkpoint is in place on every process; raise
         a ``CheckpointError`` on every process if it failed (the previous one is then intact)."""
-        checkpoint_calls.wait_for_checkpoint(self)
+        checkpoint_calls.wait_for_checkpoint(self.session)
 
     def load_state(self, input_dir: str | os.PathLike | None = None, load_kwargs: dict[str, Any] | None = None,
                    **load_model_func_kwargs: Any) -> str:
@@ -608,12 +616,7 @@ class Accelerator:
         places the tensors of registered objects. Every file is verified against its
         checksum and every state checked against its object before anything changes.
         """
-        return checkpoint_calls.load_state(self, input_dir, load_kwargs, load_model_func_kwargs)
-
-    def _on_checkpoint_saved(self, directory: os.PathLike) -> None:
-        """Called from the commit's thread once a checkpoint is in place, on the process that
-        published it; the notice waits for this object's next call on the training thread."""
-        self._published_checkpoints.append(os.fspath(directory))
+        return checkpoint_calls.load_state(self.session, input_dir, load_kwargs, load_model_func_kwargs)
 
     def register_save_state_pre_hook(self, hook: Callable[..., None]) -> Any:
         """Call ``hook(models, weights, output_dir)`` before saving; ``handle.remove()`` undoes it."""
@@ -625,20 +628,12 @@ class Accelerator:
 
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
         """The full state dict of a prepared model (gathered where the strategy shards it)."""
-        state = self.run.call("drivetrain_get_state_dict", model=model, unwrap=unwrap)
-        if state is None:
-            from ..services.big_model.modeling import get_state_dict_offloaded_model, has_offloaded_params
-
-            module = self.unwrap_model(model, keep_fp32_wrapper=False) if unwrap else model
-            # weights that offload hooks keep elsewhere (meta tensors here) are loaded one module at a time
-            offloaded = any(has_offloaded_params(part) for part in module.modules())
-            state = get_state_dict_offloaded_model(module) if offloaded else module.state_dict()
-        return state
+        return full_state_dict(self.session, model, unwrap)
 
     def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
                    safe_serialization: bool = True) -> None:
         """Write the model's full weights (sharded above ``max_shard_size``) on the main process."""
-        checkpoint_calls.save_model(self, model, save_directory, max_shard_size, safe_serialization)
+        checkpoint_calls.save_model(self.session, model, save_directory, max_shard_size, safe_serialization)
 
     # ------------------------------------------------------------ memory and profiling
 
@@ -682,9 +677,7 @@ class Accelerator:
         return GeneralTracker(_blank=True)
 
     def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict | None = None) -> None:
-        checkpoint_calls.tell_published_checkpoints(self)
-        if self.trackers:
-            self.trackers.log(values, step=step, log_kwargs=log_kwargs or {})
+        checkpoint_calls.log(self.session, values, step, log_kwargs)
 
     def end_training(self) -> None:
         """Wait for the last checkpoint (trackers hear of it), log the step monitor's last

@@ -1,5 +1,6 @@
 """The training step of an ``Accelerator``: backward, the gradient-accumulation window,
-unscaling and clipping gradients, LOMO's fused backward, and unwrapping a prepared model.
+unscaling and clipping gradients, LOMO's fused backward (unwrapping a prepared model is
+:func:`drivetrain.services.other.unwrap_prepared_model`, which checkpointing uses too).
 
 Each function takes the accelerator whose run's plugins act (passed in, never imported:
 this module sits below the facade); where no plugin answers, plain torch does the work.
@@ -13,7 +14,6 @@ from typing import Any, Iterator
 import torch
 
 from ..kernel.errors import ConfigError
-from ..services.other import remove_mixed_precision_forward
 
 
 def backward(accelerator: Any, loss: torch.Tensor, kwargs: dict[str, Any]) -> None:
@@ -104,25 +104,3 @@ def lomo_backward(optimizers: list[Any], loss: Any, learning_rate: float) -> Non
         raise ConfigError("lomo_backward needs a prepared Lomo or AdaLomo optimizer (pip install lomo-optim)")
     for optimizer in lomo:
         getattr(optimizer, "optimizer", optimizer).fused_backward(loss, learning_rate)
-
-
-def unwrap_model(run: Any, model: torch.nn.Module, keep_fp32_wrapper: bool, keep_torch_compile: bool) -> torch.nn.Module:
-    """The user's module from inside a prepared one (the strategy's wrapper, ``DataParallel``,
-    autocast, compilation). With ``keep_torch_compile`` a compiled model comes back compiled
-    around the unwrapped module: a new compile wrapper with the same settings, so the prepared
-    model (still wrapped for training) is left as it is."""
-    compiled = model if hasattr(model, "_orig_mod") else None
-    inner = model._orig_mod if compiled is not None else model
-    inner = run.call("drivetrain_unwrap_model", model=inner, keep_fp32_wrapper=keep_fp32_wrapper) or inner
-    if isinstance(inner, torch.nn.DataParallel):  # torch's own one-process wrapper: no plugin's
-        inner = inner.module
-    if not keep_fp32_wrapper:
-        remove_mixed_precision_forward(inner)
-    if not keep_torch_compile or compiled is None:
-        return inner
-    if compiled._orig_mod is inner:
-        return compiled
-    try:
-        return type(compiled)(inner, compiled.dynamo_ctx)
-    except (AttributeError, TypeError):  # a torch whose compile wrapper is built otherwise
-        return torch.compile(inner)

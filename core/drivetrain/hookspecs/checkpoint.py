@@ -12,9 +12,7 @@ from ..kernel.descriptors import hookspec
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
 
-    from ..kernel.roles import Run
-    from ..runtime.optimizer import AcceleratedOptimizer
-    from ..services.checkpointing.deferred import DeferredWrites
+    from ..kernel.hook_types import AcceleratedOptimizer, DeferredWrites, Run
 
 
 @hookspec(firstresult=True)

@@ -15,9 +15,7 @@ from ..kernel.descriptors import hookspec
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
 
-    from ..facade.accelerator import Accelerator
-    from ..kernel.roles import Run
-    from ..runtime.kwargs_handlers import TorchDynamoPlugin
+    from ..kernel.hook_types import Accelerator, CompileOptions, Run
 
 
 @hookspec(firstresult=True)
@@ -120,7 +118,7 @@ def drivetrain_finalize_model(model: torch.nn.Module, run: Run) -> torch.nn.Modu
 
 @hookspec(firstresult=True)
 def drivetrain_compile_model(
-    model: torch.nn.Module, run: Run, options: TorchDynamoPlugin
+    model: torch.nn.Module, run: Run, options: CompileOptions
 ) -> torch.nn.Module | None:
     """Compile a prepared model whose wrapper must be compiled its own way.
 

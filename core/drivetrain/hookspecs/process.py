@@ -12,10 +12,8 @@ from ..kernel.descriptors import hookspec
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import datetime
 
-    from ..facade.accelerator import Accelerator
     from ..kernel.descriptors import PrecisionSpec
-    from ..kernel.roles import Run
-    from ..runtime.collectives import Collectives
+    from ..kernel.hook_types import Accelerator, Collectives, Run
 
 
 @hookspec(firstresult=True)

@@ -17,9 +17,7 @@ from ..kernel.descriptors import hookspec
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     import torch
 
-    from ..kernel.roles import Run
-    from ..runtime.optimizer import AcceleratedOptimizer
-    from ..runtime.scheduler import AcceleratedScheduler
+    from ..kernel.hook_types import AcceleratedOptimizer, AcceleratedScheduler, Run
 
 
 @hookspec(firstresult=True)

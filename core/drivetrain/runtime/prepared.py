@@ -1,9 +1,10 @@
 """What ``Accelerator.prepare()`` recorded, in the order it prepared it.
 
-The facade owns one :class:`PreparedObjects`; checkpointing saves and restores exactly these
-objects, the step path reads the models and optimizers, and a plugin that needs them (a
-strategy sizing its engine from the prepared data loaders) gets them through
-:func:`prepared_objects` (``drivetrain.plugin_api``) instead of the facade's attributes.
+Each ``Accelerator``'s :class:`~drivetrain.runtime.session.Session` holds one
+:class:`PreparedObjects`; checkpointing saves and restores exactly these objects, the step
+path reads the models and optimizers, and a plugin that needs them (a strategy sizing its
+engine from the prepared data loaders) gets them through ``prepared_objects(accelerator)``
+(``drivetrain.plugin_api``) instead of the facade's attributes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["PreparedObjects", "prepared_objects"]
+__all__ = ["PreparedObjects"]
 
 
 def _hooks() -> dict[int, Callable[..., None]]:
@@ -46,7 +47,3 @@ class PreparedObjects:
         return {"models": len(self.models), "optimizers": len(self.optimizers), "schedulers": len(self.schedulers),
                 "dataloaders": len(self.dataloaders), "custom": len(self.custom_objects)}
 
-
-def prepared_objects(accelerator: Any) -> PreparedObjects:
-    """What ``accelerator`` prepared (the record the ``Accelerator`` keeps for its collaborators)."""
-    return accelerator._prepared

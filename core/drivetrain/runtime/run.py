@@ -80,7 +80,21 @@ class Run:
         # from the manager when the run ends (close(), or when it is collected).
         self._registered: list[str] = []
         weakref.finalize(self, _unregister, manager, self._registered)
+        # The newest Accelerator's Session (runtime/session.py), which services read; held
+        # weakly: the run outlives the Accelerators sharing it.
+        self._session: Callable[[], Any] = _no_session
         self.strategy, self.precision = self._build_roles(strategy_arguments or {})
+
+    @property
+    def session(self) -> Any:
+        """The newest ``Accelerator``'s :class:`~drivetrain.runtime.session.Session` on this run
+        (what it prepared, its project configuration, counters), or ``None``: services and
+        Accelerate's module functions read it, never the ``Accelerator``."""
+        return self._session()
+
+    @session.setter
+    def session(self, session: Any) -> None:
+        self._session = weakref.ref(session) if session is not None else _no_session
 
     def successor(self, selection: Selection, strategy_arguments: Mapping[str, Any] | None,
                   accelerator_state: Any) -> Run:
@@ -238,3 +252,7 @@ class Run:
 def _unregister(manager: PluginManager, keys: list[str]) -> None:
     while keys:
         manager.unregister_role_object(keys.pop())
+
+
+def _no_session() -> None:
+    return None

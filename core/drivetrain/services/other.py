@@ -98,6 +98,29 @@ def remove_mixed_precision_forward(model: torch.nn.Module) -> None:
         model.forward = original
 
 
+def unwrap_prepared_model(run: Any, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
+                          keep_torch_compile: bool = True) -> torch.nn.Module:
+    """The user's module from inside a prepared one (the strategy's wrapper, ``DataParallel``,
+    autocast, compilation). With ``keep_torch_compile`` a compiled model comes back compiled
+    around the unwrapped module: a new compile wrapper with the same settings, so the prepared
+    model (still wrapped for training) is left as it is."""
+    compiled = model if hasattr(model, "_orig_mod") else None
+    inner = model._orig_mod if compiled is not None else model
+    inner = run.call("drivetrain_unwrap_model", model=inner, keep_fp32_wrapper=keep_fp32_wrapper) or inner
+    if isinstance(inner, torch.nn.DataParallel):  # torch's own one-process wrapper: no plugin's
+        inner = inner.module
+    if not keep_fp32_wrapper:
+        remove_mixed_precision_forward(inner)
+    if not keep_torch_compile or compiled is None:
+        return inner
+    if compiled._orig_mod is inner:
+        return compiled
+    try:
+        return type(compiled)(inner, compiled.dynamo_ctx)
+    except (AttributeError, TypeError):  # a torch whose compile wrapper is built otherwise
+        return torch.compile(inner)
+
+
 def extract_model_from_parallel(model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True,
                                 recursive: bool = False) -> Any:
     """The user's module inside a prepared (parallel-wrapped, compiled, autocast) one.

@@ -30,12 +30,16 @@ import signal
 import subprocess
 import threading
 import weakref
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 
 from ..kernel.errors import ConfigError
 from ..runtime.collectives import blocking_flag_max
 from ..runtime.state import GradientState
+from .checkpointing import calls
 from .launchers import PREEMPTED_EXIT_CODE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..runtime.session import Session
 
 logger = logging.getLogger("drivetrain.preemption")
 
@@ -47,8 +51,8 @@ _armed: "PreemptionWatch | None" = None  # the newest Accelerator's watch
 class PreemptionWatch:
     """One Accelerator's preemption signals, their agreement across processes, and the stop."""
 
-    def __init__(self, accelerator: Any, signal_names: tuple[str, ...]) -> None:
-        self._accelerator = weakref.ref(accelerator)
+    def __init__(self, session: Session, signal_names: tuple[str, ...]) -> None:
+        self._session = weakref.ref(session)  # the session holds this watch: no cycle
         self.signals = [signal.Signals[name] for name in signal_names]
         self.received: int | None = None  # the first preemption signal this process got
         self.stepped = False  # accelerator.backward ran since the last boundary
@@ -86,20 +90,20 @@ class PreemptionWatch:
         if not self.stepped or not GradientState().sync_gradients:
             return
         self.stepped = False
-        accelerator = self._accelerator()
-        if accelerator is None:
+        session = self._session()
+        if session is None:
             return
         if self._pending is not None:
             agreed, self._pending = self._pending(), None
             if agreed:
-                self.stop(accelerator)
+                self.stop(session)
         if self._start is None:  # looked up once: the state's collectives cost more than the reduce
-            collectives, device = accelerator.state.collectives, accelerator.device
+            collectives, device = session.state.collectives, session.device
             self._start = getattr(collectives, "start_flag_max", None) or (
                 lambda value: blocking_flag_max(collectives, value, device))
         self._pending = self._start(1 if self.received is not None else 0)
 
-    def stop(self, accelerator: Any) -> None:
+    def stop(self, session: Session) -> None:
         """Save the run as ``save_state()`` does, wait until it is committed everywhere, requeue
         the SLURM job from the main process, and exit with :data:`PREEMPTED_EXIT_CODE`."""
         why = signal.Signals(self.received).name if self.received is not None else "a signal to another process"
@@ -109,19 +113,19 @@ class PreemptionWatch:
         else:
             logger.warning("preempted (%s): saving a checkpoint after this step, then exiting with code %d", why,
                            PREEMPTED_EXIT_CODE)
-            accelerator.save_state()
-        accelerator.wait_for_everyone()  # committed on every process before anyone leaves
-        if accelerator.is_main_process:
+            calls.save_state(session, None, safe_serialization=True, save_model_func_kwargs={})
+        calls.wait_for_everyone(session)  # committed on every process before anyone leaves
+        if session.is_main_process:
             logger.warning("the preemption checkpoint is complete")
             requeue_slurm_job()
         self.uninstall()
         raise SystemExit(PREEMPTED_EXIT_CODE)
 
 
-def arm(accelerator: Any) -> PreemptionWatch | None:
-    """The watch of ``accelerator`` when its project configuration asks for one, installed."""
+def arm(session: Session) -> PreemptionWatch | None:
+    """The watch of an ``Accelerator``'s ``session`` when its project configuration asks for one, installed."""
     global _armed
-    config = accelerator.project_configuration
+    config = session.project_configuration
     if not config.save_on_preemption:
         return None
     if not config.automatic_checkpoint_naming:
@@ -130,7 +134,7 @@ def arm(accelerator: Any) -> PreemptionWatch | None:
                           "again finds the checkpoint with load_state()")
     if _armed is not None:
         _armed.uninstall()
-    watch = PreemptionWatch(accelerator, config.preemption_signals)
+    watch = PreemptionWatch(session, config.preemption_signals)
     watch.install()
     _armed = watch
     return watch

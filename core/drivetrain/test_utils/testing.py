@@ -152,10 +152,16 @@ def run_first(test_case: Any) -> Any:
 
 
 def _probe_for(library: str) -> Callable[[], bool] | None:
-    import drivetrain.utils
+    """``drivetrain.utils.is_<library>_available``: the core's probe, else a plugin's (or its fallback)."""
+    from ..kernel.contributed import resolve_module_name
+    from ..services import availability
 
+    name = f"is_{library}_available"
+    probe = getattr(availability, name, None)
+    if probe is not None:
+        return probe
     try:
-        return getattr(drivetrain.utils, f"is_{library}_available")
+        return resolve_module_name("utils", name, also_top_level=True)
     except AttributeError:
         return None
 
@@ -285,9 +291,7 @@ def get_torch_dist_unique_port() -> int:
 
 def path_in_accelerate_package(*components: str) -> Path:
     """A path inside the installed drivetrain package."""
-    import drivetrain
-
-    return Path(drivetrain.__file__).parent.joinpath(*components)
+    return Path(__file__).parent.parent.joinpath(*components)  # this file is drivetrain/test_utils/testing.py
 
 
 def memory_allocated_func() -> int | None:
@@ -311,7 +315,7 @@ def get_backend() -> tuple[str, int, Callable[[], int]]:
 def are_the_same_tensors(tensor: Any) -> bool:
     """Whether every process holds the same ``tensor``."""
     from ..runtime.state import PartialState
-    from ..utils.operations import gather
+    from ..services.cross_process import gather
 
     state = PartialState()
     tensor = tensor[None].clone().to(state.device)

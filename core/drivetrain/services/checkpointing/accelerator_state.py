@@ -3,29 +3,33 @@
 In Accelerate these are what ``Accelerator.save_state``/``load_state`` call, given the
 accelerator's objects one by one. drivetrain's checkpoint (atomic directory, manifest,
 checksums, strategy plugins writing their own models and optimizers) belongs to the
-``Accelerator`` that prepared the objects, so these functions save and load through the
-process's ``Accelerator`` and check that the objects given are the ones it prepared.
+``Accelerator`` that prepared the objects, so these functions save and load through its
+session (the one the process's run carries, ``Run.session``) and check that the objects given
+are the ones it prepared.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ...kernel.errors import CheckpointError, ConfigError
-from ...runtime.prepared import prepared_objects
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...runtime.session import Session
 
 
-def _accelerator() -> Any:
+def _session() -> Session:
+    """The session of the newest ``Accelerator`` on this process's run."""
     from ...runtime.state import AcceleratorState
 
-    ref = AcceleratorState._shared_state.get("_accelerator")
-    accelerator = ref() if ref is not None else None
-    if accelerator is None:
+    initialized = AcceleratorState._shared_state.get("_initialized")
+    session = AcceleratorState().run.session if initialized else None
+    if session is None:
         raise CheckpointError("save_accelerator_state/load_accelerator_state work on the objects an Accelerator "
                               "prepared; build one and prepare them first (or call accelerator.save_state)")
-    return accelerator
+    return session
 
 
 def _check_same(what: str, given: Sequence[Any] | None, prepared: Sequence[Any]) -> None:
@@ -36,23 +40,23 @@ def _check_same(what: str, given: Sequence[Any] | None, prepared: Sequence[Any])
                           "in the order accelerator.prepare returned them (a checkpoint holds them all)")
 
 
-def _check_process(accelerator: Any, process_index: int) -> None:
-    if process_index != accelerator.process_index:
-        raise ConfigError(f"process_index {process_index} is not this process's ({accelerator.process_index}); "
-                          "pass accelerator.process_index")
+def _check_process(session: Session, process_index: int) -> None:
+    if process_index != session.process_index:
+        raise ConfigError(f"process_index {process_index} is not this process's ({session.process_index}); "
+                          "pass session.process_index")
 
 
-def _check_given(accelerator: Any, prepared: Any, process_index: int, optimizers: Sequence[Any] | None,
+def _check_given(session: Session, process_index: int, optimizers: Sequence[Any] | None,
                  schedulers: Sequence[Any] | None, dataloaders: Sequence[Any] | None, scaler: Any,
                  models: Sequence[Any] | None = None) -> None:
     """The objects a save or load is given are this process's accelerator's own."""
-    _check_process(accelerator, process_index)
-    _check_same("models", models, prepared.models)
-    _check_same("optimizers", optimizers, prepared.optimizers)
-    _check_same("schedulers", schedulers, prepared.schedulers)
-    _check_same("dataloaders", dataloaders, prepared.dataloaders)
-    if scaler is not None and scaler is not accelerator.scaler:
-        raise ConfigError("the scaler given is not the Accelerator's; pass accelerator.scaler")
+    _check_process(session, process_index)
+    _check_same("models", models, session.prepared.models)
+    _check_same("optimizers", optimizers, session.prepared.optimizers)
+    _check_same("schedulers", schedulers, session.prepared.schedulers)
+    _check_same("dataloaders", dataloaders, session.prepared.dataloaders)
+    if scaler is not None and scaler is not session.scaler:
+        raise ConfigError("the scaler given is not the Accelerator's; pass session.scaler")
 
 
 def save_accelerator_state(output_dir: str | os.PathLike, model_states: list[dict[str, Any]], optimizers: list,
@@ -66,17 +70,17 @@ def save_accelerator_state(output_dir: str | os.PathLike, model_states: list[dic
     """
     from .run_state import save_run_state
 
-    accelerator = _accelerator()
-    prepared = prepared_objects(accelerator)
-    _check_given(accelerator, prepared, process_index, optimizers, schedulers, dataloaders, scaler)
+    session = _session()
+    prepared = session.prepared
+    _check_given(session, process_index, optimizers, schedulers, dataloaders, scaler)
     if len(model_states) != len(prepared.models):
         raise ConfigError(f"{len(model_states)} model states given for {len(prepared.models)} prepared models; "
                           "pass one state dict per prepared model")
-    config = accelerator.project_configuration
+    config = session.project_configuration
     kept = config.save_on_each_node
-    accelerator.step, config.save_on_each_node = step, save_on_each_node
+    session.step, config.save_on_each_node = step, save_on_each_node
     try:
-        return save_run_state(accelerator, prepared, output_dir, safe_serialization, list(model_states))
+        return save_run_state(session, output_dir, safe_serialization, list(model_states))
     finally:
         config.save_on_each_node = kept
 
@@ -91,12 +95,11 @@ def load_accelerator_state(input_dir: str | os.PathLike, models: list, optimizer
     """
     from .run_state import finish_commit, load_run_state
 
-    accelerator = _accelerator()
-    prepared = prepared_objects(accelerator)
-    _check_given(accelerator, prepared, process_index, optimizers, schedulers, dataloaders, scaler, models)
+    session = _session()
+    _check_given(session, process_index, optimizers, schedulers, dataloaders, scaler, models)
     load_kwargs = dict(load_kwargs or {})
     if map_location is not None:
         load_kwargs.setdefault("map_location", map_location)
-    finish_commit(accelerator)
-    load_run_state(accelerator, prepared, input_dir, options=load_model_func_kwargs, load_kwargs=load_kwargs)
-    return {"step": accelerator.step}
+    finish_commit(session)
+    load_run_state(session, input_dir, options=load_model_func_kwargs, load_kwargs=load_kwargs)
+    return {"step": session.step}

@@ -16,16 +16,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..other import unwrap_prepared_model
 from . import checksums
 from .deferred import DeferredWrites
+from .full_state import full_state_dict
 from .io_pool import FileJobs, shard_bytes, tensor_bytes
 from .model_files import write_model_files
 from .safetensors_io import write_safetensors
 from .tree_io import save_tree
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...facade.accelerator import Accelerator
-    from ...runtime.prepared import PreparedObjects
+    from ...runtime.session import Session
 
 
 # ------------------------------------------------------------------- RNG
@@ -44,7 +45,7 @@ def set_rng_state(state: dict[str, Any], platform: Any) -> None:
         platform.set_rng_state(state["device"])
 
 
-def _gradients(accelerator: Accelerator, prepared: PreparedObjects, skip: set[int]) -> dict[str, torch.Tensor]:
+def _gradients(session: Session, skip: set[int]) -> dict[str, torch.Tensor]:
     """Gradients accumulated in an unfinished window, by model index and name.
 
     Models in ``skip`` were written by their strategy, which lays their parameters out its
@@ -52,10 +53,10 @@ def _gradients(accelerator: Accelerator, prepared: PreparedObjects, skip: set[in
     loading warns that the window's gradients are lost.
     """
     grads = {}
-    for index, model in enumerate(prepared.models):
+    for index, model in enumerate(session.prepared.models):
         if index in skip:
             continue
-        for name, parameter in accelerator.unwrap_model(model).named_parameters():
+        for name, parameter in unwrap_prepared_model(session.run, model).named_parameters():
             if parameter.grad is not None:
                 grads[f"{index}.{name}"] = parameter.grad
     return grads
@@ -72,29 +73,29 @@ class ProcessState:
     deferred: "DeferredWrites | None" = None  # strategy writes that run with the core's (non-blocking saves)
 
 
-def collect(accelerator: Accelerator, prepared: PreparedObjects, directory: Path,
+def collect(session: Session, directory: Path,
                                 safe_serialization: bool, weights: list[Any] | None, options: dict[str, Any],
                                 deferred: DeferredWrites | None = None) -> ProcessState:
     """Let the strategy write its models and optimizers; gather the states the core writes.
 
     With ``deferred`` (a non-blocking save), a strategy may hand part of its writing to it
     instead of writing now; the core runs it with its own writing."""
-    run, main = accelerator.run, accelerator.is_main_process
+    run, main = session.run, session.is_main_process
     collected = ProcessState(deferred=deferred)
     strategy_written: set[int] = set()
-    for index, model in enumerate(prepared.models):
+    for index, model in enumerate(session.prepared.models):
         if weights is not None and index >= len(weights):
             continue  # a pre-hook took this model's weights out: it saves them itself
         files = run.call("drivetrain_save_model_state", model=model, index=index, directory=str(directory),
                          safe_serialization=safe_serialization, options=dict(options), deferred=deferred)
         if files is None:
-            state = weights[index] if weights is not None else accelerator.get_state_dict(model, unwrap=True)
+            state = weights[index] if weights is not None else full_state_dict(session, model, unwrap=True)
             if main:
                 collected.model_states.append((index, state))
         else:
             collected.written += list(files)
             strategy_written.add(index)
-    for index, optimizer in enumerate(prepared.optimizers):
+    for index, optimizer in enumerate(session.prepared.optimizers):
         files = run.call("drivetrain_save_optimizer_state", optimizer=optimizer, index=index, directory=str(directory),
                          deferred=deferred)
         if files is None:
@@ -103,17 +104,17 @@ def collect(accelerator: Accelerator, prepared: PreparedObjects, directory: Path
         else:
             collected.written += list(files)
     if main:
-        for name, objects in (("scheduler", prepared.schedulers), ("dataloader", prepared.dataloaders),
-                              ("custom_checkpoint", prepared.custom_objects)):
+        for name, objects in (("scheduler", session.prepared.schedulers), ("dataloader", session.prepared.dataloaders),
+                              ("custom_checkpoint", session.prepared.custom_objects)):
             collected.trees += [(f"{name}_{index}", obj.state_dict()) for index, obj in enumerate(objects)
                                 if hasattr(obj, "state_dict")]
-        if accelerator.scaler is not None:
-            collected.trees.append(("scaler", accelerator.scaler.state_dict()))
-        collected.trees.append(("accelerator", {"step": accelerator.step, "sync_gradients": accelerator.sync_gradients,
-                                                "iteration": accelerator.project_configuration.iteration}))
-    collected.trees.append((f"random_states_{accelerator.process_index}", rng_state(run.platform)))
-    if not accelerator.sync_gradients:
-        collected.grads = _gradients(accelerator, prepared, skip=strategy_written)
+        if session.scaler is not None:
+            collected.trees.append(("scaler", session.scaler.state_dict()))
+        collected.trees.append(("accelerator", {"step": session.step, "sync_gradients": session.sync_gradients,
+                                                "iteration": session.project_configuration.iteration}))
+    collected.trees.append((f"random_states_{session.process_index}", rng_state(run.platform)))
+    if not session.sync_gradients:
+        collected.grads = _gradients(session, skip=strategy_written)
     return collected
 
 

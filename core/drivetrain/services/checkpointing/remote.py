@@ -40,7 +40,7 @@ from ...kernel.errors import CheckpointError
 from . import checksums, commit, layout, peers
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...facade.accelerator import Accelerator
+    from ...runtime.session import Session
 
 logger = logging.getLogger("drivetrain.checkpointing.remote")
 
@@ -122,8 +122,8 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None) -> Store
     return Store(url=url.rstrip("/"), fs=fs, path=cls._strip_protocol(url).rstrip("/"))
 
 
-def _storage_options(accelerator: Accelerator) -> dict[str, Any] | None:
-    return getattr(accelerator.project_configuration, "storage_options", None)
+def _storage_options(session: Session) -> dict[str, Any] | None:
+    return getattr(session.project_configuration, "storage_options", None)
 
 
 def _numbered_folders(store: Store) -> dict[int, str]:
@@ -302,7 +302,7 @@ class Upload:
             logger.warning("could not delete old checkpoints beside %s: %s", self.store.url, error)
 
 
-def plan_upload(accelerator: Accelerator, output_dir: str | os.PathLike | None) -> Upload | None:
+def plan_upload(session: Session, output_dir: str | os.PathLike | None) -> Upload | None:
     """The upload of a ``save_state`` to a URL, or ``None`` for a local one. Every process calls it.
 
     Checks the store (its library, an existing checkpoint of that automatic name) and empties
@@ -311,22 +311,22 @@ def plan_upload(accelerator: Accelerator, output_dir: str | os.PathLike | None) 
     incomplete checkpoint of that automatic name is deleted, and a complete checkpoint
     being saved over loses its manifest, so no mix of its files and new ones is ever loaded.
     """
-    config = accelerator.project_configuration
+    config = session.project_configuration
     if config.automatic_checkpoint_naming:
-        if not is_url(accelerator.project_dir):
+        if not is_url(session.project_dir):
             return None
         if output_dir is not None:
             logger.warning("save_state(output_dir) is ignored with automatic_checkpoint_naming; saving under %s",
-                           join(accelerator.project_dir, "checkpoints"))
-        url = join(accelerator.project_dir, "checkpoints", f"checkpoint_{config.iteration}")
+                           join(session.project_dir, "checkpoints"))
+        url = join(session.project_dir, "checkpoints", f"checkpoint_{config.iteration}")
     elif is_url(output_dir):
         url = str(output_dir)
     else:
         return None
-    if config.save_on_each_node and accelerator.state.num_machines > 1:
+    if config.save_on_each_node and session.state.num_machines > 1:
         raise CheckpointError(f"save_on_each_node=True with a checkpoint URL ({url}) would have every machine upload "
                               "its own manifest there: set save_on_each_node=False to save to object storage")
-    store = open_store(url, _storage_options(accelerator))
+    store = open_store(url, _storage_options(session))
     automatic = bool(config.automatic_checkpoint_naming)
     store.refresh()
     if automatic and store.fs.exists(store.child(layout.MANIFEST)):
@@ -335,7 +335,7 @@ def plan_upload(accelerator: Accelerator, output_dir: str | os.PathLike | None) 
     shutil.rmtree(staging, ignore_errors=True)  # a copy left by a killed save; no save is running here now
     staging.parent.mkdir(parents=True, exist_ok=True)
     replaced: set[str] = set()
-    if accelerator.is_main_process:
+    if session.is_main_process:
         replaced = _clear_for_upload(store, automatic)
     return Upload(store=store, staging=staging, automatic=automatic, keep=config.total_limit if automatic else None,
                   replaced=replaced)
@@ -386,37 +386,37 @@ def _safe_name(name: Any) -> bool:
 # ------------------------------------------------------------------- load
 
 
-def checkpoint_url(accelerator: Accelerator, input_dir: str | os.PathLike | None) -> str | None:
+def checkpoint_url(session: Session, input_dir: str | os.PathLike | None) -> str | None:
     """The URL ``load_state`` reads, or ``None`` when it reads a local path: ``input_dir``, or the
     newest complete ``checkpoint_N`` of a project in object storage."""
     if is_url(input_dir):
         return str(input_dir)
-    if input_dir is not None or not accelerator.project_configuration.automatic_checkpoint_naming:
+    if input_dir is not None or not session.project_configuration.automatic_checkpoint_naming:
         return None
-    if not is_url(accelerator.project_dir):
+    if not is_url(session.project_dir):
         return None
-    root = join(accelerator.project_dir, "checkpoints")
-    complete, _incomplete = automatic_checkpoints(open_store(root, _storage_options(accelerator)))
+    root = join(session.project_dir, "checkpoints")
+    complete, _incomplete = automatic_checkpoints(open_store(root, _storage_options(session)))
     if not complete:
         raise CheckpointError(f"no complete checkpoint under {root}; pass load_state() a directory, or start "
                               "without one")
     return join(root, complete[-1][1].rsplit("/", 1)[-1])
 
 
-def fetch_for_load(accelerator: Accelerator, input_dir: str | os.PathLike | None) -> Path | None:
+def fetch_for_load(session: Session, input_dir: str | os.PathLike | None) -> Path | None:
     """The local copy of the checkpoint ``load_state`` reads from object storage (downloaded by
     each machine's first process, into the cache), or ``None`` for a local one. Collective."""
-    url = checkpoint_url(accelerator, input_dir)
+    url = checkpoint_url(session, input_dir)
     if url is None:
         return None
-    state = accelerator.state
+    state = session.state
     local, error = None, None
-    if accelerator.local_process_index == 0:
+    if session.local_process_index == 0:
         try:
-            local = download_checkpoint(open_store(url, _storage_options(accelerator)))
+            local = download_checkpoint(open_store(url, _storage_options(session)))
         except (CheckpointError, OSError) as exc:
             error = str(exc) if isinstance(exc, CheckpointError) else f"downloading {url} failed: {exc}"
-    if accelerator.num_processes == 1:
+    if session.num_processes == 1:
         if error:
             raise CheckpointError(error)
         _sources[local.absolute()] = url
@@ -425,9 +425,9 @@ def fetch_for_load(accelerator: Accelerator, input_dir: str | os.PathLike | None
     failures = [(rank, message) for rank, (_l, message) in enumerate(results) if message]
     if failures:
         rank, message = failures[0]
-        raise CheckpointError(message if rank == accelerator.process_index else
+        raise CheckpointError(message if rank == session.process_index else
                               f"loading {url} failed on process {rank}: {message}")
-    first_here = accelerator.process_index - accelerator.local_process_index
+    first_here = session.process_index - session.local_process_index
     local = Path(results[first_here][0])
     _sources[local.absolute()] = url
     return local

@@ -23,6 +23,7 @@ from ...kernel.version import PLUGIN_API_VERSION, __version__
 from . import accelerate_layout, checksums, commit, compatibility, layout, leftovers, peers, process_state, remote, state_values
 from . import target
 from .deferred import DeferredWrites, HostStaging, copy_to_host
+from ..other import unwrap_prepared_model
 from .io_pool import FileJobs
 from .model_files import read_model_files_later
 from .process_state import rng_state, set_rng_state
@@ -30,7 +31,7 @@ from .safetensors_io import read_safetensors
 from .tree_io import load_tree_later
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...facade.accelerator import Accelerator
+    from ...runtime.session import Session
     from ...runtime.prepared import PreparedObjects
 
 logger = logging.getLogger("drivetrain.checkpointing.run_state")  # its name before the layers, kept for log filters
@@ -40,42 +41,42 @@ KIND = "drivetrain-run-state"
 # ------------------------------------------------------------------ where
 
 
-def checkpoint_root(accelerator: Accelerator) -> Path:
-    if not accelerator.project_dir:
+def checkpoint_root(session: Session) -> Path:
+    if not session.project_dir:
         raise CheckpointError("automatic checkpoint naming needs a project directory: "
                               "Accelerator(project_config=ProjectConfiguration(project_dir=...))")
-    return Path(accelerator.project_dir) / "checkpoints"
+    return Path(session.project_dir) / "checkpoints"
 
 
-def output_directory(accelerator: Accelerator, output_dir: str | os.PathLike | None) -> Path:
-    config = accelerator.project_configuration
+def output_directory(session: Session, output_dir: str | os.PathLike | None) -> Path:
+    config = session.project_configuration
     if config.automatic_checkpoint_naming:
         if output_dir is not None:
             logger.warning("save_state(output_dir) is ignored with automatic_checkpoint_naming; saving under %s",
-                           checkpoint_root(accelerator))
-        return checkpoint_root(accelerator) / f"checkpoint_{config.iteration}"
+                           checkpoint_root(session))
+        return checkpoint_root(session) / f"checkpoint_{config.iteration}"
     if output_dir is None:
         raise CheckpointError("save_state() needs an output directory, or "
                               "ProjectConfiguration(automatic_checkpoint_naming=True, project_dir=...)")
     return Path(output_dir)
 
 
-def input_directory(accelerator: Accelerator, input_dir: str | os.PathLike | None) -> Path:
-    downloaded = remote.fetch_for_load(accelerator, input_dir)  # a URL: its local copy
+def input_directory(session: Session, input_dir: str | os.PathLike | None) -> Path:
+    downloaded = remote.fetch_for_load(session, input_dir)  # a URL: its local copy
     if downloaded is not None:
         return downloaded
     if input_dir is not None:
         path = Path(input_dir)
         layout.recover(path)
         return path
-    if not accelerator.project_configuration.automatic_checkpoint_naming:
+    if not session.project_configuration.automatic_checkpoint_naming:
         raise CheckpointError("load_state() needs a directory, or automatic_checkpoint_naming=True to take "
                               "the newest checkpoint")
-    root = checkpoint_root(accelerator)
+    root = checkpoint_root(session)
     found = dict(layout.automatic_checkpoints(root))
     numbers = sorted(found)
-    if accelerator.num_processes > 1:  # machines without a shared disk may each hold different ones
-        numbers = newest_common(peers.gather(accelerator.state, numbers, "load_state()"))
+    if session.num_processes > 1:  # machines without a shared disk may each hold different ones
+        numbers = newest_common(peers.gather(session.state, numbers, "load_state()"))
     if not numbers:
         raise CheckpointError(f"no complete checkpoint under {root}" + (
             " on every process" if found else "") + "; pass load_state() a directory, or start without one")
@@ -94,34 +95,34 @@ def newest_common(per_process: list[list[int]]) -> list[int]:
 # ------------------------------------------------------------------ save
 
 
-def _write_this_process_files(accelerator: Accelerator, prepared: PreparedObjects, directory: Path,
+def _write_this_process_files(session: Session, directory: Path,
                               safe_serialization: bool,
                               weights: list[Any] | None, options: dict[str, Any]) -> dict[str, str]:
     """Write what this process owns into ``directory``; returns each file's name and checksum."""
-    collected = process_state.collect(accelerator, prepared, directory, safe_serialization, weights, options)
-    return process_state.write(collected, directory, accelerator.process_index, safe_serialization)
+    collected = process_state.collect(session, directory, safe_serialization, weights, options)
+    return process_state.write(collected, directory, session.process_index, safe_serialization)
 
 
-def _publisher_rank(accelerator: Accelerator) -> int:
+def _publisher_rank(session: Session) -> int:
     """The process that publishes this process's files: the main one, or its node's first."""
-    if accelerator.project_configuration.save_on_each_node:
-        return accelerator.process_index - accelerator.local_process_index
+    if session.project_configuration.save_on_each_node:
+        return session.process_index - session.local_process_index
     return 0
 
 
-def _manifest(accelerator: Accelerator, prepared: PreparedObjects, files: dict[str, str]) -> dict[str, Any]:
+def _manifest(session: Session, files: dict[str, str]) -> dict[str, Any]:
     return {
         "kind": KIND,
         "drivetrain_version": __version__,
         "plugin_api_version": PLUGIN_API_VERSION,
-        "plugins": {name: accelerator.run.manager.records[name].version for name in accelerator.run.active_plugins},
-        "distributed_type": accelerator.distributed_type.value,
-        "mixed_precision": accelerator.mixed_precision,
-        "world_size": accelerator.num_processes,
-        "platform": accelerator.run.platform.name,  # names the device generator states (an export needs it)
-        "counts": prepared.counts(),
+        "plugins": {name: session.run.manager.records[name].version for name in session.run.active_plugins},
+        "distributed_type": session.distributed_type.value,
+        "mixed_precision": session.mixed_precision,
+        "world_size": session.num_processes,
+        "platform": session.run.platform.name,  # names the device generator states (an export needs it)
+        "counts": session.prepared.counts(),
         # a stateful loader's position is kept in batches: it means nothing over batches of another size
-        "loader_batch_sizes": [_batch_size(loader) for loader in prepared.dataloaders],
+        "loader_batch_sizes": [_batch_size(loader) for loader in session.prepared.dataloaders],
         "files": sorted(files),
         "checksum_algorithm": checksums.ALGORITHM,
         "checksums": dict(sorted(files.items())),
@@ -156,38 +157,37 @@ def _check_batch_position(tree: Any, key: str, loader: Any, manifest: dict[str, 
             "checkpoint saved at an epoch boundary")
 
 
-def _publication(accelerator: Accelerator, prepared: PreparedObjects,
+def _publication(session: Session,
                  results: list[tuple[list[str], Any, int]]) -> commit.Publication:
     """What this process publishes: the files of every process that named it publisher."""
-    me, config = accelerator.process_index, accelerator.project_configuration
+    me, config = session.process_index, session.project_configuration
     group = [rank for rank, (_files, _error, publisher) in enumerate(results) if publisher == me]
     return commit.Publication(
-        manifest=_manifest(accelerator, prepared,
-                           {name: digest for rank in group for name, digest in results[rank][0].items()}),
+        manifest=_manifest(session, {name: digest for rank in group for name, digest in results[rank][0].items()}),
         other_ranks=[rank for rank in group if rank != me],
         keep=config.total_limit if config.automatic_checkpoint_naming else None,
-        on_published=accelerator._on_checkpoint_saved,
-        timeout=_commit_timeout(accelerator),
+        on_published=session.on_checkpoint_saved,
+        timeout=_commit_timeout(session),
     )
 
 
-def _commit_timeout(accelerator: Accelerator) -> float:
+def _commit_timeout(session: Session) -> float:
     """How long the publisher waits for the others' files: the run's collective timeout, as for
     any wait on a peer, unless ``DRIVETRAIN_CHECKPOINT_COMMIT_TIMEOUT`` gives the commit its own."""
     own = environment.read_checked("CHECKPOINT_COMMIT_TIMEOUT")
-    return float(own) if own is not None else peers.timeout_seconds(accelerator.state)
+    return float(own) if own is not None else peers.timeout_seconds(session.state)
 
 
-def agreed_directory(accelerator: Accelerator, directory: Path | str, action: str, token: Any = "") -> Any:
+def agreed_directory(session: Session, directory: Path | str, action: str, token: Any = "") -> Any:
     """Check that every process names the same checkpoint directory; returns the main process's ``token``.
 
     One object gather (bounded by the process group's timeout): processes that each pass
     their own directory (a ``tempfile.mkdtemp()`` per process) would otherwise each write
     part of a checkpoint, or wait forever for each other's files.
     """
-    if accelerator.num_processes == 1:
+    if session.num_processes == 1:
         return token
-    gathered = peers.gather(accelerator.state, (str(directory), token), action)
+    gathered = peers.gather(session.state, (str(directory), token), action)
     paths = [path for path, _token in gathered]
     if len(set(paths)) > 1:
         shown = ", ".join(f"rank {rank}: {path}" for rank, path in enumerate(paths[:4]))
@@ -204,7 +204,7 @@ def _target_plan(final: Path) -> tuple[str, str, str | None]:
         return "", "", str(error)
 
 
-def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_dir: str | os.PathLike | None,
+def save_run_state(session: Session, output_dir: str | os.PathLike | None,
                    safe_serialization: bool,
                    weights: list[Any] | None, options: dict[str, Any] | None = None,
                    blocking: bool = True) -> Path | str:
@@ -216,24 +216,24 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
     that thread: this returns once the state is copied to host memory (see
     :func:`_save_in_background`). ``options`` go to the strategy's model-save hook.
     """
-    finish_commit(accelerator)
-    upload = remote.plan_upload(accelerator, output_dir)  # a URL: written to a staging directory first
-    final = upload.staging if upload else output_directory(accelerator, output_dir).absolute()
-    config = accelerator.project_configuration
+    finish_commit(session)
+    upload = remote.plan_upload(session, output_dir)  # a URL: written to a staging directory first
+    final = upload.staging if upload else output_directory(session, output_dir).absolute()
+    config = session.project_configuration
     if config.automatic_checkpoint_naming and final.exists():
         raise CheckpointError(f"checkpoint {final} already exists; set ProjectConfiguration(iteration=...) past it")
-    state = accelerator.state
-    token, where, problem = agreed_directory(accelerator, upload.store.url if upload else final, "save_state()",
+    state = session.state
+    token, where, problem = agreed_directory(session, upload.store.url if upload else final, "save_state()",
                                              _target_plan(final))
     if problem:
         raise CheckpointError(problem)
     temporary = target.temporary_dir(final, token, where)
-    publisher = _publisher_rank(accelerator)
+    publisher = _publisher_rank(session)
     problem = None
-    owner = publisher == accelerator.process_index and not upload
+    owner = publisher == session.process_index and not upload
     if owner:  # what saves stopped by a signal left here, unless their writer still runs
         leftovers.remove_abandoned(*leftovers.around(final))
-    if publisher == accelerator.process_index or upload:  # uploads: each machine stages its own files
+    if publisher == session.process_index or upload:  # uploads: each machine stages its own files
         try:
             temporary.mkdir(parents=True, exist_ok=True)
             if owner:
@@ -246,20 +246,20 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
         raise CheckpointError(problems[0])
     if not blocking:
         with leftovers.remove_on_interrupt(temporary, owner):
-            _save_in_background(accelerator, prepared, final, temporary, publisher, safe_serialization, weights,
+            _save_in_background(session, final, temporary, publisher, safe_serialization, weights,
                                 options or {}, upload)
         return upload.store.url if upload else final
     error = None
     with leftovers.remove_on_interrupt(temporary, owner):  # a Ctrl-C mid-save leaves nothing behind
         try:
-            files = _write_this_process_files(accelerator, prepared, temporary, safe_serialization, weights,
+            files = _write_this_process_files(session, temporary, safe_serialization, weights,
                                               options or {})
         except Exception as exc:  # reported to every process below, so nobody waits forever
             files, error = {}, f"{type(exc).__name__}: {exc}"
         results = peers.gather(state, (files, error, publisher), f"saving {final}")
-    _raise_failures(accelerator, final, temporary, publisher, [err for _f, err, _p in results], upload)
-    publication = _publication(accelerator, prepared, results) if publisher == accelerator.process_index else None
-    plan = commit.CommitPlan(temporary=temporary, final=final, rank=accelerator.process_index, files=list(files),
+    _raise_failures(session, final, temporary, publisher, [err for _f, err, _p in results], upload)
+    publication = _publication(session, results) if publisher == session.process_index else None
+    plan = commit.CommitPlan(temporary=temporary, final=final, rank=session.process_index, files=list(files),
                              fsync=environment.read_bool("CHECKPOINT_FSYNC", default=True), publication=publication,
                              upload=upload)
     background = environment.read_bool("CHECKPOINT_BACKGROUND", default=False)
@@ -267,11 +267,11 @@ def save_run_state(accelerator: Accelerator, prepared: PreparedObjects, output_d
     if config.automatic_checkpoint_naming:
         config.iteration += 1
     if not background:
-        finish_commit(accelerator)
+        finish_commit(session)
     return upload.store.url if upload else final
 
 
-def _raise_failures(accelerator: Accelerator, final: Path, temporary: Path, publisher: int,
+def _raise_failures(session: Session, final: Path, temporary: Path, publisher: int,
                     errors: list[str | None], upload: remote.Upload | None = None) -> None:
     """Raise on every process when a process failed to save (each process's error, by rank),
     once the temporary directory is removed (by every process of an upload, each staging its
@@ -279,9 +279,9 @@ def _raise_failures(accelerator: Accelerator, final: Path, temporary: Path, publ
     failures = [(rank, err) for rank, err in enumerate(errors) if err]
     if not failures:
         return
-    if publisher == accelerator.process_index or upload:
+    if publisher == session.process_index or upload:
         shutil.rmtree(temporary, ignore_errors=True)
-    peers.barrier(accelerator.state, f"saving {final}")
+    peers.barrier(session.state, f"saving {final}")
     details = "; ".join(f"rank {rank}: {err}" for rank, err in failures)
     raise CheckpointError(f"saving {final} failed, the previous checkpoint is untouched: {details}")
 
@@ -290,7 +290,7 @@ def _raise_failures(accelerator: Accelerator, final: Path, temporary: Path, publ
 _staging = HostStaging()
 
 
-def _save_in_background(accelerator: Accelerator, prepared: PreparedObjects, final: Path, temporary: Path,
+def _save_in_background(session: Session, final: Path, temporary: Path,
                         publisher: int, safe_serialization: bool, weights: list[Any] | None,
                         options: dict[str, Any], upload: remote.Upload | None = None) -> None:
     """``save_state(blocking=False)``: copy the state to host memory, write it in the commit's thread.
@@ -304,10 +304,10 @@ def _save_in_background(accelerator: Accelerator, prepared: PreparedObjects, fin
     copy is in memory at a time: the next save, ``load_state``, ``wait_for_checkpoint``,
     ``wait_for_everyone`` and ``end_training`` wait for this one first.
     """
-    state, config = accelerator.state, accelerator.project_configuration
+    state, config = session.state, session.project_configuration
     error = None
     try:
-        collected = process_state.collect(accelerator, prepared, temporary, safe_serialization, weights, options,
+        collected = process_state.collect(session, temporary, safe_serialization, weights, options,
                                           deferred=DeferredWrites())
         _staging.begin()
         collected.model_states = [(index, copy_to_host(model, _staging, ("model", index)))
@@ -318,17 +318,17 @@ def _save_in_background(accelerator: Accelerator, prepared: PreparedObjects, fin
     except Exception as exc:  # reported to every process below, so nobody waits forever
         error = f"{type(exc).__name__}: {exc}"
     results = peers.gather(state, (error, publisher), f"saving {final}")
-    _raise_failures(accelerator, final, temporary, publisher, [err for err, _p in results], upload)
+    _raise_failures(session, final, temporary, publisher, [err for err, _p in results], upload)
     publication = None
-    me = accelerator.process_index
+    me = session.process_index
     if publisher == me:
         group = [rank for rank, (_err, chosen) in enumerate(results) if chosen == me]
         publication = commit.Publication(
-            manifest=_manifest(accelerator, prepared, {}), other_ranks=[rank for rank in group if rank != me],
+            manifest=_manifest(session, {}), other_ranks=[rank for rank in group if rank != me],
             keep=config.total_limit if config.automatic_checkpoint_naming else None,
-            on_published=accelerator._on_checkpoint_saved, timeout=_commit_timeout(accelerator),
+            on_published=session.on_checkpoint_saved, timeout=_commit_timeout(session),
             files_from_markers=True)
-    rank = accelerator.process_index
+    rank = session.process_index
 
     def write() -> list[str]:
         digests = process_state.write(collected, temporary, rank, safe_serialization)
@@ -343,7 +343,7 @@ def _save_in_background(accelerator: Accelerator, prepared: PreparedObjects, fin
         config.iteration += 1
 
 
-def finish_commit(accelerator: Accelerator) -> None:
+def finish_commit(session: Session) -> None:
     """Wait for the last save's commit; raise its failure on every process. Collective.
 
     Every process has a pending commit from the same ``save_state`` call, so every process
@@ -359,7 +359,7 @@ def finish_commit(accelerator: Accelerator) -> None:
         logger.warning("checkpoint %s was not completed, and the directory it was going into is gone: %s",
                        pending.final, error)
         error = None
-    errors = peers.gather(accelerator.state, error, f"completing checkpoint {pending.final}")
+    errors = peers.gather(session.state, error, f"completing checkpoint {pending.final}")
     failures = [(rank, error) for rank, error in enumerate(errors) if error]
     if failures:
         details = "; ".join(f"rank {rank}: {error}" for rank, error in failures)
@@ -403,7 +403,7 @@ _MODEL_OPTIONS = ("strict", "assign", "map_location")
 _LOAD_OPTIONS = ("map_location", "weights_only", "mmap")
 
 
-def load_options(accelerator: Accelerator, model_options: dict[str, Any], load_kwargs: dict[str, Any] | None
+def load_options(session: Session, model_options: dict[str, Any], load_kwargs: dict[str, Any] | None
                  ) -> tuple[dict[str, Any], torch.device | str]:
     """Check ``load_state``'s keyword arguments; returns the model ones and where object states go.
 
@@ -413,7 +413,7 @@ def load_options(accelerator: Accelerator, model_options: dict[str, Any], load_k
     ``mmap`` change nothing; an unknown name is an error rather than silently dropped.
     """
     unknown = sorted(set(model_options) - set(_MODEL_OPTIONS))
-    if unknown and not accelerator.run.hook("drivetrain_load_model_state").get_hookimpls():
+    if unknown and not session.run.hook("drivetrain_load_model_state").get_hookimpls():
         raise CheckpointError(f"load_state() got {unknown}, which loading a model does not take; it takes "
                               f"{list(_MODEL_OPTIONS)} (and load_kwargs={{...}} for {list(_LOAD_OPTIONS)})")
     load_kwargs = dict(load_kwargs or {})
@@ -422,14 +422,14 @@ def load_options(accelerator: Accelerator, model_options: dict[str, Any], load_k
         raise CheckpointError(f"load_state(load_kwargs=...) got {unknown}; it takes {list(_LOAD_OPTIONS)}")
     location = load_kwargs.get("map_location", model_options.get("map_location")) or "cpu"
     if location == "on_device":
-        location = accelerator.device
-    return model_options, _existing_device(accelerator, location)
+        location = session.device
+    return model_options, _existing_device(session, location)
 
 
-def _existing_device(accelerator: Accelerator, location: Any) -> torch.device | str:
+def _existing_device(session: Session, location: Any) -> torch.device | str:
     """``location`` when it is a device this process has (the host, or one of its platform's);
     ``CheckpointError`` before anything is read otherwise."""
-    platform = accelerator.state.platform
+    platform = session.state.platform
     own, count = platform.device_type, platform.device_count()
     fix = f"pass 'cpu', 'on_device' or one of this process's devices ({own}:0 to {own}:{count - 1})" if count \
         else "pass 'cpu' or 'on_device'"
@@ -447,19 +447,19 @@ def _existing_device(accelerator: Accelerator, location: Any) -> torch.device | 
     return location
 
 
-def _gather_failure(accelerator: Accelerator, error: str | None, what: str) -> None:
+def _gather_failure(session: Session, error: str | None, what: str) -> None:
     """Fail every process when any failed (a collective: every process calls it)."""
-    if accelerator.num_processes == 1:
+    if session.num_processes == 1:
         return
-    errors = peers.gather(accelerator.state, error, what)
+    errors = peers.gather(session.state, error, what)
     failures = [(rank, message) for rank, message in enumerate(errors) if message]
     if failures:
         rank, message = failures[0]
-        raise CheckpointError(message if rank == accelerator.process_index else
+        raise CheckpointError(message if rank == session.process_index else
                               f"{what} failed on process {rank}: {message}")
 
 
-def load_run_state(accelerator: Accelerator, prepared: PreparedObjects, input_dir: str | os.PathLike | None,
+def load_run_state(session: Session, input_dir: str | os.PathLike | None,
                    strict: bool = True,
                    options: dict[str, Any] | None = None, load_kwargs: dict[str, Any] | None = None) -> Path | str:
     """Read a checkpoint, check all of it, then restore it into the prepared objects; returns
@@ -472,27 +472,27 @@ def load_run_state(accelerator: Accelerator, prepared: PreparedObjects, input_di
     """
     options = dict(options or {})
     options.setdefault("strict", strict)
-    options, location = load_options(accelerator, options, load_kwargs)
-    directory = input_directory(accelerator, input_dir).absolute()
+    options, location = load_options(session, options, load_kwargs)
+    directory = input_directory(session, input_dir).absolute()
     # A URL's local copies may lie in a different folder on each machine: the URL is what must agree.
-    agreed_directory(accelerator, remote.source_of(directory) or directory, "load_state()")
-    if accelerator.local_process_index == 0:  # what saves stopped by a signal left beside it
+    agreed_directory(session, remote.source_of(directory) or directory, "load_state()")
+    if session.local_process_index == 0:  # what saves stopped by a signal left beside it
         leftovers.remove_abandoned(*leftovers.around(directory))
     try:
-        read = _read_and_check(accelerator, prepared, directory, options, location)
+        read = _read_and_check(session, directory, options, location)
         error = None
     except CheckpointError as exc:
         read, error = None, str(exc)
-        if accelerator.num_processes == 1:
+        if session.num_processes == 1:
             raise
-    _gather_failure(accelerator, error, f"loading {directory}")
+    _gather_failure(session, error, f"loading {directory}")
     assert read is not None
-    _check_strategy_states(accelerator, prepared, directory, read["manifest"], options)
-    _restore(accelerator, prepared, directory, read, options)
+    _check_strategy_states(session, directory, read["manifest"], options)
+    _restore(session, directory, read, options)
     return remote.source_of(directory) or directory  # a URL's checkpoint is named by its URL
 
 
-def _check_strategy_states(accelerator: Accelerator, prepared: PreparedObjects, directory: Path,
+def _check_strategy_states(session: Session, directory: Path,
                            manifest: dict[str, Any],
                            options: dict[str, Any]) -> None:
     """Let strategy plugins check every model and optimizer they load, before any load.
@@ -500,54 +500,54 @@ def _check_strategy_states(accelerator: Accelerator, prepared: PreparedObjects, 
     Their checks may be collective (a sharded model's state dict), so they run once every
     process has read and checked the rest, and agree on their outcome in turn.
     """
-    hook = accelerator.run.hook("drivetrain_check_checkpoint")
+    hook = session.run.hook("drivetrain_check_checkpoint")
     if not hook.get_hookimpls():
         return
     error = None
     try:
-        accelerator.run.call("drivetrain_check_checkpoint", models=list(prepared.models),
-                             optimizers=list(prepared.optimizers), directory=str(directory),
+        session.run.call("drivetrain_check_checkpoint", models=list(session.prepared.models),
+                             optimizers=list(session.prepared.optimizers), directory=str(directory),
                              manifest=manifest, options=dict(options))
     except CheckpointError as exc:
         error = str(exc)
-        if accelerator.num_processes == 1:
+        if session.num_processes == 1:
             raise
-    _gather_failure(accelerator, error, f"loading {directory}")
+    _gather_failure(session, error, f"loading {directory}")
 
 
-def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directory: Path, options: dict[str, Any],
+def _read_and_check(session: Session, directory: Path, options: dict[str, Any],
                     location: torch.device | str) -> dict[str, Any]:
-    run = accelerator.run
+    run = session.run
     if accelerate_layout.is_accelerate_layout(directory):
-        counts = {"models": len(prepared.models), "optimizers": len(prepared.optimizers),
-                  "schedulers": len(prepared.schedulers), "dataloaders": len(prepared.dataloaders),
-                  "custom_objects": len(prepared.custom_objects)}
+        counts = {"models": len(session.prepared.models), "optimizers": len(session.prepared.optimizers),
+                  "schedulers": len(session.prepared.schedulers), "dataloaders": len(session.prepared.dataloaders),
+                  "custom_objects": len(session.prepared.custom_objects)}
         read = accelerate_layout.read_checkpoint(
-            directory, counts, accelerator.process_index, location, run.platform.name,
-            accelerator.device.index or 0, strategy_loads_models=bool(run.hook("drivetrain_load_model_state").get_hookimpls()))
-        _check_read(accelerator, prepared, directory, read, options, read.pop("rng_file"))
+            directory, counts, session.process_index, location, run.platform.name,
+            session.device.index or 0, strategy_loads_models=bool(run.hook("drivetrain_load_model_state").get_hookimpls()))
+        _check_read(session, directory, read, options, read.pop("rng_file"))
         return read
     manifest = layout.read_manifest(directory)
     if manifest.get("kind") != KIND:
         raise CheckpointError(f"{directory} is a {manifest.get('kind')!r} checkpoint, not a run state written by save_state")
-    problem = _count_problem(manifest, prepared)
+    problem = _count_problem(manifest, session.prepared)
     if problem:
         raise CheckpointError(f"{directory} does not match what was prepared ({problem}); prepare the same objects "
                               "before load_state()")
     verifier = checksums.Verifier.for_manifest(directory, manifest)
-    rank = accelerator.process_index
-    resized = manifest.get("world_size") != accelerator.num_processes
+    rank = session.process_index
+    resized = manifest.get("world_size") != session.num_processes
 
     # Read everything (files side by side on a few threads), verifying checksums as the bytes pass.
     with FileJobs() as jobs:
         pending_models: dict[int, Callable[[], dict[str, torch.Tensor]]] = {}
         if not run.hook("drivetrain_load_model_state").get_hookimpls():
-            for index in range(len(prepared.models)):
+            for index in range(len(session.prepared.models)):
                 pending_models[index] = _read_model_later(directory, index, jobs, verifier, manifest)
         pending_trees: dict[str, Callable[[], Any]] = {}
-        for name, objects in (("optimizer", prepared.optimizers), ("scheduler", prepared.schedulers),
-                              ("dataloader", prepared.dataloaders),
-                              ("custom_checkpoint", prepared.custom_objects)):
+        for name, objects in (("optimizer", session.prepared.optimizers), ("scheduler", session.prepared.schedulers),
+                              ("dataloader", session.prepared.dataloaders),
+                              ("custom_checkpoint", session.prepared.custom_objects)):
             for index, obj in enumerate(objects):
                 prefix = directory / f"{name}_{index}"
                 device = location if name == "custom_checkpoint" else "cpu"
@@ -570,7 +570,7 @@ def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directo
         rng = pending_rng() if pending_rng is not None else None
         grads = pending_grads.result() if pending_grads is not None else None
         # The files only plugins read (sharded and engine checkpoints), split across processes.
-        for path in verifier.share_of_rest(rank, accelerator.num_processes):
+        for path in verifier.share_of_rest(rank, session.num_processes):
             jobs.submit(verifier.verify_file, path)
         jobs.wait()
 
@@ -579,37 +579,37 @@ def _read_and_check(accelerator: Accelerator, prepared: PreparedObjects, directo
         # A position kept in samples resumes on any number of processes (data_loader.progress);
         # one kept only in batches (torchdata's StatefulDataLoader) means nothing on another layout.
         if key.startswith("dataloader_") and resized and isinstance(tree, dict) and tree.get("num_processes") not in (
-                None, accelerator.num_processes) and tree.get("batches_yielded", tree.get("_num_yielded", 0)) and not (
+                None, session.num_processes) and tree.get("batches_yielded", tree.get("_num_yielded", 0)) and not (
                 tree.get("samples_yielded") or tree.get("total_batch_size")):
             raise CheckpointError(
                 f"{directory} was saved mid-epoch by {manifest['world_size']} processes with a position in batches; "
-                f"it cannot resume that epoch on {accelerator.num_processes}: resume with {manifest['world_size']} "
+                f"it cannot resume that epoch on {session.num_processes}: resume with {manifest['world_size']} "
                 "processes, or from a checkpoint saved at an epoch boundary")
         if key.startswith("dataloader_"):
-            _check_batch_position(tree, key, prepared.dataloaders[int(key.rpartition("_")[2])], manifest, directory,
-                                  accelerator.num_processes)
+            _check_batch_position(tree, key, session.prepared.dataloaders[int(key.rpartition("_")[2])], manifest, directory,
+                                  session.num_processes)
     read = {"manifest": manifest, "models": models, "trees": trees, "rng": rng, "grads": grads}
-    _check_read(accelerator, prepared, directory, read, options, str(rng_prefix) + ".json", grads_file)
+    _check_read(session, directory, read, options, str(rng_prefix) + ".json", grads_file)
     return read
 
 
-def _check_read(accelerator: Accelerator, prepared: PreparedObjects, directory: Path, read: dict[str, Any],
+def _check_read(session: Session, directory: Path, read: dict[str, Any],
                 options: dict[str, Any], rng_file: Any, grads_file: Path | None = None) -> None:
     """Every state read against the object it is for, before anything is changed."""
-    run = accelerator.run
+    run = session.run
     models, trees, rng, grads = read["models"], read["trees"], read["rng"], read["grads"]
     sources = read.get("sources", {})  # each tree's file where its name is not {directory}/{key}
     for index, state in models.items():
-        compatibility.check_model(state, accelerator.unwrap_model(prepared.models[index]),
+        compatibility.check_model(state, unwrap_prepared_model(session.run, session.prepared.models[index]),
                                   f"{directory}/model_{index}", bool(options.get("strict", True)))
     if not run.hook("drivetrain_load_optimizer_state").get_hookimpls():
-        for index, optimizer in enumerate(prepared.optimizers):
+        for index, optimizer in enumerate(session.prepared.optimizers):
             if f"optimizer_{index}" not in trees:
                 raise CheckpointError(f"{directory}/optimizer_{index}.json is missing")
             compatibility.check_optimizer(trees[f"optimizer_{index}"], optimizer,
                                           sources.get(f"optimizer_{index}", f"{directory}/optimizer_{index}"))
-    for name, objects in (("scheduler", prepared.schedulers), ("dataloader", prepared.dataloaders),
-                          ("custom_checkpoint", prepared.custom_objects)):
+    for name, objects in (("scheduler", session.prepared.schedulers), ("dataloader", session.prepared.dataloaders),
+                          ("custom_checkpoint", session.prepared.custom_objects)):
         for index, obj in enumerate(objects):
             key = f"{name}_{index}"
             where = sources.get(key, f"{directory}/{key}")
@@ -619,11 +619,11 @@ def _check_read(accelerator: Accelerator, prepared: PreparedObjects, directory: 
                 compatibility.check_tree(trees[key], obj.state_dict(), where)
     if "accelerator" in trees:
         state_values.check_run_values(trees["accelerator"], sources.get("accelerator", f"{directory}/accelerator.json"))
-    if accelerator.scaler is not None and "scaler" in trees:
-        compatibility.check_tree(trees["scaler"], accelerator.scaler.state_dict(), f"{directory}/scaler")
+    if session.scaler is not None and "scaler" in trees:
+        compatibility.check_tree(trees["scaler"], session.scaler.state_dict(), f"{directory}/scaler")
     if grads is not None:
         for index, model in models.items():
-            own = dict(accelerator.unwrap_model(prepared.models[index]).named_parameters())
+            own = dict(unwrap_prepared_model(session.run, session.prepared.models[index]).named_parameters())
             compatibility.check_tree({k.partition(".")[2]: v for k, v in grads.items() if k.startswith(f"{index}.")},
                                      {k: p.detach() for k, p in own.items()}, f"{grads_file}")
     if rng is not None:
@@ -644,24 +644,24 @@ def _check_loader_state(saved: Any, loader: Any, where: str) -> None:
         raise CheckpointError(f"{where} cannot be loaded into data loader: {error}") from None
 
 
-def _restore(accelerator: Accelerator, prepared: PreparedObjects, directory: Path, read: dict[str, Any],
+def _restore(session: Session, directory: Path, read: dict[str, Any],
              options: dict[str, Any]) -> None:
     """Copy what phase 1 read and checked. Strategy plugins go first: they check before they change."""
-    run, rank = accelerator.run, accelerator.process_index
+    run, rank = session.run, session.process_index
     manifest, models, trees, rng, grads = read["manifest"], read["models"], read["trees"], read["rng"], read["grads"]
     left: list[int] = []
-    for index, model in enumerate(prepared.models):
+    for index, model in enumerate(session.prepared.models):
         if not run.call("drivetrain_load_model_state", model=model, index=index, directory=str(directory),
                         manifest=manifest, options=dict(options)):
             left.append(index)
     optimizers_left: list[int] = []
-    for index, optimizer in enumerate(prepared.optimizers):
+    for index, optimizer in enumerate(session.prepared.optimizers):
         if not run.call("drivetrain_load_optimizer_state", optimizer=optimizer, index=index, directory=str(directory),
                         manifest=manifest):
             optimizers_left.append(index)
     model_kwargs = {key: options[key] for key in ("strict", "assign") if key in options}
     for index in left:
-        model = accelerator.unwrap_model(prepared.models[index])
+        model = unwrap_prepared_model(session.run, session.prepared.models[index])
         state_dict = models.get(index)
         if state_dict is None:  # a strategy is active but left this model to the core
             state_dict = _read_model_later(directory, index, verifier=checksums.Verifier.for_manifest(directory, manifest))()
@@ -670,21 +670,21 @@ def _restore(accelerator: Accelerator, prepared: PreparedObjects, directory: Pat
     for index in optimizers_left:
         if f"optimizer_{index}" not in trees:
             raise CheckpointError(f"{directory}/optimizer_{index}.json is missing")
-        prepared.optimizers[index].load_state_dict(trees[f"optimizer_{index}"])
-    for name, objects in (("scheduler", prepared.schedulers), ("dataloader", prepared.dataloaders),
-                          ("custom_checkpoint", prepared.custom_objects)):
+        session.prepared.optimizers[index].load_state_dict(trees[f"optimizer_{index}"])
+    for name, objects in (("scheduler", session.prepared.schedulers), ("dataloader", session.prepared.dataloaders),
+                          ("custom_checkpoint", session.prepared.custom_objects)):
         for index, obj in enumerate(objects):
             if f"{name}_{index}" in trees and hasattr(obj, "load_state_dict"):
                 obj.load_state_dict(trees[f"{name}_{index}"])
-    if accelerator.scaler is not None and "scaler" in trees:
-        accelerator.scaler.load_state_dict(trees["scaler"])
+    if session.scaler is not None and "scaler" in trees:
+        session.scaler.load_state_dict(trees["scaler"])
     saved = trees.get("accelerator", {})
-    accelerator.step = int(saved.get("step", 0))
+    session.step = int(saved.get("step", 0))
     if "sync_gradients" in saved:
-        accelerator.gradient_state._set_sync_gradients(bool(saved["sync_gradients"]))
+        session.gradient_state._set_sync_gradients(bool(saved["sync_gradients"]))
     if grads is not None:
-        for index, model in enumerate(prepared.models):
-            for name, parameter in accelerator.unwrap_model(model).named_parameters():
+        for index, model in enumerate(session.prepared.models):
+            for name, parameter in unwrap_prepared_model(session.run, model).named_parameters():
                 if f"{index}.{name}" in grads:
                     parameter.grad = grads[f"{index}.{name}"].to(parameter.device)
     elif not saved.get("sync_gradients", True):
@@ -695,7 +695,7 @@ def _restore(accelerator: Accelerator, prepared: PreparedObjects, directory: Pat
     else:
         logger.warning("%s holds no RNG state for process %d; random draws will differ from the original run",
                        directory, rank)
-    config = accelerator.project_configuration
+    config = session.project_configuration
     match = layout.AUTOMATIC_NAME.match(directory.name)
     if config.automatic_checkpoint_naming and match:
         config.iteration = int(match.group(1)) + 1

@@ -13,13 +13,16 @@ imported or logged. With it, the objects ``prepare`` returns are watched (see :m
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...runtime.session import Session
 
 
-def start(accelerator: Any, handler: Any) -> Any:
-    """The monitor of ``accelerator`` for a ``MonitorKwargs`` ``handler``; ``None`` without one."""
+def start(session: Session, handler: Any) -> Any:
+    """The monitor of an ``Accelerator``'s ``session`` for a ``MonitorKwargs`` ``handler``; ``None`` without one."""
     if handler is None:
         return None
     from .monitor import StepMonitor
 
-    return StepMonitor(accelerator, handler)
+    return StepMonitor(session, handler)

@@ -24,16 +24,20 @@ import functools
 import logging
 import time
 import weakref
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
 from ...kernel.errors import ConfigError, LossSpikeError
+from ..checkpointing import calls
 from ..progress_bar import drawn_bars
 from . import timed_collectives
 from .report import Window, bar_postfix, figures, summary_text
 from .spike_guard import SpikeGuard
 from .throughput import FirstStepFlops, samples_in, tokens_in
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...runtime.session import Session
 
 logger = logging.getLogger("drivetrain.monitoring")
 
@@ -41,16 +45,16 @@ logger = logging.getLogger("drivetrain.monitoring")
 class StepMonitor:
     """One Accelerator's measurements (see the module's docstring)."""
 
-    def __init__(self, accelerator: Any, options: Any) -> None:
+    def __init__(self, session: Session, options: Any) -> None:
         if options.on_spike == "stop" and options.checkpoint_dir is None and not \
-                accelerator.project_configuration.automatic_checkpoint_naming:
+                session.project_configuration.automatic_checkpoint_naming:
             raise ConfigError("MonitorKwargs(on_spike='stop') saves the last good state before it stops: give "
                               "MonitorKwargs(checkpoint_dir=...) or ProjectConfiguration(project_dir=..., "
                               "automatic_checkpoint_naming=True)")
         self.options = options
-        self._accelerator = weakref.ref(accelerator)
-        self._run = accelerator.run
-        self._device = accelerator.device  # read once: the state's attributes are looked up through plugins
+        self._session = weakref.ref(session)  # the session holds this monitor: no cycle
+        self._run = session.run
+        self._device = session.device  # read once: the state's attributes are looked up through plugins
         self.steps = 0  # real optimizer steps taken (skipped ones included)
         self.first_step_s: float | None = None
         self.flops = FirstStepFlops()
@@ -152,13 +156,13 @@ class StepMonitor:
     # -------------------------------------------------------------------- optimizer step
 
     def _optimizer_step(self, optimizer: Any, real_step: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        accelerator = self._accelerator()
-        if accelerator is None or not accelerator.gradient_state.sync_gradients:
+        session = self._session()
+        if session is None or not session.gradient_state.sync_gradients:
             return real_step(*args, **kwargs)  # accumulating: no step is taken
         ends_step = self._boundary is not None and self._boundary() is optimizer
         if self.flops.counting:
             self.flops.stop()
-        if self.guard is not None and self._spike_stops_step(accelerator, optimizer, ends_step):
+        if self.guard is not None and self._spike_stops_step(session, optimizer, ends_step):
             result = None
         else:
             start = time.perf_counter()
@@ -169,10 +173,10 @@ class StepMonitor:
                 self._in_part = False
                 self.window.optimizer += time.perf_counter() - start
         if ends_step:
-            self._end_step(accelerator)
+            self._end_step(session)
         return result
 
-    def _spike_stops_step(self, accelerator: Any, optimizer: Any, ends_step: bool) -> bool:
+    def _spike_stops_step(self, session: Session, optimizer: Any, ends_step: bool) -> bool:
         """Judge the losses of this step; True when the step is skipped (or the run stops)."""
         step = self.steps + 1 if ends_step else self.steps
         found = self.guard.judge(step)
@@ -188,11 +192,12 @@ class StepMonitor:
         else:
             optimizer.zero_grad(set_to_none=True)
         if self.options.on_spike == "stop":
-            self._stop(accelerator, found, step)
+            self._stop(session, found, step)
         return True
 
-    def _stop(self, accelerator: Any, found: list[Any], step: int) -> None:
-        directory = accelerator.save_state(self.options.checkpoint_dir)
+    def _stop(self, session: Session, found: list[Any], step: int) -> None:
+        directory = calls.save_state(session, self.options.checkpoint_dir, safe_serialization=True,
+                                     save_model_func_kwargs={})
         what = found[0].describe(self.guard.factor) if found else \
             f"another process saw a loss spike at step {step}"
         self.finish()
@@ -203,24 +208,24 @@ class StepMonitor:
 
     # ------------------------------------------------------------------ steps, windows
 
-    def _end_step(self, accelerator: Any) -> None:
+    def _end_step(self, session: Session) -> None:
         end = time.perf_counter()
         started = self._step_started if self._step_started is not None else end
         self.steps += 1
         if self.steps == 1:  # the first step counts FLOPs and warms up: kept out of the windows
             self.first_step_s = end - started
             self.window = Window()
-            accelerator.run.platform.synchronize()
+            session.run.platform.synchronize()
             self._window_started = self._step_started = time.perf_counter()
             return
         self.window.steps += 1
         self._step_started = end
         if self.window.steps >= self.options.log_every:
-            self._close_window(accelerator)
+            self._close_window(session)
 
-    def _close_window(self, accelerator: Any) -> None:
+    def _close_window(self, session: Session) -> None:
         """Log the window's figures (one device synchronisation) and start the next window."""
-        accelerator.run.platform.synchronize()
+        session.run.platform.synchronize()
         end = time.perf_counter()
         window, self.window = self.window, Window()
         window.wall = end - (self._window_started if self._window_started is not None else end)
@@ -228,8 +233,8 @@ class StepMonitor:
         self.total.add(window)
         values = self._figures(window)
         self.last_figures = values
-        accelerator.log(values, step=self.steps)
-        if accelerator.is_main_process:
+        calls.log(session, values, step=self.steps)
+        if session.is_main_process:
             postfix = bar_postfix(values)
             for bar in drawn_bars():
                 bar.set_postfix(postfix, refresh=False)
@@ -238,7 +243,7 @@ class StepMonitor:
         platform = self._run.platform
         peak = self.options.peak_flops
         if peak is None:
-            peak = platform.peak_flops(str(self._accelerator().mixed_precision))
+            peak = platform.peak_flops(str(self._session().mixed_precision))
         return figures(window, self._run.data_parallel_size, self.flops.flops, peak, platform.peak_memory(),
                        len(self.guard.flagged_steps) if self.guard is not None else 0)
 
@@ -251,12 +256,12 @@ class StepMonitor:
         self._finished = True
         self.flops.stop()
         timed_collectives.uninstall(self._run, self._collectives)
-        accelerator = self._accelerator()
-        if accelerator is None:
+        session = self._session()
+        if session is None:
             return
         if self.window.steps:
-            self._close_window(accelerator)
-        if accelerator.is_main_process and (self.total.steps or self.first_step_s is not None):
+            self._close_window(session)
+        if session.is_main_process and (self.total.steps or self.first_step_s is not None):
             values = self._figures(self.total)
             logger.info("%s", summary_text(values, self.total.steps, self.first_step_s,
                                            self.guard.flagged_steps if self.guard is not None else [],
