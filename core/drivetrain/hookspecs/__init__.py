@@ -81,6 +81,7 @@ from .registration import (
     drivetrain_fallback_names,
     drivetrain_distributed_types,
     drivetrain_enum_members,
+    drivetrain_register_backend_attributes,
     drivetrain_env_report,
 )
 from .cli import (
@@ -149,6 +150,7 @@ __all__ = [
     "drivetrain_fallback_names",
     "drivetrain_distributed_types",
     "drivetrain_enum_members",
+    "drivetrain_register_backend_attributes",
     "drivetrain_env_report",
     "drivetrain_add_launch_arguments",
     "drivetrain_launch_environment",

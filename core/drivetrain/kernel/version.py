@@ -28,4 +28,6 @@ __version__ = "0.1.0"
 #: reports for a platform's devices; ``watch_module_functions`` and ``watched``: a communication
 #: plugin notes its library's collectives while they run, for hang reports; ``recorded_collectives``,
 #: the ranks' reports.
-PLUGIN_API_VERSION = "1.10"
+#: 1.11: ``drivetrain_register_backend_attributes``: a plugin declares Accelerate's attributes of
+#: a backend (``BackendAttribute``), which the core installs on the owner class.
+PLUGIN_API_VERSION = "1.11"
