@@ -163,14 +163,14 @@ def _multi_role_manager(role_object):
 def _run(manager, strategy):
     from drivetrain.cluster import ClusterEnvironment
     from drivetrain.run import Run
-    from drivetrain.selection import Requests, select
+    from drivetrain.selection.choice import Requests, select
 
     selection = select(manager, Requests(strategy=strategy), cluster=ClusterEnvironment(name="test"))
     return Run(manager, selection, platform=None)
 
 
 def test_a_role_objects_hooks_answer_only_while_its_strategy_is_chosen():
-    from drivetrain.selection import Requests, select
+    from drivetrain.selection.choice import Requests, select
 
     _Conducting.built = 0
     manager = _multi_role_manager(_Conducting)

@@ -27,7 +27,7 @@ import torch
 from . import checkpoint_calls, init_arguments, preparation, training_step, uneven_inputs
 from ..selection.backend_arguments import BackendArgument, given_backend_arguments, strategy_for_options
 from ..runtime.backend_attributes import backend_attribute_host
-from ..kernel.contributed import resolve_module_name
+from ..kernel.contributed import surface_getattr
 from ..kernel.errors import CheckpointError, ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
 from ..runtime.kwargs_handlers import (
     AutocastKwargs,
@@ -688,16 +688,8 @@ class Accelerator:
         return f"Accelerator(device={self.device}, processes={self.num_processes}, mixed_precision={self.mixed_precision})"
 
 
-def __getattr__(name: str) -> Any:
-    """Accelerate's accelerator module holds the ``utils`` availability probes in its namespace
-    (``is_xpu_available``, ``is_bitsandbytes_multi_backend_available``), where scripts and tests
-    patch them; here they are the names plugins contribute to ``drivetrain.accelerator`` or,
-    failing that, to ``drivetrain.utils``."""
-    if name.startswith("__"):
-        raise AttributeError(name)
-    for module in ("accelerator", "utils"):
-        try:
-            return resolve_module_name(module, name)
-        except AttributeError:
-            pass
-    raise AttributeError(f"module 'drivetrain.accelerator' has no attribute {name!r}")
+# Accelerate's accelerator module holds the ``utils`` availability probes in its namespace
+# (``is_xpu_available``, ``is_bitsandbytes_multi_backend_available``), where scripts and tests
+# patch them; here they are the names plugins contribute to ``drivetrain.accelerator`` or,
+# failing that, to ``drivetrain.utils``.
+__getattr__ = surface_getattr("drivetrain.accelerator", also=("utils",))

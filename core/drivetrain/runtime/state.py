@@ -549,8 +549,8 @@ class GradientState:
 
     def __init__(self, gradient_accumulation_plugin: Any = None) -> None:
         self.__dict__ = self._shared_state
-        install_declared(get_plugin_manager())  # its declared attributes, without a PartialState too
         if not self.initialized:
+            install_declared(get_plugin_manager())  # its declared attributes, without a PartialState too
             self.sync_gradients = True
             self.active_dataloader = None
             self.dataloader_references: list[Any] = [None]
