@@ -3,6 +3,9 @@
 Plugins answer ``drivetrain_public_names`` (and, ranked below it, ``drivetrain_fallback_names``)
 with ``{key: "module:attribute"}``. A plain key is a name of ``drivetrain`` itself; a dotted
 key (``"tracking.WandBTracker"``) names the module it belongs to, relative to ``drivetrain``.
+
+:func:`surface_getattr` is the one module ``__getattr__`` of drivetrain: Accelerate's import
+paths serve these names (and their own lazy re-exports) through it, and so does the plugin API.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ _tables: dict[str, tuple[Any, dict[str, dict[str, str]]]] = {}
 
 def _collect(hook_name: str) -> dict[str, dict[str, str]]:
     # imported here so that a light module (``utils.environment``) can install
-    # :func:`contributed_getattr` without loading the plugin manager until a name is asked for
+    # :func:`surface_getattr` without loading the plugin manager until a name is asked for
     from .plugin_manager import get_plugin_manager
 
     manager = get_plugin_manager()
