@@ -95,3 +95,39 @@ def test_the_architecture_doc_lists_every_declared_backend_attribute():
     text = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text()
     documented = dict(re.findall(r"^\| `((?:Accelerator|AcceleratorState|GradientState)\.\w+)` \| (\w+) \|", text, re.M))
     assert documented == {key: d.declared_by for key, d in declared_attributes().items()}
+
+
+def test_a_third_party_plugin_declares_an_attribute_and_cannot_take_a_built_in_one(monkeypatch):
+    import warnings
+    from importlib import metadata as importlib_metadata
+
+    from fake_plugins import fake_plugin
+
+    from drivetrain import plugin_manager
+    from drivetrain.plugin_api import BackendAttribute, PluginInfo, hookimpl
+    from drivetrain.state import AcceleratorState
+
+    @hookimpl
+    def drivetrain_register_backend_attributes():
+        return [BackendAttribute(owner="Accelerator", name="uses_my_engine", unused=False),
+                BackendAttribute(owner="AcceleratorState", name="is_fsdp2", unused="mine")]
+
+    entry = fake_plugin("engine_attributes", PLUGIN_INFO=PluginInfo(api_version="1.11"),
+                        drivetrain_register_backend_attributes=drivetrain_register_backend_attributes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        manager = plugin_manager.PluginManager(env={}, entry_points=[
+            *importlib_metadata.entry_points(group="drivetrain.plugins"), entry]).load()
+    monkeypatch.setattr(plugin_manager, "_default_manager", manager)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    accelerator = Accelerator(cpu=True)
+    assert accelerator.uses_my_engine is False and Accelerator.uses_my_engine.declared_by == "engine_attributes"
+    # the built-in declaration keeps its name; the plugin's is refused and said so
+    assert accelerator.state.is_fsdp2 is False and AcceleratorState.is_fsdp2.declared_by == "accelerate_compat"
+    record = manager.records["engine_attributes"]
+    assert record.status == "partial" and "AcceleratorState.is_fsdp2" in record.reason
+    # another manager (blocked plugin, a new process's plugins) takes its declarations back
+    monkeypatch.setattr(plugin_manager, "_default_manager", None)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    Accelerator(cpu=True)
+    assert not hasattr(Accelerator, "uses_my_engine")
