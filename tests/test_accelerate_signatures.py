@@ -39,10 +39,16 @@ def test_every_general_parameter_sits_where_accelerate_puts_it():
 
     names = [name for name, p in inspect.signature(Accelerator).parameters.items()
              if p.kind is p.POSITIONAL_OR_KEYWORD]
-    assert len(names) == len(ACCELERATE_ORDER)
-    for index, name in enumerate(names):
-        if not name.startswith("_strategy_slot_"):
-            assert ACCELERATE_ORDER[index] == name
+    assert tuple(names) == ACCELERATE_ORDER
+
+
+def test_accelerator_state_s_parameters_are_accelerate_s():
+    from drivetrain.state import AcceleratorState
+
+    names = [name for name, p in inspect.signature(AcceleratorState).parameters.items()
+             if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert names == ["mixed_precision", "cpu", "dynamo_plugin", "deepspeed_plugin", "fsdp_plugin", "torch_tp_plugin",
+                     "megatron_lm_plugin", "parallelism_config", "_from_accelerator"]
 
 
 def test_a_positional_call_lands_on_accelerate_s_parameters(tmp_path):
@@ -86,17 +92,15 @@ def test_a_backend_argument_no_installed_strategy_takes_is_a_clear_error():
     assert "unexpected keyword argument(s) ['deepspeed_plugin']" in out.stdout, out.stderr
 
 
-def test_without_the_compat_plugin_positions_are_refused_and_keywords_still_work():
+def test_without_the_compat_plugin_positions_and_keywords_still_work():
+    """The signature itself carries Accelerate's backend parameters: no plugin has to name the positions."""
     env = {**os.environ, "DRIVETRAIN_BLOCK_PLUGINS": "accelerate_compat"}
     code = ("from drivetrain import Accelerator\n"
-            "try:\n    Accelerator(True, False, None, 1, True, None, None, object())\n"
-            "except TypeError as error:\n    print(error)\n"
+            "accelerator = Accelerator(True, False, None, 1, True, None, None, None, None, None, ['torch'])\n"
+            "print(accelerator.rng_types, accelerator.fsdp_plugin)\n"
             "print(Accelerator(cpu=True, fsdp_plugin=None).fsdp_plugin)\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    lines = out.stdout.splitlines()
-    assert len(lines) == 2, out.stderr
-    assert "backend argument by position" in lines[0] and "pass it by keyword" in lines[0]
-    assert lines[1] == "None"
+    assert out.stdout.splitlines() == ["['torch'] None", "None"], out.stderr
 
 
 def test_accelerator_state_takes_accelerate_s_backend_arguments_by_position():
@@ -109,7 +113,7 @@ def test_accelerator_state_takes_accelerate_s_backend_arguments_by_position():
     layout = object()  # Accelerate's fifth backend argument, parallelism_config
     assert AcceleratorState(None, True, None, None, None, None, None, layout).parallelism_config is layout
     AcceleratorState._reset_state()
-    with pytest.raises(TypeError, match=r"AcceleratorState\(\) got multiple values for argument 'fsdp_plugin'"):
+    with pytest.raises(TypeError, match=r"got multiple values for argument 'fsdp_plugin'"):
         AcceleratorState(None, True, None, None, marker, fsdp_plugin=marker)
 
 

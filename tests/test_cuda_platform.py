@@ -18,7 +18,7 @@ from conftest import clean_environ
 from drivetrain.config import config_from_dict
 from drivetrain.plugin_api import resolve
 from drivetrain.plugin_manager import get_plugin_manager
-from drivetrain.selection import Requests, select
+from drivetrain.selection.choice import Requests, select
 from drivetrain.cluster import ClusterEnvironment
 
 HAS_GPU = torch.cuda.is_available()

@@ -102,7 +102,7 @@ def test_without_deepspeed_the_names_import_and_selecting_it_names_the_extra(tmp
 
 def test_use_deepspeed_variable_and_distributed_type_select_the_strategy():
     from drivetrain.plugin_manager import get_plugin_manager
-    from drivetrain.selection import requests_from_env, strategy_for_distributed_type
+    from drivetrain.selection.choice import requests_from_env, strategy_for_distributed_type
 
     manager = get_plugin_manager()
     assert requests_from_env(manager, env={"ACCELERATE_USE_DEEPSPEED": "true"}).strategy == "deepspeed"

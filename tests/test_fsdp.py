@@ -197,7 +197,7 @@ def test_public_names_enum_and_selection_through_the_kernel(clean_env):
     import drivetrain
     from drivetrain import DistributedType
     from drivetrain.plugin_manager import get_plugin_manager
-    from drivetrain.selection import requests_from_env
+    from drivetrain.selection.choice import requests_from_env
 
     assert drivetrain.FullyShardedDataParallelPlugin.__module__ == "drivetrain_fsdp.options"
     assert callable(drivetrain.merge_fsdp_weights)

@@ -130,7 +130,7 @@ def test_a_use_variable_that_names_nothing_installed_stops_the_launch(launch, mo
 
 def test_use_variables_select_installed_backends_and_refuse_the_rest():
     from drivetrain import get_plugin_manager
-    from drivetrain.selection import requests_from_env
+    from drivetrain.selection.choice import requests_from_env
 
     manager = get_plugin_manager()
     assert requests_from_env(manager, env={"ACCELERATE_USE_FSDP": "true"}).strategy == "fsdp"
@@ -146,7 +146,7 @@ def test_use_variables_select_installed_backends_and_refuse_the_rest():
 
 def test_an_unknown_strategy_lists_the_installed_strategies_in_good_english():
     from drivetrain import get_plugin_manager
-    from drivetrain.selection import Requests, select
+    from drivetrain.selection.choice import Requests, select
 
     with pytest.raises(PluginSelectionError, match=r"unknown strategy 'nosuch'; installed strategies: ") as info:
         select(get_plugin_manager(), Requests(strategy="nosuch"))

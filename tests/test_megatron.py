@@ -61,7 +61,7 @@ def test_names_enum_and_selection(clean_env):
     import drivetrain.utils
     from drivetrain import DistributedType
     from drivetrain.plugin_manager import get_plugin_manager
-    from drivetrain.selection import requests_from_env
+    from drivetrain.selection.choice import requests_from_env
 
     assert DistributedType.MEGATRON_LM == "MEGATRON_LM"
     for name in ("MegatronLMPlugin", "MegatronEngine", "GPTTrainStep", "BertTrainStep", "T5TrainStep",

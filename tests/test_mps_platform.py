@@ -19,7 +19,7 @@ from drivetrain.cluster import ClusterEnvironment
 from drivetrain.errors import IncompatibleChoiceError, PluginSelectionError
 from drivetrain.plugin_api import resolve
 from drivetrain.plugin_manager import get_plugin_manager
-from drivetrain.selection import Requests, select
+from drivetrain.selection.choice import Requests, select
 
 HAS_MPS = torch.backends.mps.is_available()
 NO_MPS_REASON = "no Apple silicon GPU (MPS) here"
@@ -128,7 +128,7 @@ def test_is_mps_available_is_the_plugins_real_probe(fake_mac):
 
 
 def test_accelerates_variable_and_option_select_mps(fake_mac):
-    from drivetrain.selection import requests_from_env
+    from drivetrain.selection.choice import requests_from_env
 
     assert requests_from_env(get_plugin_manager(), {"ACCELERATE_USE_MPS_DEVICE": "true"}).platform == "mps"
     from drivetrain.cli.launch_cmd import build_parser

@@ -138,7 +138,7 @@ def test_public_names_at_accelerates_paths(clean_env):
     import drivetrain.utils
     from drivetrain.parallelism_config import ParallelismConfig
     from drivetrain.plugin_manager import get_plugin_manager
-    from drivetrain.selection import requests_from_env
+    from drivetrain.selection.choice import requests_from_env
 
     assert drivetrain.ParallelismConfig is ParallelismConfig is drivetrain.utils.ParallelismConfig
     for name in ("TorchTensorParallelConfig", "TorchContextParallelConfig", "TorchTensorParallelPlugin"):

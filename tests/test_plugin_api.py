@@ -168,7 +168,7 @@ def _multi_role_manager(role_object):
 def _run(manager, strategy):
     from drivetrain.cluster import ClusterEnvironment
     from drivetrain.run import Run
-    from drivetrain.selection import Requests, select
+    from drivetrain.selection.choice import Requests, select
 
     selection = select(manager, Requests(strategy=strategy), cluster=ClusterEnvironment(name="test"))
     return Run(manager, selection, platform=None)
@@ -177,7 +177,7 @@ def _run(manager, strategy):
 def test_a_runs_role_objects_are_its_typed_attributes_and_answer_only_through_it():
     import gc
 
-    from drivetrain.selection import Requests, select
+    from drivetrain.selection.choice import Requests, select
 
     _Conducting.built = 0
     manager = _multi_role_manager(_Conducting)
@@ -217,7 +217,7 @@ class _RefusesBf16(api.Strategy):
 def test_a_strategy_owns_or_refuses_the_runs_precision_when_the_run_is_built():
     from drivetrain.cluster import ClusterEnvironment
     from drivetrain.run import Run
-    from drivetrain.selection import Requests, select
+    from drivetrain.selection.choice import Requests, select
 
     manager = _multi_role_manager(_RefusesBf16)
 

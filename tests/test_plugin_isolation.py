@@ -55,7 +55,7 @@ def test_imports_that_hang_exit_or_interrupt_are_recorded_and_skipped(hostile_si
 
 def test_a_probe_that_never_answers_and_a_platform_that_cannot_start_fall_back_to_the_next(hostile, monkeypatch):
     from drivetrain.detection import detect
-    from drivetrain.selection import Requests, choose_platform
+    from drivetrain.selection.choice import Requests, choose_platform
     from drivetrain.state import PartialState
 
     with pytest.warns(PluginWarning, match=r"^the probe of plugin 'hostile_probe' did not answer within 0.5 s"):

@@ -63,7 +63,7 @@ def test_one_distribution_two_plugins_listed_with_the_platform_report(cli, templ
 
 def test_detected_by_priority_only_when_its_probe_finds_a_device(toyaccel):
     from drivetrain.errors import PluginSelectionError
-    from drivetrain.selection import Requests, select
+    from drivetrain.selection.choice import Requests, select
 
     selection = select(toyaccel(1), Requests())
     assert selection.platform_plugin == "toyaccel"
@@ -78,7 +78,7 @@ def test_detected_by_priority_only_when_its_probe_finds_a_device(toyaccel):
 
 def test_its_precision_list_takes_bf16_and_refuses_fp16(toyaccel):
     from drivetrain.errors import IncompatibleChoiceError
-    from drivetrain.selection import Requests, select
+    from drivetrain.selection.choice import Requests, select
 
     manager = toyaccel(1)
     assert select(manager, Requests(mixed_precision="bf16")).mixed_precision == "bf16"

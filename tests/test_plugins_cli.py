@@ -275,8 +275,18 @@ BACKEND_LIBRARIES = (
 BACKEND_WORDS = ("fsdp", "deepspeed", "megatron", "xla", "nccl", "cuda", "mps", "xpu", "ipex", "fp8")
 
 
+def _is_backend_argument(node):
+    """A parameter annotated ``BackendArgument``: Accelerate's name for a backend object, which
+    rule 8 of the design lets the facade's signatures carry so positional calls land right."""
+    import ast
+
+    annotation = node.annotation
+    return isinstance(annotation, ast.Name) and annotation.id == "BackendArgument"
+
+
 def _code_words(tree):
-    """Identifiers and string literals of a module, docstrings excluded (they may give examples)."""
+    """Identifiers (parameters and definitions included) and string literals of a module,
+    docstrings excluded (they may give examples)."""
     import ast
 
     docstrings = set()
@@ -292,6 +302,10 @@ def _code_words(tree):
             yield node.lineno, node.id
         elif isinstance(node, ast.Attribute):
             yield node.lineno, node.attr
+        elif isinstance(node, ast.arg) and not _is_backend_argument(node):
+            yield node.lineno, node.arg
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield node.lineno, node.name
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 yield node.lineno, alias.name

@@ -270,3 +270,38 @@ def test_enums_print_as_accelerate_s_do():
     assert f"{PrecisionType.BF16}" == str(PrecisionType.BF16) == "bf16" and str(DynamoBackend.NO) == "NO"
     assert str(LoggerType.ALL) == "all" and str(RNGType.TORCH) == "torch"
     assert str(DDPCommunicationHookType.FP16) == f"{DDPCommunicationHookType.FP16}" == "fp16"
+
+
+MODULES_FILE = Path(__file__).parent / "data" / "accelerate-modules.txt"
+ROOT = Path(__file__).parent.parent
+
+
+def test_only_the_surface_answers_names_a_module_does_not_define():
+    """No module of core/ or plugins/ writes a module ``__getattr__``: the ones that answer names
+    they do not define assign ``surface_getattr(...)``, the one mechanism, and each is an
+    Accelerate import path (``tests/data/accelerate-modules.txt``), a submodule of Accelerate's
+    ``utils`` package (every one serves names plugins contribute to it), or the plugin API."""
+    import ast
+
+    from drivetrain.kernel.contributed import SURFACE_MODULES
+
+    written, assigned = [], []
+    for path in sorted([*(ROOT / "core").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]):
+        for node in ast.parse(path.read_text()).body:
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__":
+                written.append(where)
+            elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__getattr__" for t in node.targets):
+                call = node.value
+                name = getattr(getattr(call, "func", None), "id", None)
+                assert name in ("surface_getattr", "plugin_module_getattr"), where
+                assigned.append(path)
+    assert written == [], "a module __getattr__ outside the one mechanism:\n" + "\n".join(written)
+    for path in assigned:
+        relative = path.relative_to(ROOT / ("core" if "core" in path.parts[len(ROOT.parts):][:1] else "plugins"))
+        importlib.import_module(".".join(relative.with_suffix("").parts).removesuffix(".__init__"))
+    accelerate_paths = {line.strip().replace("accelerate", "drivetrain", 1)
+                        for line in MODULES_FILE.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    ours = {name for name in SURFACE_MODULES if name.startswith(("drivetrain.plugin_api", "drivetrain.utils."))}
+    assert set(SURFACE_MODULES) - ours <= accelerate_paths, sorted(set(SURFACE_MODULES) - ours - accelerate_paths)
+    assert len(SURFACE_MODULES) >= len(assigned) - 2  # the command modules share plugin_module_getattr's

@@ -17,7 +17,7 @@ from drivetrain.errors import ConfigError, IncompatibleChoiceError, PluginSelect
 from drivetrain.plugin_api import PlatformSpec, PluginInfo, Probe, StrategySpec, hookimpl
 from importlib import metadata as importlib_metadata
 from drivetrain.plugin_manager import PluginManager
-from drivetrain.selection import (
+from drivetrain.selection.choice import (
     Requests,
     choose_cluster,
     platform_for_distributed_type,

@@ -13,7 +13,7 @@ from drivetrain.cluster import ClusterEnvironment
 from drivetrain.config import config_from_dict
 from drivetrain.errors import ConfigError, PluginSelectionError
 from drivetrain.plugin_manager import PluginStatus, get_plugin_manager
-from drivetrain.selection import Requests, select
+from drivetrain.selection.choice import Requests, select
 
 HAS_XLA = importlib.util.find_spec("torch_xla") is not None
 

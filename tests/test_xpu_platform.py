@@ -19,7 +19,7 @@ from drivetrain.cluster import ClusterEnvironment
 from drivetrain.errors import DistributedError
 from drivetrain.plugin_api import resolve
 from drivetrain.plugin_manager import get_plugin_manager
-from drivetrain.selection import Requests, select
+from drivetrain.selection.choice import Requests, select
 
 HAS_XPU = hasattr(torch, "xpu") and torch.xpu.is_available()
 NO_XPU_REASON = f"no Intel GPU visible to torch {torch.__version__}"
@@ -120,7 +120,7 @@ def test_accelerates_names_are_real(fake_xpu, monkeypatch):
 
 def test_use_xpu_selects_the_platform(fake_xpu):
     from drivetrain.cli.launch_cmd import build_parser
-    from drivetrain.selection import requests_from_env
+    from drivetrain.selection.choice import requests_from_env
 
     assert build_parser().parse_args(["--use_xpu", "script.py"]).platform == "xpu"
     assert requests_from_env(get_plugin_manager(), {"ACCELERATE_USE_XPU": "1"}).platform == "xpu"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .kernel.contributed import surface_getattr
 from .kernel.version import PLUGIN_API_VERSION, __version__
 
 # Public names of the core and where they live; resolved on first access.
@@ -48,27 +49,8 @@ _export("utils.operations", "broadcast", "broadcast_object_list", "gather", "gat
         "pad_across_processes", "send_to_device", "wait_for_everyone")
 
 
-def __getattr__(name: str) -> Any:
-    import importlib
-    import importlib.util
-
-    if name.startswith("__"):
-        raise AttributeError(name)
-    if name not in _CORE_NAMES and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")  # a submodule, not a public name
-
-    from .kernel.descriptors import resolve
-
-    ref = _CORE_NAMES.get(name)
-    if ref is None:
-        from .kernel.contributed import plugin_public_name
-
-        ref = plugin_public_name(name)
-    if ref is None:
-        raise AttributeError(f"module 'drivetrain' has no attribute {name!r}")
-    value = resolve(ref)
-    globals()[name] = value  # later look-ups skip __getattr__
-    return value
+# a core name of _CORE_NAMES, a submodule, then a name a plugin contributes (DeepSpeedPlugin)
+__getattr__ = surface_getattr(__name__, lazy=_CORE_NAMES, submodules=True, cache=True)
 
 
 def __dir__() -> list[str]:

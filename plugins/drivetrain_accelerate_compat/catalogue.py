@@ -45,14 +45,3 @@ ENUM_MEMBERS: dict[str, object] = {
     },
     "CustomDtype": ["fp8", "int4", "int2"],
 }
-
-#: Accelerate's backend arguments of ``Accelerator.__init__``, in the order of the positions
-#: the core reserves for them (four after ``dataloader_config``, two at the end).
-ACCELERATOR_STRATEGY_SLOTS = (
-    "deepspeed_plugin", "fsdp_plugin", "torch_tp_plugin", "megatron_lm_plugin",
-    "deepspeed_plugins", "parallelism_config",
-)
-
-#: Accelerate's backend arguments of ``AcceleratorState.__init__``, after ``dynamo_plugin``.
-ACCELERATOR_STATE_SLOTS = ("deepspeed_plugin", "fsdp_plugin", "torch_tp_plugin", "megatron_lm_plugin",
-                           "parallelism_config")

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from drivetrain.plugin_api.probes import absent_probe
 
 from .catalogue import PROBES
 
-
-def __getattr__(name: str) -> Any:
-    if name in PROBES:
-        from drivetrain.plugin_api import absent_probe
-
-        return absent_probe(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# One function per probe of the catalogue, each named as the probe it stands for.
+globals().update({probe: absent_probe(probe) for probe in PROBES})

@@ -11,7 +11,7 @@ from __future__ import annotations
 from drivetrain.plugin_api import PluginInfo, hookimpl
 
 from .catalogue import ENUM_MEMBERS, PROBES
-from .state_defaults import ACCELERATOR, ACCELERATOR_STATE, GRADIENT_STATE
+from .state_defaults import declarations
 
 PLUGIN_INFO = PluginInfo(api_version="2.0", description="Accelerate's probes and enum members where a backend is absent")
 
@@ -19,16 +19,12 @@ PLUGIN_INFO = PluginInfo(api_version="2.0", description="Accelerate's probes and
 @hookimpl
 def drivetrain_fallback_names():
     names = {f"utils.{probe}": f"drivetrain_accelerate_compat.fallbacks:{probe}" for probe in PROBES}
-    names["accelerator.STRATEGY_SLOTS"] = "drivetrain_accelerate_compat.catalogue:ACCELERATOR_STRATEGY_SLOTS"
-    names["state.ACCELERATOR_STATE_SLOTS"] = "drivetrain_accelerate_compat.catalogue:ACCELERATOR_STATE_SLOTS"
-    defaults = "drivetrain_accelerate_compat.state_defaults"
-    for attribute in (*ACCELERATOR_STATE, "get_deepspeed_plugin", "select_deepspeed_plugin"):
-        names[f"state.AcceleratorState.{attribute}"] = f"{defaults}:{attribute}"
-    for attribute in GRADIENT_STATE:
-        names[f"state.GradientState.{attribute}"] = f"{defaults}:{attribute}"
-    for attribute in ACCELERATOR:
-        names[f"accelerator.Accelerator.{attribute}"] = f"{defaults}:{attribute}"
     return names
+
+
+@hookimpl
+def drivetrain_register_backend_attributes():
+    return declarations()
 
 
 @hookimpl

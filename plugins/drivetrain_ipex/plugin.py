@@ -15,6 +15,7 @@ import argparse
 import importlib.util
 
 from drivetrain.plugin_api import (
+    BackendAttribute,
     ConfigField,
     ConfigSection,
     EnvReportLine,
@@ -108,8 +109,9 @@ def drivetrain_public_names():
 
 
 @hookimpl
-def drivetrain_fallback_names():
-    return {"state.AcceleratorState.use_ipex": "drivetrain_ipex.plugin:NOT_IN_USE"}
+def drivetrain_register_backend_attributes():
+    return [BackendAttribute(owner="AcceleratorState", name="use_ipex", unused=NOT_IN_USE,
+                             description="whether IPEX optimises this run's objects")]
 
 
 def is_ipex_available() -> bool:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from ..selection.enums import DistributedType
 from ..kernel.errors import LaunchError
-from ..kernel.contributed import contributed_getattr
+from ..kernel.contributed import surface_getattr
 
 
 class PrepareForLaunch:
@@ -192,4 +192,4 @@ def _filter_args(args: argparse.Namespace, parser: argparse.ArgumentParser,
 
 
 # names a plugin contributes to this module (keys "utils.launch.<name>"), served on first access
-__getattr__ = contributed_getattr("drivetrain.utils.launch")
+__getattr__ = surface_getattr("drivetrain.utils.launch")

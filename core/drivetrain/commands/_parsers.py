@@ -44,19 +44,10 @@ def run_as_main(command: str) -> int:
 
 def plugin_module_getattr(module: str) -> Callable[[str], Any]:
     """A module ``__getattr__`` answering with what plugins contribute to ``drivetrain.<module>``."""
+    from ..kernel.contributed import surface_getattr
 
-    def __getattr__(name: str) -> Any:
-        from ..kernel.contributed import resolve_module_name
-
-        if name.startswith("__"):
-            raise AttributeError(name)
-        try:
-            return resolve_module_name(module, name)
-        except AttributeError:
-            raise AttributeError(f"module 'drivetrain.{module}' has no attribute {name!r}: the plugin that "
-                                 "provides this command is not installed (see `drivetrain plugins list`)") from None
-
-    return __getattr__
+    return surface_getattr(f"drivetrain.{module}", missing_hint=": the plugin that provides this command is not "
+                           "installed (see `drivetrain plugins list`)")
 
 
 def plugin_command_module(module: str) -> ModuleType | None:

@@ -2,8 +2,9 @@
 to its collaborators and the run's plugins.
 
 Every public member is defined here, as a ``def`` or as an assignment in ``__init__``, except
-Accelerate's attributes of a backend, which the core does not name: those come through
-``__getattr__``, one look-up described in :mod:`drivetrain.backend_attributes`.
+Accelerate's attributes of a backend, which the core does not name: plugins declare them and
+they are installed on the class as descriptors (:mod:`drivetrain.runtime.backend_attributes`,
+listed in ``docs/architecture.md``).
 
 Collaborators, each with one job: :mod:`.init_arguments` (the constructor's general
 arguments), :mod:`.backend_arguments` (its backend arguments), :mod:`.preparation` (what
@@ -23,9 +24,9 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from . import init_arguments, preparation, training_step, uneven_inputs
-from ..selection.backend_arguments import positional_options, strategy_for_options, strategy_option_attributes
-from ..runtime.backend_attributes import backend_attribute
-from ..kernel.contributed import resolve_module_name
+from ..selection.backend_arguments import BackendArgument, given_backend_arguments, strategy_for_options
+from ..runtime.backend_attributes import backend_attribute_host
+from ..kernel.contributed import surface_getattr
 from ..kernel.errors import CheckpointError, ConfigError, DrivetrainError, UsageError  # noqa: F401  (UsageError: its old home)
 from ..runtime.kwargs_handlers import (
     AutocastKwargs,
@@ -46,19 +47,19 @@ from ..services.other import unwrap_prepared_model
 from ..services.other import remove_mixed_precision_forward  # noqa: F401  (its old home)
 
 
+@backend_attribute_host("Accelerator")
 class Accelerator:
     """Prepare a model, its optimizer, scheduler and data for the run this process is in.
 
     Arguments are Accelerate's, in Accelerate's order. A strategy plugin may accept more
-    keyword arguments (those its ``StrategySpec.accelerator_arguments`` names, such as
-    ``fsdp_plugin``); giving one selects that strategy. The ``_strategy_slot_N`` parameters
-    hold the places of Accelerate's backend arguments (``deepspeed_plugin`` to
-    ``megatron_lm_plugin`` after ``dataloader_config``, ``deepspeed_plugins`` and
-    ``parallelism_config`` at the end), so a positional call lands every argument where
-    Accelerate puts it; pass those by their Accelerate names (see ``backend_arguments``).
+    keyword arguments (those its ``StrategySpec.accelerator_arguments`` names). Accelerate's
+    backend arguments (the parameters annotated ``BackendArgument``) are handed to the strategy
+    that declares them, which giving one selects (:mod:`drivetrain.selection.backend_arguments`);
+    one no installed strategy takes is a ``TypeError`` naming what is installed.
 
     Accelerate's attributes of a backend (``deepspeed_plugin``, ``fsdp_plugin``, ``is_fsdp2``,
-    ``fp8_enabled``, ...) are not members: :meth:`__getattr__` finds them.
+    ``fp8_enabled``, ...) are declared by the plugins that own them and installed on this class
+    (``Accelerator.is_fsdp2.declared_by``; :mod:`drivetrain.runtime.backend_attributes`).
     """
 
     def __init__(
@@ -69,10 +70,10 @@ class Accelerator:
         gradient_accumulation_steps: int = 1,
         cpu: bool = False,
         dataloader_config: DataLoaderConfiguration | None = None,
-        _strategy_slot_1: Any = None,
-        _strategy_slot_2: Any = None,
-        _strategy_slot_3: Any = None,
-        _strategy_slot_4: Any = None,
+        deepspeed_plugin: BackendArgument = None,
+        fsdp_plugin: BackendArgument = None,
+        torch_tp_plugin: BackendArgument = None,
+        megatron_lm_plugin: BackendArgument = None,
         rng_types: Sequence[str] | None = None,
         log_with: Any = None,
         project_dir: str | os.PathLike | None = None,
@@ -82,13 +83,11 @@ class Accelerator:
         kwargs_handlers: Sequence[KwargsHandler] | None = None,
         dynamo_backend: str | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
-        _strategy_slot_5: Any = None,
-        _strategy_slot_6: Any = None,
+        deepspeed_plugins: BackendArgument = None,
+        parallelism_config: BackendArgument = None,
         **strategy_options: Any,
     ) -> None:
-        strategy_options.update(positional_options(
-            (_strategy_slot_1, _strategy_slot_2, _strategy_slot_3, _strategy_slot_4, _strategy_slot_5,
-             _strategy_slot_6), strategy_options))
+        strategy_options.update(given_backend_arguments(Accelerator.__init__, locals()))
         handlers = init_arguments.file_handlers(kwargs_handlers or ())
         strategy = strategy_for_options(strategy_options)
         self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, strategy=strategy,
@@ -167,23 +166,13 @@ class Accelerator:
 
     # ------------------------------------------- Accelerate's attributes of a backend
 
-    def __getattr__(self, name: str) -> Any:
-        """Accelerate's attributes of a backend, which the core does not name.
-
-        Looks in the run's extension objects (``deepspeed_plugin``, ``fsdp_plugin``,
-        ``is_fsdp2``, ``fp8_enabled``, ... of the active plugins), then in contributed names:
-        the ``<backend>_plugin`` arguments installed strategies declare (the state's value,
-        ``None`` while unused) and the ``accelerator.Accelerator.<name>`` public names plugins
-        contribute (``is_fsdp2``: ``False`` while unused). See :mod:`drivetrain.backend_attributes`.
-        """
-        member = getattr(type(self), name, None)
-        if isinstance(member, property) and member.fget is not None:
-            # The property itself failed (the state was reset): let its own error through.
-            return member.fget(self)
+    def _backend_run(self, name: str) -> Any:
         if "run" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return backend_attribute("accelerator.Accelerator", name, self.run, self._backend_argument,
-                                 owner=type(self).__name__)
+        return self.run
+
+    def _backend_arguments(self) -> dict[str, Any]:
+        return self.state._backend_arguments()
 
     def __getstate__(self) -> dict[str, Any]:
         # The run (plugin manager, environment, process group) is the process's: it is not
@@ -195,11 +184,6 @@ class Accelerator:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.run = self.state.run
-
-    def _backend_argument(self, name: str) -> Any:
-        if name not in strategy_option_attributes():
-            raise AttributeError(name)
-        return getattr(self.state, name)
 
     def _extension_or(self, name: str, default: Any) -> Any:
         """What the run's extensions answer for ``name`` (a strategy's device mesh), else ``default``."""
@@ -694,16 +678,8 @@ class Accelerator:
         return f"Accelerator(device={self.device}, processes={self.num_processes}, mixed_precision={self.mixed_precision})"
 
 
-def __getattr__(name: str) -> Any:
-    """Accelerate's accelerator module holds the ``utils`` availability probes in its namespace
-    (``is_xpu_available``, ``is_bitsandbytes_multi_backend_available``), where scripts and tests
-    patch them; here they are the names plugins contribute to ``drivetrain.accelerator`` or,
-    failing that, to ``drivetrain.utils``."""
-    if name.startswith("__"):
-        raise AttributeError(name)
-    for module in ("accelerator", "utils"):
-        try:
-            return resolve_module_name(module, name)
-        except AttributeError:
-            pass
-    raise AttributeError(f"module 'drivetrain.accelerator' has no attribute {name!r}")
+# Accelerate's accelerator module holds the ``utils`` availability probes in its namespace
+# (``is_xpu_available``, ``is_bitsandbytes_multi_backend_available``), where scripts and tests
+# patch them; here they are the names plugins contribute to ``drivetrain.accelerator`` or,
+# failing that, to ``drivetrain.utils``.
+__getattr__ = surface_getattr("drivetrain.accelerator", also=("utils",))

@@ -83,6 +83,7 @@ from .registration import (
     drivetrain_fallback_names,
     drivetrain_distributed_types,
     drivetrain_enum_members,
+    drivetrain_register_backend_attributes,
     drivetrain_env_report,
 )
 from .cli import (
@@ -142,6 +143,7 @@ __all__ = [
     "drivetrain_fallback_names",
     "drivetrain_distributed_types",
     "drivetrain_enum_members",
+    "drivetrain_register_backend_attributes",
     "drivetrain_env_report",
     "drivetrain_add_launch_arguments",
     "drivetrain_launch_environment",

@@ -11,6 +11,7 @@ from ..kernel.descriptors import hookspec
 
 if TYPE_CHECKING:  # pragma: no cover - names for the type hints only
     from ..kernel.descriptors import (
+        BackendAttribute,
         ClusterEnvironmentSpec,
         ConfigSection,
         EnvReportLine,
@@ -152,6 +153,27 @@ def drivetrain_fallback_names() -> dict[str, str] | None:
         allowed), ranked below it; ``None`` for none.
 
     Registration hook, *collected*, API 1.2.
+    """
+
+
+@hookspec
+def drivetrain_register_backend_attributes() -> Sequence[BackendAttribute] | None:
+    """Declare Accelerate's attributes of a backend on ``Accelerator``, ``AcceleratorState``
+    or ``GradientState`` (``accelerator.is_fsdp2``, ``state.deepspeed_plugin``).
+
+    The core names no backend, so these attributes are not written in its classes: each
+    declaration becomes a descriptor on its owner class when the plugins are loaded
+    (:mod:`drivetrain.runtime.backend_attributes`), and ``Accelerator.is_fsdp2`` then says
+    which plugin declared it. It reads what an active plugin's run extension answers for
+    the name (:func:`drivetrain_configure_run`), else the constructor's backend argument of
+    that name, else the declaration's ``unused`` value. A name no plugin declares is an
+    ``AttributeError``, as for any attribute; ``docs/architecture.md`` lists the built-in
+    declarations.
+
+    :return: :class:`~drivetrain.plugin_api.BackendAttribute` items; the first plugin to
+        declare an ``owner.name`` keeps it. ``None`` for none.
+
+    Registration hook, *collected*, API 2.0.
     """
 
 

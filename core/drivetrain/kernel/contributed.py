@@ -3,11 +3,17 @@
 Plugins answer ``drivetrain_public_names`` (and, ranked below it, ``drivetrain_fallback_names``)
 with ``{key: "module:attribute"}``. A plain key is a name of ``drivetrain`` itself; a dotted
 key (``"tracking.WandBTracker"``) names the module it belongs to, relative to ``drivetrain``.
+
+:func:`surface_getattr` is the one module ``__getattr__`` of drivetrain: Accelerate's import
+paths serve these names (and their own lazy re-exports) through it, and so does the plugin API.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import importlib
+import importlib.util
+import sys
+from typing import Any, Callable, Mapping, Sequence
 
 TOP_LEVEL = ""
 
@@ -23,7 +29,7 @@ _tables: dict[str, tuple[Any, dict[str, dict[str, str]]]] = {}
 
 def _collect(hook_name: str) -> dict[str, dict[str, str]]:
     # imported here so that a light module (``utils.environment``) can install
-    # :func:`contributed_getattr` without loading the plugin manager until a name is asked for
+    # :func:`surface_getattr` without loading the plugin manager until a name is asked for
     from .plugin_manager import get_plugin_manager
 
     manager = get_plugin_manager()
@@ -77,19 +83,83 @@ def resolve_module_name(module: str, name: str, *, also_top_level: bool = False)
     return resolve(ref)
 
 
+#: Every module whose ``__getattr__`` is :func:`surface_getattr`'s, by name: the one place a
+#: module of drivetrain answers names it does not define (a test checks no other does).
+SURFACE_MODULES: dict[str, "SurfaceNames"] = {}
 
-def contributed_getattr(module_name: str) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for ``module_name`` (``"drivetrain.utils.environment"``) that serves
-    what plugins contribute under its dotted key (``"utils.environment.override_numa_affinity"``).
 
-    Lets a submodule offer a backend's function at the path Accelerate documents without the
-    core naming the backend; the look-up runs only for names the module does not define.
+class SurfaceNames:
+    """What a module of drivetrain's surface answers beyond what it defines, in this order:
+
+    1. ``computed``: names whose value is built when asked (``TORCH_DISTRIBUTED_OPERATION_TYPES``
+       lists the installed multi-process types), ``{name: function of no argument}``;
+    2. ``lazy``: re-exports imported on first use, ``{name: "module:attribute"}``, so
+       importing the module stays cheap (no torch);
+    3. ``submodules``: ``drivetrain.utils.rich`` as an attribute of ``drivetrain.utils``;
+    4. ``on_request``: a function building a family of names (``require_<what>``), raising
+       ``AttributeError`` for any other;
+    5. the names plugins contribute under ``contributed_as`` (``"utils.environment"``), then
+       under each key of ``also`` (``""``: the names of ``drivetrain`` itself).
+
+    ``cache`` keeps a resolved value in the module's namespace (later reads skip this).
     """
-    module = module_name.partition(".")[2]
 
-    def __getattr__(name: str) -> Any:
+    def __init__(self, module_name: str, *, contributed_as: str | None = None,
+                 computed: Mapping[str, Callable[[], Any]] | None = None, lazy: Mapping[str, str] | None = None,
+                 submodules: bool = False, on_request: Callable[[str], Any] | None = None,
+                 also: Sequence[str] = (), missing_hint: str = "", cache: bool = False) -> None:
+        self.module_name = module_name
+        self.contributed_as = module_name.partition(".")[2] if contributed_as is None else contributed_as
+        self.computed = dict(computed or {})
+        self.lazy = dict(lazy or {})
+        self.submodules = submodules
+        self.on_request = on_request
+        self.also = tuple(also)
+        self.missing_hint = missing_hint
+        self.cache = cache
+
+    def names(self) -> set[str]:
+        """What ``dir()`` adds: the computed, lazy and contributed names."""
+        found = {*self.computed, *self.lazy, *module_public_names(self.contributed_as)}
+        for key in self.also:
+            found.update(module_public_names(key))
+        return found
+
+    def __call__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return resolve_module_name(module, name)
+        value = self._find(name)
+        if self.cache:
+            sys.modules[self.module_name].__dict__[name] = value
+        return value
 
-    return __getattr__
+    def _find(self, name: str) -> Any:
+        if name in self.computed:
+            return self.computed[name]()
+        if name in self.lazy:
+            from .descriptors import resolve
+
+            return resolve(self.lazy[name])
+        if self.submodules and importlib.util.find_spec(f"{self.module_name}.{name}") is not None:
+            return importlib.import_module(f"{self.module_name}.{name}")
+        if self.on_request is not None:
+            try:
+                return self.on_request(name)
+            except AttributeError:
+                pass
+        for key in (self.contributed_as, *self.also):
+            try:
+                return resolve_module_name(key, name)
+            except AttributeError:
+                pass
+        raise AttributeError(f"module {self.module_name!r} has no attribute {name!r}{self.missing_hint}")
+
+
+def surface_getattr(module_name: str, **answers: Any) -> SurfaceNames:
+    """The module ``__getattr__`` of ``module_name`` (``__getattr__ = surface_getattr(__name__, ...)``):
+    the one mechanism by which a module of drivetrain answers names it does not define (the
+    keywords are :class:`SurfaceNames`'s). Used by Accelerate's import paths, which serve what
+    plugins contribute, and by the plugin API for its names whose modules import torch."""
+    answer = SurfaceNames(module_name, **answers)
+    SURFACE_MODULES[module_name] = answer
+    return answer

@@ -16,7 +16,7 @@ import pluggy
 from .records import FrozenRecord, frozen_record
 
 __all__ = [
-    "PROJECT_NAME", "ClusterEnvironmentSpec", "ConfigField", "ConfigSection", "EnvReportLine", "LauncherSpec",
+    "ATTRIBUTE_OWNERS", "PROJECT_NAME", "BackendAttribute", "ClusterEnvironmentSpec", "ConfigField", "ConfigSection", "EnvReportLine", "LauncherSpec",
     "LazyRef", "PlatformSpec", "PluginInfo", "PrecisionSpec", "Probe", "StrategySpec", "TrackerSpec", "hookimpl",
     "hookspec", "resolve",
 ]
@@ -322,3 +322,33 @@ class EnvReportLine(FrozenRecord):
 
     key: str
     value: str
+
+
+#: The classes whose Accelerate attributes of a backend a plugin may declare.
+ATTRIBUTE_OWNERS = ("Accelerator", "AcceleratorState", "GradientState")
+
+
+@frozen_record
+class BackendAttribute(FrozenRecord):
+    """An attribute of ``Accelerator``, ``AcceleratorState`` or ``GradientState`` that belongs to
+    a backend (Accelerate's ``accelerator.is_fsdp2``, ``state.deepspeed_plugin``), declared by a
+    plugin through ``drivetrain_register_backend_attributes`` (API 2.0).
+
+    The core installs one descriptor per declaration on the owner class
+    (:mod:`drivetrain.runtime.backend_attributes`), so ``Accelerator.is_fsdp2`` exists, says who
+    declared it, and reads, in order: what an active plugin's run extension answers for
+    ``name`` (``drivetrain_configure_run``), the backend argument of that name given to the
+    constructor (``fsdp_plugin=``), then ``unused``.
+
+    Attributes:
+        owner: ``"Accelerator"``, ``"AcceleratorState"`` or ``"GradientState"``.
+        name: the attribute's name (public: no leading underscore).
+        unused: what it reads while no active plugin answers it and no argument gave it
+            (``None``, ``False``, or a function that raises the error that says what to do).
+        description: one line for the table of declared attributes.
+    """
+
+    owner: str
+    name: str
+    unused: Any = None
+    description: str = ""

@@ -16,6 +16,8 @@ import re
 from typing import Any, Callable
 
 from .descriptors import (
+    ATTRIBUTE_OWNERS,
+    BackendAttribute,
     ClusterEnvironmentSpec,
     ConfigField,
     ConfigSection,
@@ -43,6 +45,7 @@ ITEM_TYPE: dict[str, type | None] = {
     "drivetrain_public_names": None,
     "drivetrain_fallback_names": None,
     "drivetrain_enum_members": None,
+    "drivetrain_register_backend_attributes": BackendAttribute,
 }
 
 #: How an item is called in messages.
@@ -58,6 +61,7 @@ ITEM_WORD = {
     "drivetrain_public_names": "public name",
     "drivetrain_fallback_names": "fallback name",
     "drivetrain_enum_members": "enumeration",
+    "drivetrain_register_backend_attributes": "backend attribute",
 }
 
 _LAZY_REF = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$")
@@ -97,6 +101,16 @@ def _flag(value: Any) -> str | None:
     return None if isinstance(value, bool) else "True or False"
 
 
+def _attribute_owner(value: Any) -> str | None:
+    return None if value in ATTRIBUTE_OWNERS else f"one of {', '.join(ATTRIBUTE_OWNERS)}"
+
+
+def _public_identifier(value: Any) -> str | None:
+    if isinstance(value, str) and value.isidentifier() and not value.startswith("_"):
+        return None
+    return "a public attribute name"
+
+
 def _names(value: Any) -> str | None:
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return None
@@ -116,6 +130,7 @@ def _config_fields(value: Any) -> str | None:
 
 # Descriptor field -> its check. A field not listed is not checked (a description, a default).
 _FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "owner": _attribute_owner,
     "name": _text,
     "backend": _text,
     "key": _plain_text,
@@ -193,6 +208,8 @@ def item_problem(hook_name: str, item: Any) -> str | None:
         return f"{hook_name} returned {_describe(item)}, which is not a {expected.__name__}"
     if expected is str:
         return None if item else f"{hook_name} returned an empty string"
+    if isinstance(item, BackendAttribute) and _public_identifier(item.name):
+        return f"BackendAttribute {item.name!r}: name must be {_public_identifier(item.name)}"
     for field_name, check in _FIELD_CHECKS.items():
         if not hasattr(item, field_name):
             continue
@@ -220,6 +237,8 @@ def identities(hook_name: str, item: Any) -> list[str]:
         return [f"{item.name.lower()} (backend {item.backend})"]
     if isinstance(item, ConfigSection):
         return [item.key] if item.key else [f"top-level key {f.name}" for f in item.fields]
+    if isinstance(item, BackendAttribute):
+        return [f"{item.owner}.{item.name}"]
     return [item.name.lower()]
 
 
@@ -232,4 +251,6 @@ def item_label(hook_name: str, item: Any) -> str:
     name = getattr(item, "name", None) or getattr(item, "key", None)
     if isinstance(item, PrecisionSpec):
         return f"mixed precision {item.name!r} (backend {item.backend!r})"
+    if isinstance(item, BackendAttribute):
+        return f"backend attribute {item.owner}.{item.name}"
     return f"{ITEM_WORD[hook_name]} {name!r}" if isinstance(name, str) else ITEM_WORD[hook_name]

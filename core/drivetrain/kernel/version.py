@@ -40,4 +40,7 @@ __version__ = "0.1.0"
 #: more: ``drivetrain_transform_objects`` and ``drivetrain_finalize_model`` are *firstresult*.
 #: ``run.options`` and ``Run.role()`` are gone: a strategy's ``Accelerator`` keywords are its
 #: ``arguments``, the compile options ``run.compile_options``.
+#: ``drivetrain_register_backend_attributes``: a plugin declares Accelerate's attributes of a
+#: backend (``BackendAttribute``), which the core installs on the owner class (no fall-through
+#: ``__getattr__`` on ``Accelerator``/``AcceleratorState`` any more).
 PLUGIN_API_VERSION = "2.0"

@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ..kernel.contributed import surface_getattr
 from ..kernel.version import PLUGIN_API_VERSION
 from . import descriptors, errors
 from .descriptors import *  # noqa: F403 (the descriptors are this package's own names)
@@ -61,13 +62,8 @@ _LAZY_BY_MODULE: dict[str, tuple[str, ...]] = {
 _LAZY = {name: module for module, names in _LAZY_BY_MODULE.items() for name in names}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = surface_getattr(__name__, cache=True,
+                              lazy={name: f"{__name__}.{module}:{name}" for name, module in _LAZY.items()})
 
 
 def __dir__() -> list[str]:

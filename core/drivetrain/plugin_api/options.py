@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..cli.launch_parser import BackendFlag
+from ..kernel.contributed import surface_getattr
 
 if TYPE_CHECKING:  # pathlib waits for the command that reads the config file
     from pathlib import Path
@@ -12,14 +13,9 @@ if TYPE_CHECKING:  # pathlib waits for the command that reads the config file
 __all__ = ["BackendFlag", "KwargsHandler", "bool_argument", "default_config_path"]
 
 
-def __getattr__(name: str) -> Any:
-    # Discovery imports this module in every process; the kwargs handlers' dataclasses (and the
-    # datetime module behind them) wait for the plugin that subclasses one.
-    if name == "KwargsHandler":
-        from ..runtime.kwargs_handlers import KwargsHandler
-
-        return KwargsHandler
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Discovery imports this module in every process; the kwargs handlers' dataclasses (and the
+# datetime module behind them) wait for the plugin that subclasses one.
+__getattr__ = surface_getattr(__name__, lazy={"KwargsHandler": "drivetrain.runtime.kwargs_handlers:KwargsHandler"})
 
 
 def bool_argument(text: str) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from packaging.version import InvalidVersion, parse
-from ..kernel.contributed import contributed_getattr
+from ..kernel.contributed import surface_getattr
 
 logger = logging.getLogger("drivetrain.utils.environment")  # its name before the layers, kept for log filters
 
@@ -229,4 +229,4 @@ def get_current_device_type() -> str:
 
 
 # names a plugin contributes to this module (keys "utils.environment.<name>"), served on first access
-__getattr__ = contributed_getattr("drivetrain.utils.environment")
+__getattr__ = surface_getattr("drivetrain.utils.environment")

@@ -6,12 +6,7 @@ mesh; it contributes the name as ``parallelism_config.ParallelismConfig``.
 
 from __future__ import annotations
 
-from typing import Any
+from ..kernel.contributed import surface_getattr
 
 
-def __getattr__(name: str) -> Any:
-    from ..kernel.contributed import resolve_module_name
-
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return resolve_module_name("parallelism_config", name, also_top_level=True)
+__getattr__ = surface_getattr("drivetrain.parallelism_config", also=("",))

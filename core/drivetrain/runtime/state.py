@@ -15,8 +15,8 @@ from datetime import timedelta
 from typing import Any, Callable, Iterator, Mapping
 
 from ..kernel import environment
-from ..selection.backend_arguments import positional_options, slot_names, strategy_option_attributes
-from .backend_attributes import backend_attribute
+from ..selection.backend_arguments import BackendArgument, given_backend_arguments
+from .backend_attributes import backend_attribute_host, install_declared
 from ..selection.enums import DistributedType
 from ..kernel.errors import ConfigError, DistributedError
 from ..kernel.plugin_manager import get_plugin_manager
@@ -93,6 +93,7 @@ class PartialState:
 
     def _initialize(self, cpu: bool, kwargs: dict[str, Any]) -> None:
         manager = get_plugin_manager()
+        install_declared(manager)  # the plugins' attributes of Accelerator, AcceleratorState, GradientState
         requests = Requests(cpu=True if cpu else None).merged_over(requests_from_env(manager))
         selection = select(manager, requests)
         platform = manager.construct(selection.platform_plugin, selection.platform,
@@ -140,8 +141,9 @@ class PartialState:
         return (type(self), ())
 
     def __getattr__(self, name: str) -> Any:
-        # Reached for a missing attribute, and for a property whose attributes are gone
-        # (``num_processes`` reads ``cluster``): after ``_reset_state()`` the message says why.
+        # Answers nothing: only words the error. Reached for a missing attribute, and for a
+        # property whose attributes are gone (``num_processes`` reads ``cluster``): after
+        # ``_reset_state()`` the message says why.
         raise _missing_attribute(self, name, initialized=self.initialized)
 
     def __repr__(self) -> str:
@@ -342,15 +344,6 @@ _SET_UP_ATTRIBUTES = frozenset({"run", "platform", "cluster", "debug", "fork_lau
                                 "init_process_group_kwargs", "collective_timeout", "_mixed_precision",
                                 "_partial", "_run", "plugins", "dynamo_plugin"})
 
-# What AcceleratorState answers as the process's, from PartialState() even after
-# AcceleratorState._reset_state(): the process and its group outlive an Accelerator (a script
-# that resets the state still waits for its peers and destroys the group at the end).
-_PROCESS_ATTRIBUTES = frozenset({"destroy_process_group", "fork_launched", "use_distributed", "is_last_process",
-                                 "is_main_process", "is_local_main_process", "wait_for_everyone",
-                                 "split_between_processes", "main_process_first", "local_main_process_first",
-                                 "print"})
-
-
 def _is_tensor(value: Any) -> bool:
     import torch
 
@@ -413,28 +406,39 @@ def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
     return share
 
 
+def _from_partial(name: str) -> property:
+    """An ``AcceleratorState`` attribute that is its ``PartialState``'s ``name``."""
+    return property(lambda self: getattr(self._process_state(name), name),
+                    doc=f"The process's ``{name}`` (:class:`PartialState`).")
+
+
+def _from_process(name: str) -> property:
+    """An ``AcceleratorState`` attribute answered by ``PartialState()``, set up or not."""
+    return property(lambda self: getattr(PartialState(), name), doc=f"``PartialState().{name}``.")
+
+
+@backend_attribute_host("AcceleratorState")
 class AcceleratorState:
     """``PartialState`` plus what an ``Accelerator`` adds: mixed precision, strategy, plugins.
 
-    Attributes of the process (device, ranks, ...) are read from the ``PartialState``.
+    Attributes of the process (device, ranks, ...) are properties reading the ``PartialState``;
+    Accelerate's attributes of a backend (``deepspeed_plugin``, ``is_fsdp2``) are declared by
+    plugins (:mod:`drivetrain.runtime.backend_attributes`).
     """
 
     _shared_state: dict[str, Any] = {}
 
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, dynamo_plugin: Any = None,
-                 _strategy_slot_1: Any = None, _strategy_slot_2: Any = None, _strategy_slot_3: Any = None,
-                 _strategy_slot_4: Any = None, _strategy_slot_5: Any = None, _from_accelerator: bool = False, *,
+                 deepspeed_plugin: BackendArgument = None, fsdp_plugin: BackendArgument = None,
+                 torch_tp_plugin: BackendArgument = None, megatron_lm_plugin: BackendArgument = None,
+                 parallelism_config: BackendArgument = None, _from_accelerator: bool = False, *,
                  strategy: str | None = None, precision_backend: str | None = None,
                  strategy_arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self.__dict__ = self._shared_state
-        # Accelerate's five backend arguments by position (named by `state.ACCELERATOR_STATE_SLOTS`)
-        slots = (_strategy_slot_1, _strategy_slot_2, _strategy_slot_3, _strategy_slot_4, _strategy_slot_5)
-        kwargs.update(positional_options(slots, kwargs, "AcceleratorState()", ("state", "ACCELERATOR_STATE_SLOTS")))
-        # Accelerate's AcceleratorState takes backend objects as `<name>_plugin=` keywords
-        # (their classes come from plugins); they are kept, by keyword, in `plugins`.
-        backend_names = set(slot_names("state", "ACCELERATOR_STATE_SLOTS", count=len(slots)) or ())
-        backend_plugins = {key: kwargs.pop(key) for key in list(kwargs)
-                           if key.endswith("_plugin") or key in backend_names}
+        # Accelerate's backend arguments (its parameters above, and any other `<name>_plugin=`
+        # keyword: their classes come from plugins) are kept, by keyword, in `plugins`.
+        backend_plugins = {key: kwargs.pop(key) for key in list(kwargs) if key.endswith("_plugin")}
+        backend_plugins.update(given_backend_arguments(AcceleratorState.__init__, locals()))
         if self._shared_state.get("_initialized") and not self.initialized:
             self._shared_state.clear()  # its PartialState was reset: nothing of the old run is kept
         if self.initialized:
@@ -476,43 +480,67 @@ class AcceleratorState:
         return (self._shared_state.get("_initialized", False)
                 and PartialState._shared_state.get("run") is self._shared_state.get("_run"))
 
-    def __getattr__(self, name: str) -> Any:
-        """Accelerate's attributes of a backend (``deepspeed_plugin``, ``is_fsdp2``) through
-        :func:`~drivetrain.backend_attributes.backend_attribute` (the run's extensions, then
-        contributed names); every other attribute (device, ranks, ...) from the ``PartialState``."""
-        if name in _PROCESS_ATTRIBUTES:
-            return getattr(PartialState(), name)
-        if name.startswith("__") or "_partial" not in self._shared_state:
-            raise _missing_attribute(self, name, initialized=False)
-        partial = self._shared_state["_partial"]
-        try:
-            return backend_attribute("state.AcceleratorState", name, getattr(partial, "run", None),
-                                     self._backend_argument)
-        except AttributeError:
-            pass
-        if (name in PartialState._shared_state or name in _SET_UP_ATTRIBUTES
-                or any(name in vars(klass) for klass in type(partial).__mro__)):
-            return getattr(partial, name)
-        raise _missing_attribute(self, name, initialized=partial.initialized)
-
     def __reduce__(self) -> tuple:
         return (type(self), ())  # as PartialState's: the loading process's state
 
-    def _backend_argument(self, name: str) -> Any:
-        """A backend object given by keyword; a declared ``<backend>_plugin`` is ``None`` otherwise."""
-        plugins = self._shared_state.get("plugins") or {}
-        if name in plugins:
-            return plugins[name]
-        if name in strategy_option_attributes():
-            return None
-        raise AttributeError(name)
+    # ------------------------------------------- the declared attributes of a backend
+
+    def _backend_run(self, name: str) -> Run | None:
+        if "_partial" not in self._shared_state:
+            raise _missing_attribute(self, name, initialized=False)
+        return getattr(self._shared_state["_partial"], "run", None)
+
+    def _backend_arguments(self) -> dict[str, Any]:
+        """The backend objects given by keyword (``fsdp_plugin=``)."""
+        return self._shared_state.get("plugins") or {}
+
+    # ------------------------------------------------- the process's attributes
+
+    def _process_state(self, name: str) -> PartialState:
+        if "_partial" not in self._shared_state:
+            raise _missing_attribute(self, name, initialized=False)
+        return self._shared_state["_partial"]
+
+    platform = _from_partial("platform")
+    cluster = _from_partial("cluster")
+    device = _from_partial("device")
+    debug = _from_partial("debug")
+    init_process_group_kwargs = _from_partial("init_process_group_kwargs")
+    collective_timeout = _from_partial("collective_timeout")
+    num_processes = _from_partial("num_processes")
+    process_index = _from_partial("process_index")
+    local_process_index = _from_partial("local_process_index")
+    num_machines = _from_partial("num_machines")
+    backend = _from_partial("backend")
+    collectives = _from_partial("collectives")
+    default_device = _from_partial("default_device")
+    on_main_process = _from_partial("on_main_process")
+    on_local_main_process = _from_partial("on_local_main_process")
+    on_last_process = _from_partial("on_last_process")
+    on_process = _from_partial("on_process")
+    on_local_process = _from_partial("on_local_process")
+    set_device = _from_partial("set_device")
+    # The process and its group outlive an Accelerator: these answer from ``PartialState()``
+    # even after ``AcceleratorState._reset_state()`` (a script that resets the state still
+    # waits for its peers and destroys the group at the end).
+    fork_launched = _from_process("fork_launched")
+    use_distributed = _from_process("use_distributed")
+    is_main_process = _from_process("is_main_process")
+    is_local_main_process = _from_process("is_local_main_process")
+    is_last_process = _from_process("is_last_process")
+    wait_for_everyone = _from_process("wait_for_everyone")
+    split_between_processes = _from_process("split_between_processes")
+    main_process_first = _from_process("main_process_first")
+    local_main_process_first = _from_process("local_main_process_first")
+    print = _from_process("print")
+    destroy_process_group = _from_process("destroy_process_group")
 
     def __repr__(self) -> str:
-        return repr(self._partial) + f"Mixed precision type: {self.mixed_precision}\n"
+        return repr(self._process_state("__repr__")) + f"Mixed precision type: {self.mixed_precision}\n"
 
     @property
     def run(self) -> Run:
-        return self._partial.run
+        return self._process_state("run").run
 
     @property
     def mixed_precision(self) -> str:
@@ -527,6 +555,7 @@ class AcceleratorState:
             PartialState._reset_state()
 
 
+@backend_attribute_host("GradientState")
 class GradientState:
     """Whether gradients are synchronised in this step, and where the data loader stands.
 
@@ -538,6 +567,7 @@ class GradientState:
     def __init__(self, gradient_accumulation_plugin: Any = None) -> None:
         self.__dict__ = self._shared_state
         if not self.initialized:
+            install_declared(get_plugin_manager())  # its declared attributes, without a PartialState too
             self.sync_gradients = True
             self.active_dataloader = None
             self.dataloader_references: list[Any] = [None]
@@ -580,11 +610,14 @@ class GradientState:
     def in_dataloader(self) -> bool:
         return self.active_dataloader is not None
 
-    def __getattr__(self, name: str) -> Any:
-        """Accelerate's attributes of a backend through
-        :func:`~drivetrain.backend_attributes.backend_attribute`: the run's extensions, then
-        contributed names (what an unused backend's attribute reads until a step sets it)."""
-        return backend_attribute("state.GradientState", name, PartialState._shared_state.get("run"))
+    # Accelerate's attributes of a backend (``is_xla_gradients_synced``) are declared by plugins
+    # (:mod:`drivetrain.runtime.backend_attributes`); a step that sets one on the shared state wins.
+
+    def _backend_run(self, name: str) -> Run | None:
+        return PartialState._shared_state.get("run")
+
+    def _backend_arguments(self) -> dict[str, Any]:
+        return {}
 
     def __reduce__(self) -> tuple:
         return (type(self), ())  # as PartialState's: the loading process's state

@@ -4,29 +4,5 @@ Requests and Accelerate's ``USE_<NAME>`` variables (``backend_variables.py``), w
 and usable (``detection.py``), the choice itself (``choice.py``), Accelerate's enums, file
 names and version checks, and where the ``Accelerator``'s backend arguments go
 (``backend_arguments.py``). Nothing here starts a process or imports torch at import time.
-
-``drivetrain.selection`` was the choice module before the layers: its names
-(``Requests``, ``select``, ``requests_from_env``, ...) are still served from here, on first
-use; the core imports :mod:`drivetrain.selection.choice`.
 """
 
-from __future__ import annotations
-
-import importlib
-import importlib.util
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    # ``from .selection import enums`` asks this function before it imports the submodule, and
-    # so does ``from . import choice`` below: a submodule is imported as itself (through
-    # import_module, which does not come back here), never looked up on the choice module.
-    if importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")
-    choice = importlib.import_module(f"{__name__}.choice")
-    try:
-        return getattr(choice, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -1,83 +1,48 @@
 """Accelerate's backend arguments of ``Accelerator(...)`` and ``AcceleratorState(...)``.
 
-The core names no backend, so it learns these arguments from the installed strategies: each
-``StrategySpec.accelerator_arguments`` declares the keywords it takes (``fsdp_plugin``).
-This module answers the three questions the constructors and the attribute look-up ask:
+Accelerate's constructors take backend objects among their general arguments
+(``deepspeed_plugin`` to ``megatron_lm_plugin`` after ``dataloader_config``, ...). The facade's
+signatures carry those parameters under Accelerate's names and positions (the design's rule 8:
+the names may appear in the signature so positional calls land right), each annotated
+:data:`BackendArgument`; what a value means stays in the plugin that owns it. The core
+learns who that is from the installed strategies: each ``StrategySpec.accelerator_arguments``
+declares the keywords it takes (``fsdp_plugin``). This module answers:
 
-- which name a reserved position carries (``positional_options``, ``slot_names``);
-- which strategy the given keywords select (``strategy_for_options``);
-- which ``<backend>_plugin`` names are attributes that read ``None`` while their strategy is
-  unused (``strategy_option_attributes``).
-
-Positions: Accelerate's constructor has backend arguments among the general ones: four after
-``dataloader_config`` and two at the end. The core keeps their positions, so a positional
-call written for Accelerate lands every other argument right, but does not name them: which
-name each reserved position carries is the public name ``accelerator.STRATEGY_SLOTS`` that a
-plugin contributes (the accelerate_compat plugin lists Accelerate's order). A value given
-by position is then handled exactly like the same value given by keyword: the strategy whose
-``StrategySpec.accelerator_arguments`` declares the name receives it. ``AcceleratorState``
-reserves Accelerate's five backend positions the same way (``state.ACCELERATOR_STATE_SLOTS``).
+- which backend arguments a call was given (``given_backend_arguments``), without the core
+  writing a backend's name in its code;
+- which strategy the given keywords select (``strategy_for_options``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import functools
+from typing import Any, Callable, Mapping
 
 from ..kernel.errors import ConfigError
 from ..kernel.plugin_manager import get_plugin_manager
-from ..kernel.contributed import resolve_module_name
 from .choice import requests_from_env
 
-#: How many positions of ``Accelerator.__init__`` are reserved for backend arguments.
-SLOT_COUNT = 6
+#: The annotation of a backend parameter in a facade signature: a backend's object, handed to
+#: the strategy whose ``accelerator_arguments`` declares the parameter's name; ``None`` means
+#: not given.
+BackendArgument = Any
 
 
-def slot_names(module: str = "accelerator", name: str = "STRATEGY_SLOTS",
-               count: int = SLOT_COUNT) -> tuple[str, ...] | None:
-    """The argument names of the reserved positions, in order, or ``None`` when no plugin names them."""
-    try:
-        names = resolve_module_name(module, name)
-    except AttributeError:
-        return None
-    names = tuple(names)
-    if len(names) != count or not all(isinstance(n, str) and n.isidentifier() for n in names):
-        return None
-    return names
+@functools.cache
+def backend_parameters(function: Callable[..., Any]) -> tuple[str, ...]:
+    """The parameters of ``function`` annotated :data:`BackendArgument`, in order (its module
+    uses postponed annotations, so each annotation is the text as written)."""
+    return tuple(name for name, annotation in function.__annotations__.items()
+                 if str(annotation).startswith("BackendArgument"))
 
 
-def positional_options(values: Sequence[Any], by_keyword: Mapping[str, Any], owner: str = "Accelerator()",
-                       names_at: tuple[str, str] = ("accelerator", "STRATEGY_SLOTS")) -> dict[str, Any]:
-    """The keyword form of the values given in the reserved positions (``None`` is not given).
-
-    ``names_at`` is the public name (module, name) that lists the positions' argument names.
-    Raises ``TypeError`` (Python's error for a bad call) when a position is used that no
-    plugin names, or when the same argument also came by keyword.
-    """
-    given = [(index, value) for index, value in enumerate(values) if value is not None]
-    if not given:
-        return {}
-    names = slot_names(*names_at, count=len(values))
-    if names is None:
-        raise TypeError(f"{owner} got a backend argument by position, and no installed plugin says which "
-                        "(the accelerate_compat plugin does); pass it by keyword, under Accelerate's name for it")
-    options: dict[str, Any] = {}
-    for index, value in given:
-        name = names[index]
-        if by_keyword.get(name) is not None:
-            raise TypeError(f"{owner} got multiple values for argument {name!r}")
-        options[name] = value
-    return options
+def given_backend_arguments(function: Callable[..., Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The backend arguments among ``arguments`` (a call's ``locals()``) that were given."""
+    return {name: arguments[name] for name in backend_parameters(function) if arguments[name] is not None}
 
 
 def _strategy_specs() -> list[Any]:
     return [spec for _plugin, spec in get_plugin_manager().registrations("drivetrain_register_strategies")]
-
-
-def strategy_option_attributes() -> set[str]:
-    """Accelerate's ``<backend>_plugin`` attributes: the ``accelerator_arguments`` installed
-    strategies declare (read as ``None`` while that strategy is unused). Any other name is a typo."""
-    return {argument for spec in _strategy_specs() for argument in spec.accelerator_arguments
-            if argument.endswith("_plugin")}
 
 
 def strategy_for_options(options: dict[str, Any]) -> str | None:

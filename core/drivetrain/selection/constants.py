@@ -6,7 +6,7 @@ The names are those of Accelerate's checkpoint layout, which the ecosystem (and 
 
 from __future__ import annotations
 
-from ..kernel.contributed import contributed_getattr
+from ..kernel.contributed import surface_getattr
 
 MODEL_NAME = "pytorch_model"
 SAFE_MODEL_NAME = "model"
@@ -45,16 +45,17 @@ def supported_layers_for_upcasting() -> tuple[type, ...]:
     return (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Linear)
 
 
-def __getattr__(name: str) -> object:
-    # The multi-process distributed types come from the installed platforms and strategies,
-    # so the list is built when asked for, not written here.
-    if name == "TORCH_DISTRIBUTED_OPERATION_TYPES":
-        from .enums import DistributedType
+def _distributed_operation_types() -> list[str]:
+    from .enums import DistributedType
 
-        return [member.value for member in DistributedType if member.value.startswith("MULTI_")]
-    if name == "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING":
-        return supported_layers_for_upcasting()
-    return _contributed(name)
+    return [member.value for member in DistributedType if member.value.startswith("MULTI_")]
 
 
-_contributed = contributed_getattr("drivetrain.utils.constants")  # a plugin's name for this module: "utils.constants.<name>"
+# The multi-process distributed types come from the installed platforms and strategies, so
+# the list is built when asked for, not written here; then a plugin's "utils.constants.<name>".
+__getattr__ = surface_getattr("drivetrain.utils.constants", computed={
+    "TORCH_DISTRIBUTED_OPERATION_TYPES": _distributed_operation_types,
+    "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING": lambda: supported_layers_for_upcasting(),
+})
+
+

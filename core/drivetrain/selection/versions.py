@@ -7,7 +7,7 @@ import operator
 from typing import Callable
 
 from packaging.version import InvalidVersion, Version, parse
-from ..kernel.contributed import contributed_getattr
+from ..kernel.contributed import surface_getattr
 
 STR_OPERATION_TO_FUNC: dict[str, Callable[[object, object], bool]] = {
     ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<=": operator.le, "<": operator.lt,
@@ -54,4 +54,4 @@ def is_torch_version(operation: str, version: str) -> bool:
 
 
 # names a plugin contributes to this module (keys "utils.versions.<name>"), served on first access
-__getattr__ = contributed_getattr("drivetrain.utils.versions")
+__getattr__ = surface_getattr("drivetrain.utils.versions")

@@ -14,7 +14,7 @@ import importlib.util
 from typing import Any, Callable
 
 from ..selection.versions import compare_versions, is_torch_version
-from ..kernel.contributed import contributed_getattr, resolve_module_name
+from ..kernel.contributed import surface_getattr, resolve_module_name
 
 
 @functools.lru_cache(maxsize=None)
@@ -116,18 +116,12 @@ def absent_probe(name: str) -> Callable[..., bool]:
 
 
 # names a plugin contributes to this module (keys "utils.imports.<name>"), served on first access
-_contributed = contributed_getattr("drivetrain.utils.imports")
+__getattr__ = surface_getattr("drivetrain.utils.imports", on_request=lambda name: _probe_of_utils(name))
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        return _contributed(name)
-    except AttributeError as missing:
-        # Accelerate keeps every availability probe here, so `from accelerate.utils.imports import
-        # is_deepspeed_available` must work for the probes plugins contribute to `utils`.
-        if not (name.startswith("is_") and name.endswith("_available")):
-            raise
-        try:
-            return resolve_module_name("utils", name)
-        except AttributeError:
-            raise missing from None
+def _probe_of_utils(name: str) -> Any:
+    # Accelerate keeps every availability probe here, so `from accelerate.utils.imports import
+    # is_deepspeed_available` must work for the probes plugins contribute to `utils`.
+    if not (name.startswith("is_") and name.endswith("_available")):
+        raise AttributeError(name)
+    return resolve_module_name("utils", name)

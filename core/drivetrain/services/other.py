@@ -10,7 +10,7 @@ import types
 from typing import Any
 
 import torch
-from ..kernel.contributed import contributed_getattr
+from ..kernel.contributed import surface_getattr
 
 logger = logging.getLogger("drivetrain.utils.other")  # its name before the layers, kept for log filters
 
@@ -297,4 +297,4 @@ def is_peft_model(model: Any) -> bool:
 
 
 # names a plugin contributes to this module (keys "utils.other.<name>"), served on first access
-__getattr__ = contributed_getattr("drivetrain.utils.other")
+__getattr__ = surface_getattr("drivetrain.utils.other")

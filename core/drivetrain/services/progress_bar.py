@@ -5,7 +5,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ..kernel.contributed import contributed_getattr
+from ..kernel.contributed import surface_getattr
 
 # The bars drawn through tqdm() below, which the step monitor (MonitorKwargs) writes its
 # figures into; a bar closed and dropped leaves the set by itself.
@@ -43,4 +43,4 @@ def drawn_bars() -> list[Any]:
 
 
 # names a plugin contributes to this module (keys "utils.tqdm.<name>"), served on first access
-__getattr__ = contributed_getattr("drivetrain.utils.tqdm")
+__getattr__ = surface_getattr("drivetrain.utils.tqdm")

@@ -4,7 +4,7 @@ installs them, as importing Accelerate's does."""
 from __future__ import annotations
 
 from .availability import is_rich_available
-from ..kernel.contributed import contributed_getattr
+from ..kernel.contributed import surface_getattr
 
 if is_rich_available():
     from rich.traceback import install
@@ -13,4 +13,4 @@ if is_rich_available():
 
 
 # names a plugin contributes to this module (keys "utils.rich.<name>"), served on first access
-__getattr__ = contributed_getattr("drivetrain.utils.rich")
+__getattr__ = surface_getattr("drivetrain.utils.rich")

@@ -16,7 +16,7 @@ import torch
 
 from ..kernel.errors import ConfigError
 from ..runtime.state import PartialState
-from ..kernel.contributed import contributed_getattr
+from ..kernel.contributed import surface_getattr
 
 logger = logging.getLogger("drivetrain.utils.random")  # its name before the layers, kept for log filters
 
@@ -142,4 +142,4 @@ __all__ = ["set_seed", "synchronize_rng_state", "synchronize_rng_states"]
 
 
 # names a plugin contributes to this module (keys "utils.random.<name>"), served on first access
-__getattr__ = contributed_getattr("drivetrain.utils.random")
+__getattr__ = surface_getattr("drivetrain.utils.random")

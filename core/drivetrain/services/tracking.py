@@ -14,6 +14,7 @@ import warnings
 from collections.abc import MutableMapping
 from typing import Any, Iterator
 
+from ..kernel.contributed import surface_getattr
 from ..kernel.errors import ConfigError, DrivetrainError, TrackerError
 from .tracker_inputs import check_init_kwargs, check_logging_dir, check_project_name
 
@@ -658,10 +659,5 @@ def on_main_process(function: Any) -> Any:
     return wrapper
 
 
-def __getattr__(name: str) -> Any:
-    # tracker classes (``WandBTracker``) come from the plugins that own them
-    from ..kernel.contributed import resolve_module_name
-
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return resolve_module_name("tracking", name)
+# tracker classes (``WandBTracker``) come from the plugins that own them
+__getattr__ = surface_getattr("drivetrain.tracking")

@@ -7,21 +7,18 @@ commands and subprocess helpers. Importing this package imports neither until a 
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
+
+from ..kernel.contributed import surface_getattr
 
 _TRAINING = ("RegressionDataset", "RegressionModel", "mocked_dataloaders",
              "mocked_dataloaders_for_autoregressive_models")
 
 
-def __getattr__(name: str) -> Any:
-    import importlib
+def _from_testing(name: str) -> Any:
+    return getattr(importlib.import_module(f"{__name__}.testing"), name)
 
-    if name in ("testing", "training"):
-        return importlib.import_module(f"{__name__}.{name}")
-    if name.startswith("__"):
-        raise AttributeError(name)
-    module = importlib.import_module(f"{__name__}.{'training' if name in _TRAINING else 'testing'}")
-    try:
-        return getattr(module, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+__getattr__ = surface_getattr(__name__, submodules=True, on_request=_from_testing,
+                              lazy={name: f"{__name__}.training:{name}" for name in _TRAINING})

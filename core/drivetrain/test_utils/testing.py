@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from ..kernel.contributed import surface_getattr
 from ..runtime.environment_helpers import parse_flag_from_env
 
 _Decorator = Callable[[Any], Any]
@@ -209,18 +210,20 @@ def _probe_case() -> Any:
     return lambda: None
 
 
-def __getattr__(name: str) -> Any:
-    if name == "torch_device":
-        return _device_type()
-    if name == "device_count":
-        return max(_accelerator_count(), 1)
-    if name == "DEFAULT_LAUNCH_COMMAND":
-        return get_launch_command(num_processes=max(_accelerator_count(), 1), monitor_interval=0.1)
-    if name.startswith("require_"):
-        decorator = _make_require(name)
-        if decorator is not None:
-            return decorator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def _require_decorator(name: str) -> Any:
+    decorator = _make_require(name) if name.startswith("require_") else None
+    if decorator is None:
+        raise AttributeError(name)
+    return decorator
+
+
+# Accelerate's module constants of the device here, and a `require_<what>` for every platform and probe
+__getattr__ = surface_getattr(__name__, on_request=_require_decorator, computed={
+    "torch_device": lambda: _device_type(),
+    "device_count": lambda: max(_accelerator_count(), 1),
+    "DEFAULT_LAUNCH_COMMAND": lambda: get_launch_command(num_processes=max(_accelerator_count(), 1),
+                                                         monitor_interval=0.1),
+})
 
 
 # ----------------------------------------------------------------------------- commands and processes

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..kernel.contributed import surface_getattr
+
 # submodule (relative to drivetrain) -> the public names it defines
 _NAMES: dict[str, tuple[str, ...]] = {
     "selection.enums": (
@@ -87,26 +89,10 @@ _NAMES: dict[str, tuple[str, ...]] = {
 _WHERE: dict[str, str] = {name: module for module, names in _NAMES.items() for name in names}
 
 
-def __getattr__(name: str) -> Any:
-    import importlib
-    import importlib.util
-
-    if name.startswith("__"):
-        raise AttributeError(name)
-    module = _WHERE.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f"drivetrain.{module}"), name)
-    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        value = importlib.import_module(f"{__name__}.{name}")  # a submodule: `drivetrain.utils.rich`
-    else:
-        from ..kernel.contributed import resolve_module_name
-
-        try:
-            value = resolve_module_name("utils", name, also_top_level=True)
-        except AttributeError:
-            raise AttributeError(f"module 'drivetrain.utils' has no attribute {name!r}") from None
-    globals()[name] = value
-    return value
+# a name of _NAMES, a submodule (`drivetrain.utils.rich`), then what plugins contribute to
+# `utils` or to `drivetrain` itself (Accelerate's accelerate.utils offers DeepSpeedPlugin too)
+__getattr__ = surface_getattr(__name__, lazy={name: f"drivetrain.{module}:{name}" for name, module in _WHERE.items()},
+                              submodules=True, also=("",), cache=True)
 
 
 def __dir__() -> list[str]:

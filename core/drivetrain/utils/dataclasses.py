@@ -30,6 +30,7 @@ from ..runtime.kwargs_handlers import (
     ProjectConfiguration,
     TorchDynamoPlugin,
 )
+from ..kernel.contributed import surface_getattr
 from ..tensors.nested import TensorInformation
 from ..services.other import get_module_class_from_name
 
@@ -41,17 +42,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # a plugin's dataclass (``DeepSpeedPlugin``) lives where Accelerate users import it from
-    from ..kernel.contributed import resolve_module_name
-
-    if name.startswith("__"):
-        raise AttributeError(name)
-    try:
-        return resolve_module_name("utils.dataclasses", name)
-    except AttributeError:
-        pass
-    try:
-        return resolve_module_name("utils", name, also_top_level=True)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+# a plugin's dataclass (``DeepSpeedPlugin``) lives where Accelerate users import it from
+__getattr__ = surface_getattr(__name__, also=("utils", ""))

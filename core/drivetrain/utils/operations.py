@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ..kernel.contributed import contributed_getattr
+from ..kernel.contributed import surface_getattr
 from ..services.cross_process import *  # noqa: F403
 from ..services.cross_process import __all__ as _across
 from ..tensors.nested import *  # noqa: F403
@@ -13,4 +13,4 @@ from ..tensors.nested import __all__ as _nested
 __all__ = [*_across, *_nested]
 
 # names a plugin contributes to this module (keys "utils.operations.<name>"), served on first access
-__getattr__ = contributed_getattr(__name__)
+__getattr__ = surface_getattr(__name__)

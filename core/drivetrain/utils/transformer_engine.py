@@ -4,6 +4,6 @@ Without that plugin the module is empty."""
 
 from __future__ import annotations
 
-from ..kernel.contributed import contributed_getattr
+from ..kernel.contributed import surface_getattr
 
-__getattr__ = contributed_getattr(__name__)
+__getattr__ = surface_getattr(__name__)

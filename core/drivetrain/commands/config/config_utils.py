@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable, Sequence
 
+from ...kernel.contributed import surface_getattr
 from ...selection.enums import (
     ComputeEnvironment,
     DistributedType,
@@ -21,10 +22,9 @@ from ...selection.enums import (
 )
 
 
-def __getattr__(name: str) -> Any:
-    if name == "DYNAMO_BACKENDS":
-        return [member.value for member in DynamoBackend if member.value != "NO"]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Accelerate's list of dynamo backends, from the enumeration plugins add members to
+__getattr__ = surface_getattr(__name__, computed={
+    "DYNAMO_BACKENDS": lambda: [member.value for member in DynamoBackend if member.value != "NO"]})
 
 
 def _ask_field(input_text: str, convert_value: Callable[[str], Any] | None = None, default: Any = None,

@@ -28,7 +28,7 @@ from .modeling import (
     get_max_memory,
 )
 from ...config.schema import suggest
-from ...kernel.contributed import contributed_getattr
+from ...kernel.contributed import surface_getattr
 
 logger = logging.getLogger("drivetrain.utils.device_map")  # its name before the layers, kept for log filters
 
@@ -366,4 +366,4 @@ def resolve_device_map(model: nn.Module, device_map: Any, max_memory: dict[int |
 
 
 # names a plugin contributes to this module (keys "utils.device_map.<name>"), served on first access
-__getattr__ = contributed_getattr("drivetrain.utils.device_map")
+__getattr__ = surface_getattr("drivetrain.utils.device_map")

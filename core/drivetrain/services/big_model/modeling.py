@@ -18,7 +18,7 @@ from torch import nn
 
 from ..checkpointing.dtypes import TORCH_DTYPES
 from ...kernel.errors import ConfigError
-from ...kernel.contributed import contributed_getattr
+from ...kernel.contributed import surface_getattr
 
 logger = logging.getLogger("drivetrain.utils.modeling")  # its name before the layers, kept for log filters
 
@@ -543,16 +543,12 @@ _ELSEWHERE = {
 }
 
 
-_contributed = contributed_getattr("drivetrain.utils.modeling")  # a plugin's name for this module: "utils.modeling.<name>"
+# Accelerate's names of this module defined elsewhere, then a plugin's ("utils.modeling.<name>")
+__getattr__ = surface_getattr("drivetrain.utils.modeling",
+                              lazy={name: f"{__package__}.{module}:{name}" for name, module in _ELSEWHERE.items()})
 
 
-def __getattr__(name: str) -> Any:
-    import importlib
 
-    module = _ELSEWHERE.get(name)
-    if module is None:
-        return _contributed(name)
-    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
 
 def get_mixed_precision_context_manager(native_amp: bool = False, autocast_kwargs: Any = None) -> Any:

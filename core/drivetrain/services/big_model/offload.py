@@ -27,7 +27,7 @@ from ..checkpointing.safetensors_io import Header, read_header, tensor_nbytes
 from ...kernel.errors import CheckpointError
 from .mapped_files import MappedFiles
 from .modeling import as_dtype
-from ...kernel.contributed import contributed_getattr
+from ...kernel.contributed import surface_getattr
 
 __all__ = [
     "offload_weight", "load_offloaded_weight", "save_offload_index", "offload_state_dict",
@@ -322,4 +322,4 @@ def extract_submodules_state_dict(state_dict: dict[str, torch.Tensor], submodule
 
 
 # names a plugin contributes to this module (keys "utils.offload.<name>"), served on first access
-__getattr__ = contributed_getattr("drivetrain.utils.offload")
+__getattr__ = surface_getattr("drivetrain.utils.offload")

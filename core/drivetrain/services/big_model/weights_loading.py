@@ -39,7 +39,7 @@ from .offload import (
     safetensors_metadata,
     save_offload_index,
 )
-from ...kernel.contributed import contributed_getattr
+from ...kernel.contributed import surface_getattr
 
 logger = logging.getLogger("drivetrain.utils.weights_loading")  # its name before the layers, kept for log filters
 
@@ -323,4 +323,4 @@ def _place(model: nn.Module, shard: _Shard, name: str, current: torch.Tensor, de
 
 
 # names a plugin contributes to this module (keys "utils.weights_loading.<name>"), served on first access
-__getattr__ = contributed_getattr("drivetrain.utils.weights_loading")
+__getattr__ = surface_getattr("drivetrain.utils.weights_loading")

@@ -39,6 +39,17 @@ def _variant(cls: type) -> type:
     return _VARIANTS[cls]
 
 
+class _Itself:
+    """``loader.base_dataloader``: the loader that does the reading, the instance itself (a
+    reference to itself would keep it alive in a cycle). An instance's attribute, as in
+    Accelerate: the class has none."""
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            raise AttributeError(f"type object {owner.__name__!r} has no attribute 'base_dataloader'")
+        return instance
+
+
 class StatefulVariants:
     """Picks the ``StatefulDataLoader`` variant of the class at construction; gives
     ``base_dataloader``, the loader that does the reading (the instance itself)."""
@@ -50,12 +61,7 @@ class StatefulVariants:
             cls = _variant(cls)
         return super().__new__(cls)
 
-    def __getattr__(self, name: str) -> Any:
-        # An instance attribute in appearance only (the class has none): the loader reads
-        # itself, and a reference to itself would keep it alive in a cycle.
-        if name == "base_dataloader":
-            return self
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+    base_dataloader = _Itself()
 
     @classmethod
     def _stateful_base(cls) -> type | None:
