@@ -4,6 +4,7 @@ canonicalisation, regional compilation before sharding, the grad scaler."""
 from __future__ import annotations
 
 import os
+import unittest
 from typing import Any
 
 from drivetrain.plugin_api import environment
@@ -89,3 +90,10 @@ def get_parameters_from_modules(modules: Any, model: Any, device: Any) -> set:
     if isinstance(modules, str):
         modules = [module.to(device) for module in modules_named(model, modules)]
     return {parameter for module in modules for parameter in module.parameters()}
+
+
+def require_fsdp2(test_case: Any) -> Any:
+    """Accelerate's ``test_utils.testing.require_fsdp2``: FSDP2 (``fully_shard``) needs torch >= 2.5."""
+    from drivetrain.utils import is_torch_version
+
+    return unittest.skipUnless(is_torch_version(">=", "2.5.0"), "test requires FSDP2 (torch >= 2.5.0)")(test_case)

@@ -162,6 +162,7 @@ def drivetrain_public_names():
                              "fsdp2_prepare_model", "fsdp2_load_full_state_dict",
                              "fsdp2_switch_optimizer_parameters", "fsdp2_apply_ac")),
                 ("merge", ("merge_fsdp_weights",))) for name in names},
+            "test_utils.testing.require_fsdp2": "drivetrain_fsdp.compat:require_fsdp2",
             **{f"utils.constants.{name}": f"drivetrain_fsdp.compat:{name}" for name in (
                 "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREFETCH", "FSDP_STATE_DICT_TYPE",
                 "FSDP2_STATE_DICT_TYPE", "FSDP_MODEL_NAME")}}

@@ -120,13 +120,6 @@ def require_fp16(test_case: Any) -> Any:
     return _require(is_fp16_available(), "test requires float16 support")(test_case)
 
 
-def require_fsdp2(test_case: Any) -> Any:
-    """FSDP2 (``fully_shard``) needs torch >= 2.5, as in Accelerate."""
-    from ..selection.versions import is_torch_version
-
-    return _require(is_torch_version(">=", "2.5.0"), "test requires FSDP2 (torch >= 2.5.0)")(test_case)
-
-
 def require_tp(test_case: Any) -> Any:
     """Tensor parallelism needs torch >= 2.3 and transformers >= 4.52 (its ``tp_plan``), as in Accelerate."""
     from ..selection.versions import compare_versions, is_torch_version
