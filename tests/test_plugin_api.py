@@ -174,7 +174,7 @@ def _run(manager, strategy):
     return Run(manager, selection, platform=None)
 
 
-def test_a_runs_role_objects_are_its_typed_attributes_and_answer_only_through_it():
+def test_a_runs_strategy_and_precision_are_its_typed_attributes_and_answer_only_through_it():
     import gc
 
     from drivetrain.selection.choice import Requests, select

@@ -186,7 +186,7 @@ def test_a_registration_refused_part_way_leaves_no_hook_behind():
     assert registry.get_plugin("half") is None
 
 
-def test_a_role_objects_properties_are_not_run_to_find_its_hooks(monkeypatch):
+def test_the_properties_of_a_role_object_are_not_run_to_find_its_hooks(monkeypatch):
     # pluggy before 1.7 reads every attribute with getattr; a property that needs its run
     # (an FSDP strategy's options before prepare) raised and the strategy could not register
     import pluggy

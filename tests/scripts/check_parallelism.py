@@ -141,10 +141,11 @@ def check_layout(directory: Path, sizes: tuple[int, int, int]) -> None:
     for name, p in model.named_parameters():
         assert torch.equal(full(p), weights_after[name]), f"resumed weights of {name} differ"
 
-    if accelerator.is_main_process:  # merged in one process: the single-process weights
+    # called by every process, as Accelerate's: the main process merges, the others wait for it
+    written = merge_fsdp_weights(checkpoint, directory / f"merged_{replicate}_{shard}_{tp}")
+    if accelerator.is_main_process:  # the single-process weights
         from safetensors.torch import load_file
 
-        written = merge_fsdp_weights(checkpoint, directory / f"merged_{replicate}_{shard}_{tp}")
         merged = load_file(directory / f"merged_{replicate}_{shard}_{tp}" / written[0])
         assert set(merged) == set(saved_reference), set(merged) ^ set(saved_reference)
         for name, value in saved_reference.items():

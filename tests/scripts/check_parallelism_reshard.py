@@ -113,11 +113,12 @@ class Layout:
 
 
 def merged(accelerator: Accelerator, checkpoint: Path, out: Path) -> dict[str, torch.Tensor] | None:
+    # called by every process, as Accelerate's: the main process merges, the others wait for it
+    written = merge_fsdp_weights(checkpoint, out)
     if not accelerator.is_main_process:
         return None
     from safetensors.torch import load_file
 
-    written = merge_fsdp_weights(checkpoint, out)
     return load_file(out / written[0])
 
 
