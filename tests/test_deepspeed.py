@@ -246,6 +246,55 @@ def test_a_malformed_config_file_gives_a_clear_error(clean_env, tmp_path, conten
     assert str(path) in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_a_config_file_needs_zero_optimization_and_defaults_gradient_accumulation_to_one(clean_env, tmp_path):
+    from drivetrain import DeepSpeedPlugin
+
+    path = _write(tmp_path / "ds.json", {"train_micro_batch_size_per_gpu": 2})
+    with pytest.raises(ConfigError, match="Please specify the ZeRO optimization config in the DeepSpeed config"):
+        DeepSpeedPlugin(hf_ds_config=str(path))
+    assert issubclass(ConfigError, ValueError)  # Accelerate's callers catch ValueError
+    path = _write(tmp_path / "ds.json", {"zero_optimization": {"stage": 1}})
+    assert DeepSpeedPlugin(hf_ds_config=str(path)).deepspeed_config["gradient_accumulation_steps"] == 1
+    given = DeepSpeedPlugin(hf_ds_config=str(path), gradient_accumulation_steps=3)
+    assert given.deepspeed_config["gradient_accumulation_steps"] == 3
+
+
+def test_deepspeed_config_process_fills_auto_and_reports_every_mismatch(clean_env):
+    from drivetrain import DeepSpeedPlugin
+
+    plugin = DeepSpeedPlugin(hf_ds_config={
+        "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": 0.01}},
+        "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"},
+        "train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4})
+    kwargs = {"optimizer.params.lr": 5e-5, "optimizer.params.weight_decay": 0.01, "train_batch_size": 8,
+              "train_micro_batch_size_per_gpu": 4, "zero_optimization.reduce_bucket_size": 100,
+              "fp16.enabled": False}  # a key the config lacks is no mismatch
+    plugin.deepspeed_config_process(**kwargs)
+    assert plugin.get_value("optimizer.params.lr") == 5e-5 and plugin.get_value("train_batch_size") == 8
+    with pytest.raises(ConfigError) as caught:
+        plugin.deepspeed_config_process(**{**kwargs, "optimizer.params.lr": 1e-5, "train_batch_size": 16})
+    assert "optimizer.params.lr" in str(caught.value) and "train_batch_size" in str(caught.value)
+    plugin.deepspeed_config_process(must_match=False, **{**kwargs, "optimizer.params.lr": 1e-5})
+    plugin.deepspeed_config["optimizer"]["params"]["lr"] = "auto"
+    del kwargs["optimizer.params.lr"]
+    with pytest.raises(ConfigError, match="`optimizer.params.lr` not found in kwargs"):
+        plugin.deepspeed_config_process(**kwargs)
+
+
+def test_hf_ds_config_shares_the_plugin_config(clean_env, tmp_path):
+    from drivetrain import DeepSpeedPlugin
+
+    for plugin in (DeepSpeedPlugin(zero_stage=3), DeepSpeedPlugin(hf_ds_config=dict(ZERO3_OFFLOAD), zero_stage=3)):
+        assert plugin.hf_ds_config.config is plugin.deepspeed_config and plugin.hf_ds_config.is_zero3()
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = 7
+        node, key = plugin.hf_ds_config.find_config_node("train_micro_batch_size_per_gpu")
+        assert node[key] == 7
+        plugin.replace_config({**plugin.deepspeed_config, "train_batch_size": 14})
+        assert plugin.hf_ds_config.get_value("train_batch_size") == 14
+    again = DeepSpeedPlugin(hf_ds_config=plugin.hf_ds_config)  # an HfDeepSpeedConfig is taken as it is
+    assert again.deepspeed_config is plugin.deepspeed_config
+
+
 def test_missing_config_file_and_contradicting_options(clean_env, tmp_path):
     from drivetrain import DeepSpeedPlugin
 

@@ -59,6 +59,10 @@ class HfDeepSpeedConfig:
         else:
             raise ConfigError(f"{config_file_or_dict}: not a DeepSpeed config dict or an existing JSON file")
         self.config = config
+        self.set_stage_and_offload()
+
+    def set_stage_and_offload(self) -> None:
+        """Read the ZeRO stage and offload answers again from ``config`` (after it changed)."""
         self._stage = int(self.get_value("zero_optimization.stage", -1))
         self._offload = any(self.get_value(f"zero_optimization.{key}.device") in ("cpu", "nvme")
                             for key in ("offload_param", "offload_optimizer"))

@@ -228,7 +228,7 @@ def prepare_engine(strategy: DeepSpeedStrategy, run: Any, objects: Sequence[Any]
             # DeepSpeed refuses a client optimizer with optimizer offload unless told; the user chose it.
             config.setdefault("zero_force_ds_cpu_optimizer", False)
     config = fill_auto_values(config, facts, origin)
-    plugin.deepspeed_config = config  # what the engine runs with, for the user to read (as in Accelerate)
+    plugin.replace_config(config)  # what the engine runs with, for the user (and transformers) to read
 
     deepspeed = import_deepspeed(run)
     ensure_process_group(run)

@@ -27,6 +27,7 @@ from typing import Any, Iterator, Mapping
 
 from drivetrain.plugin_api import ConfigError, DrivetrainError, environment
 
+from .compat import HfDeepSpeedConfig
 from .option_names import DS_ACCELERATORS, OFFLOAD_DEVICES, OPTIONS
 
 AUTO = "auto"
@@ -185,9 +186,11 @@ class DeepSpeedPlugin:
     """DeepSpeed's options for ``Accelerator(deepspeed_plugin=...)``, with Accelerate's names.
 
     Args:
-        hf_ds_config: a DeepSpeed config: a dict, or the path of a JSON (or YAML) file. Its
-            ``"auto"`` values are filled by ``prepare``. Without one, a config is built from
-            the options below.
+        hf_ds_config: a DeepSpeed config: a dict, the path of a JSON (or YAML) file, or an
+            ``HfDeepSpeedConfig``. Its ``"auto"`` values are filled by ``prepare``. Without one,
+            a config is built from the options below. Once built, it is an
+            ``HfDeepSpeedConfig`` whose ``config`` is this
+            plugin's ``deepspeed_config`` dict itself, so an edit of either is seen by both.
         gradient_accumulation_steps: micro-batches per optimizer step (default: the
             ``Accelerator``'s). When set, it is also the ``Accelerator``'s.
         gradient_clipping: clip the global gradient norm to this value (DeepSpeed clips in
@@ -257,11 +260,17 @@ class DeepSpeedPlugin:
         if self.hf_ds_config is not None:
             self.deepspeed_config, self._origin = self._load_config(self.hf_ds_config)
             check_config(self.deepspeed_config, self._origin)
+            if "zero_optimization" not in self.deepspeed_config:
+                raise ConfigError(f"{self._origin}: Please specify the ZeRO optimization config in the DeepSpeed "
+                                  "config. Add a \"zero_optimization\" block such as {\"stage\": 2}")
             self._merge_options_into_file()
+            # Accelerate's default when the file leaves it out (an option given above has filled it)
+            self.deepspeed_config.setdefault("gradient_accumulation_steps", 1)
         else:
             self._origin = "DeepSpeedPlugin"
             self.deepspeed_config = self._config_from_options()
         self._read_back_from_config()
+        self.hf_ds_config = config_view(self.deepspeed_config)
         if self.zero3_init_flag is None:
             self.zero3_init_flag = self.zero_stage == 3
         if self.zero3_init_flag and self.zero_stage != 3 and "zero3_init_flag" in given:
@@ -325,9 +334,9 @@ class DeepSpeedPlugin:
         if isinstance(source, (str, os.PathLike)):
             path = Path(source).expanduser().absolute()
             return read_config_file(path), f"DeepSpeed config file {path}"
-        config = getattr(source, "config", None)  # transformers' HfDeepSpeedConfig
-        if isinstance(config, Mapping):
-            return copy.deepcopy(dict(config)), f"DeepSpeed config ({type(source).__name__})"
+        config = getattr(source, "config", None)  # an HfDeepSpeedConfig: its dict is shared, as in Accelerate
+        if isinstance(config, dict):
+            return config, f"DeepSpeed config ({type(source).__name__})"
         raise ConfigError(f"hf_ds_config must be a dict or the path of a DeepSpeed config file, "
                           f"not {type(source).__name__}")
 
@@ -403,6 +412,52 @@ class DeepSpeedPlugin:
         self.gradient_accumulation_steps = gas if isinstance(gas, int) else AUTO
         clip = config.get("gradient_clipping")
         self.gradient_clipping = clip if _is_number(clip) else None  # None: filled at prepare time
+
+    # ---------------------------------------------------------------- filling by key
+
+    def fill_match(self, ds_key_long: str, mismatches: list[str] | None = None, must_match: bool = True,
+                   **kwargs: Any) -> None:
+        """Fill dotted config key ``ds_key_long`` from ``kwargs`` when it is ``"auto"`` (an
+        ``"auto"`` key missing from ``kwargs`` is an error); with ``must_match``, a value
+        written in the config that differs from ``kwargs`` is added to ``mismatches``."""
+        mismatches = [] if mismatches is None else mismatches
+        node, key = _find_node(self.deepspeed_config, ds_key_long)
+        if node is None:
+            return
+        if node.get(key) == AUTO:
+            if ds_key_long not in kwargs:
+                raise ConfigError(f"`{ds_key_long}` not found in kwargs. Please specify `{ds_key_long}` without "
+                                  f"`auto` (set to correct value) in the DeepSpeed config file or pass it in kwargs.")
+            node[key] = kwargs[ds_key_long]
+            return
+        if must_match and node.get(key) is not None and ds_key_long in kwargs and node[key] != kwargs[ds_key_long]:
+            mismatches.append(f"- ds {ds_key_long}={node[key]} vs arg {ds_key_long}={kwargs[ds_key_long]}")
+
+    def deepspeed_config_process(self, prefix: str = "", mismatches: list[str] | None = None,
+                                 config: dict[str, Any] | None = None, must_match: bool = True,
+                                 **kwargs: Any) -> None:
+        """Fill the config's ``"auto"`` values from ``kwargs`` (dotted keys such as
+        ``"optimizer.params.lr"``), as Accelerate's method of this name; with ``must_match``,
+        every written value that contradicts ``kwargs`` is reported in one error."""
+        mismatches = [] if mismatches is None else mismatches
+        for key, value in (self.deepspeed_config if config is None else config).items():
+            if isinstance(value, dict):
+                self.deepspeed_config_process(prefix=f"{prefix}{key}.", mismatches=mismatches, config=value,
+                                              must_match=must_match, **kwargs)
+            else:
+                self.fill_match(prefix + key, mismatches, must_match=must_match, **kwargs)
+        if mismatches and prefix == "":
+            listing = "\n".join(mismatches)
+            raise ConfigError(f"Please correct the following DeepSpeed config values that mismatch kwargs values:\n"
+                              f"{listing}\nThe easiest method is to set these DeepSpeed config values to 'auto'.")
+
+    def replace_config(self, config: dict[str, Any]) -> None:
+        """Make ``config`` the plugin's, in place: ``hf_ds_config`` (and through it
+        transformers) keeps seeing ``deepspeed_config``."""
+        if self.deepspeed_config is config:
+            return
+        self.deepspeed_config.clear()
+        self.deepspeed_config.update(config)
 
     # ---------------------------------------------------------------- selection
 
@@ -487,6 +542,27 @@ class DeepSpeedPlugin:
 
         with zero3_init(self):
             yield
+
+
+def _find_node(config: dict[str, Any], key: str) -> tuple[dict[str, Any] | None, str]:
+    """The mapping that holds the last part of dotted ``key``, and that part (``None`` when absent)."""
+    *parents, last = key.split(".")
+    node: Any = config
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            return None, last
+    return (node, last) if isinstance(node, dict) else (None, last)
+
+
+def config_view(config: dict[str, Any]) -> HfDeepSpeedConfig:
+    """An ``HfDeepSpeedConfig`` over ``config`` itself, not a copy (``accelerate.utils.deepspeed``'s
+    class, as Accelerate's ``hf_ds_config`` is; transformers' subclass would register itself
+    with transformers on construction, which only ``select`` may do)."""
+    view = HfDeepSpeedConfig({})
+    view.config = config
+    view.set_stage_and_offload()
+    return view
 
 
 class SelectionError(DrivetrainError, NotImplementedError):
