@@ -292,7 +292,7 @@ def test_hf_ds_config_shares_the_plugin_config(clean_env, tmp_path):
         plugin.replace_config({**plugin.deepspeed_config, "train_batch_size": 14})
         assert plugin.hf_ds_config.get_value("train_batch_size") == 14
     again = DeepSpeedPlugin(hf_ds_config=plugin.hf_ds_config)  # an HfDeepSpeedConfig is taken as it is
-    assert again.deepspeed_config is plugin.deepspeed_config
+    assert again.hf_ds_config is plugin.hf_ds_config and again.deepspeed_config is plugin.deepspeed_config
 
 
 def test_missing_config_file_and_contradicting_options(clean_env, tmp_path):

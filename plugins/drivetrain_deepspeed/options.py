@@ -270,7 +270,10 @@ class DeepSpeedPlugin:
             self._origin = "DeepSpeedPlugin"
             self.deepspeed_config = self._config_from_options()
         self._read_back_from_config()
-        self.hf_ds_config = config_view(self.deepspeed_config)
+        if getattr(self.hf_ds_config, "config", None) is not self.deepspeed_config:
+            self.hf_ds_config = config_view(self.deepspeed_config)
+        elif hasattr(self.hf_ds_config, "set_stage_and_offload"):  # the user's own, filled above
+            self.hf_ds_config.set_stage_and_offload()
         if self.zero3_init_flag is None:
             self.zero3_init_flag = self.zero_stage == 3
         if self.zero3_init_flag and self.zero_stage != 3 and "zero3_init_flag" in given:
