@@ -344,10 +344,17 @@ def test_accelerator_arguments_select_deepspeed_and_expose_its_attributes(fresh_
     if importlib.util.find_spec("transformers") is not None:
         # transformers learns the active config: from_pretrained partitions under ZeRO-3 init
         from transformers.integrations import is_deepspeed_zero3_enabled
+        from transformers.integrations.deepspeed import deepspeed_config
 
         assert is_deepspeed_zero3_enabled()  # the teacher: ZeRO-3, zero3_init_flag on by default
         state.select_deepspeed_plugin("student")
         assert not is_deepspeed_zero3_enabled()
+        # transformers reads the selected config with the run's precision and, as Accelerate
+        # hands it over, the batch values prepare() has not filled yet set to 1
+        student = plugins["student"].hf_ds_config.config
+        assert student["bf16"] == {"enabled": True} and student["train_batch_size"] == "auto"
+        expected = {key: value for key, value in student.items() if key != "train_batch_size"}
+        assert deepspeed_config() == {**expected, "train_micro_batch_size_per_gpu": 1}
         state.select_deepspeed_plugin("teacher")
     with accelerator.autocast():  # the engine owns the precision: no autocast on top
         import torch

@@ -497,12 +497,13 @@ class DeepSpeedPlugin:
         from transformers.integrations.deepspeed import HfDeepSpeedConfig, unset_hf_deepspeed_config
 
         config = copy.deepcopy(self.deepspeed_config)
-        if self.zero3_init_flag:  # values ZeRO-3 init reads before prepare() fills the "auto" ones
-            for key in ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu"):
-                if config.get(key, AUTO) == AUTO:
-                    config[key] = 1
-            if config.get("train_batch_size") == AUTO:
-                del config["train_batch_size"]
+        # values transformers (and ZeRO-3 init) read before prepare() fills the "auto" ones,
+        # set as Accelerate sets them whatever the stage
+        for key in ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu"):
+            if config.get(key, AUTO) == AUTO:
+                config[key] = 1
+        if config.get("train_batch_size") == AUTO:
+            del config["train_batch_size"]
         unset_hf_deepspeed_config()
         self.dschf = HfDeepSpeedConfig(config)
 

@@ -142,15 +142,17 @@ class DeepSpeedStrategy(Strategy):
             raise SelectionError("a later Accelerator cannot bring other DeepSpeed plugins: give the first "
                                  "Accelerator every plugin (deepspeed_plugin={name: plugin, ...}) and switch with "
                                  "accelerator.state.select_deepspeed_plugin(name)")
+        first = not self.plugins
         if new_several or new_single:
             self.plugins = _plugins_of(several if new_several else single)
-            self.select_deepspeed_plugin(next(iter(self.plugins)))
         if not self.plugins:
             self.plugins = {"default": DeepSpeedPlugin()}  # options from the environment
-            self.select_deepspeed_plugin("default")
         precision = run.selection.mixed_precision
         for plugin in self.plugins.values():
             plugin.set_mixed_precision(precision)
+        if first or new_several or new_single:
+            # after the precision is filled in: selecting hands transformers a copy of the config
+            self.select_deepspeed_plugin(next(iter(self.plugins)))
         steps = self.deepspeed_plugin.gradient_accumulation_steps
         if isinstance(steps, int) and steps != accelerator.gradient_accumulation_steps:
             if accelerator.gradient_accumulation_steps != 1:
