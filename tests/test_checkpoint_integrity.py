@@ -134,7 +134,7 @@ def test_format_2_checkpoints_without_checksums_still_load(tmp_path, caplog):
     manifest = json.loads((directory / "manifest.json").read_text())
     del manifest["checksums"], manifest["checksum_algorithm"]
     # as the last writer of format 2 wrote it
-    (directory / "manifest.json").write_text(json.dumps(dict(manifest, format_version=2, plugin_api_version="2.0")))
+    (directory / "manifest.json").write_text(json.dumps(dict(manifest, format_version=2, plugin_api_version="1.2")))
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.zero_()

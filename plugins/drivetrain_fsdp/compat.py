@@ -94,6 +94,6 @@ def get_parameters_from_modules(modules: Any, model: Any, device: Any) -> set:
 
 def require_fsdp2(test_case: Any) -> Any:
     """Accelerate's ``test_utils.testing.require_fsdp2``: FSDP2 (``fully_shard``) needs torch >= 2.5."""
-    from drivetrain.utils import is_torch_version
+    from drivetrain.plugin_api import is_torch_version
 
     return unittest.skipUnless(is_torch_version(">=", "2.5.0"), "test requires FSDP2 (torch >= 2.5.0)")(test_case)
